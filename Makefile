@@ -1,0 +1,39 @@
+# The README's two commands are `make demo` and `make test`; both create .venv and install what
+# they need (Debian's redis-server included) on a fresh machine.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test stubs bench validate clean system-deps
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,dev]'
+	@touch $(STAMP)
+
+system-deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server (Debian package)"; \
+	  (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null || \
+	  { echo "could not install redis-server: run 'apt-get install redis-server' as root"; exit 1; }; }
+
+validate: $(STAMP)
+	$(BIN)/meridian validate examples/*.yaml
+
+demo: $(STAMP) system-deps
+	@if $(BIN)/meridian --help 2>/dev/null | grep -q ' demo '; then $(BIN)/meridian demo; \
+	else $(BIN)/meridian validate examples/*.yaml; fi
+
+test: $(STAMP) system-deps
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+stubs: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=. --grpc_python_out=. --pyi_out=. proto/meridian/v1/*.proto
+
+bench: $(STAMP) system-deps
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,68 @@
+"""Entry point: ``meridian <command> ...``. Exit codes: 0 success/valid, 1 invalid input or a failed
+operation, 2 usage error.
+
+Subcommands are registered by name -> module; a module is imported only when its command runs, so
+``meridian validate`` does not pay for loading the solver or the cloud SDKs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("meridian.cli.validate", "validate spec files (all errors at once)"),
+    "schema": ("meridian.cli.schema", "print the JSON Schema of every spec kind"),
+}
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def register(name: str, module: str, help_text: str) -> None:
+    """Add a subcommand (used by components as they land)."""
+    COMMANDS[name] = (module, help_text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="meridian", description="Run LLM inference on GPUs from several clouds as one pool.")
+    parser.add_argument("--version", action="version", version=f"meridian {importlib.import_module('meridian').__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_module, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if argv[0] in ("-h", "--help", "--version"):
+        try:
+            parser.parse_args(argv or ["--help"])
+        except SystemExit as exc:
+            return int(exc.code or 0)
+    name = argv[0]
+    if name not in COMMANDS:
+        try:
+            parser.parse_args(argv)
+        except SystemExit:
+            return EXIT_USAGE
+        return EXIT_USAGE
+    module = importlib.import_module(COMMANDS[name][0])
+    sub = argparse.ArgumentParser(prog=f"meridian {name}", description=COMMANDS[name][1])
+    module.add_arguments(sub)
+    try:
+        args = sub.parse_args(argv[1:])
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else EXIT_OK
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Cluster: how one agent identifies itself, which cloud account and region it manages, and which
+GPU pools it may scale within what bounds."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pydantic
+
+from meridian.spec import base, rules
+
+
+class Auth(base.StrictModel):
+    """Where the agent's per-cluster token comes from (never inline in a committed file)."""
+
+    token_env: str | None = pydantic.Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$")
+    token_file: str | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _one_source(self) -> Auth:
+        if (self.token_env is None) == (self.token_file is None):
+            raise ValueError("give exactly one of token_env or token_file")
+        return self
+
+
+class Tls(base.StrictModel):
+    ca_file: str
+    cert_file: str | None = None
+    key_file: str | None = None
+
+
+class SchedulerEndpoint(base.StrictModel):
+    address: str = pydantic.Field(default="127.0.0.1:7070", pattern=r"^[^\s:]+:\d{1,5}$",
+                                  description="host:port of the scheduler's gRPC server.")
+    tls: Tls | None = None
+
+
+class PoolDecl(base.StrictModel):
+    name: str = pydantic.Field(pattern=base.NAME_PATTERN, description="Pool id, unique in the cluster.")
+    instance_type: str = pydantic.Field(min_length=1)
+    tier: Literal["on_demand", "spot", "reserved"] = "on_demand"
+    zone: str | None = None
+    min_nodes: int = pydantic.Field(default=0, ge=0)
+    max_nodes: int = pydantic.Field(default=4, ge=0)
+    initial_nodes: int = pydantic.Field(default=0, ge=0, description="Nodes at start (sim provider).")
+    # Cloud resource the pool maps to: an ASG name, a GKE node pool, an Azure VMSS name.
+    resource: str | None = None
+
+
+class AwsAccount(base.StrictModel):
+    account_id: str | None = pydantic.Field(default=None, pattern=r"^\d{12}$")
+    profile: str | None = None
+    endpoint_url: str | None = pydantic.Field(default=None, description="Only for tests (moto).")
+
+
+class GcpAccount(base.StrictModel):
+    project: str = pydantic.Field(min_length=1)
+    location: str = pydantic.Field(min_length=1, description="GKE cluster location (region or zone).")
+    gke_cluster: str = pydantic.Field(min_length=1)
+    endpoint: str | None = pydantic.Field(default=None, description="Only for tests (local fake).")
+
+
+class AzureAccount(base.StrictModel):
+    subscription_id: str = pydantic.Field(min_length=1)
+    resource_group: str = pydantic.Field(min_length=1)
+    endpoint: str | None = pydantic.Field(default=None, description="Only for tests (local fake).")
+
+
+class SimCloud(base.StrictModel):
+    provisioning_delay_s: float = pydantic.Field(default=20, ge=0, le=3600)
+    spot_preemptions_per_node_hour: float = pydantic.Field(default=0.02, ge=0, le=100)
+    stock_out_pools: list[str] = pydantic.Field(default_factory=list,
+                                                description="Pools that refuse to grow (fault injection).")
+    seed: int = 0
+
+
+class AgentSettings(base.StrictModel):
+    report_interval_s: float = pydantic.Field(default=5, gt=0, le=300,
+                                              description="Most time between two load reports.")
+    heartbeat_interval_s: float = pydantic.Field(default=5, gt=0, le=300)
+    advertise_host: str = pydantic.Field(default="127.0.0.1", description="Host in replica endpoints.")
+    replica_ports: str = pydantic.Field(default="31000-31999", pattern=r"^\d{2,5}-\d{2,5}$")
+    cache_dir: str = pydantic.Field(default="~/.cache/meridian/weights",
+                                    description="Weights cache shared by replicas on a node.")
+    state_dir: str = pydantic.Field(default="~/.local/state/meridian/agent",
+                                    description="Where the agent records replicas, to re-adopt them.")
+    engine_command: list[str] = pydantic.Field(
+        default_factory=lambda: ["python", "-m", "sglang.launch_server"],
+        description="Engine command; the demo uses the emulator.")
+    metrics_port: int = pydantic.Field(default=0, ge=0, le=65535, description="0 picks a free port.")
+
+    @pydantic.field_validator("replica_ports")
+    @classmethod
+    def _range(cls, value: str) -> str:
+        lo, hi = (int(x) for x in value.split("-"))
+        if not 1024 <= lo <= hi <= 65535:
+            raise ValueError(f"port range must be within 1024-65535 and low <= high, got {value}")
+        return value
+
+
+class ClusterSpec(base.StrictModel):
+    cloud: base.CloudName
+    region: rules.CloudRegion
+    zone: str | None = None
+    provider: Literal["sim", "aws", "gcp", "azure"] | None = pydantic.Field(
+        default=None, description="Provider implementation; default: the cloud's own (sim for local).")
+    auth: Auth
+    scheduler: SchedulerEndpoint = SchedulerEndpoint()
+    pools: list[PoolDecl] = pydantic.Field(min_length=1)
+    aws: AwsAccount | None = None
+    gcp: GcpAccount | None = None
+    azure: AzureAccount | None = None
+    sim: SimCloud = SimCloud()
+    agent: AgentSettings = AgentSettings()
+
+    @property
+    def provider_name(self) -> str:
+        return self.provider or ("sim" if self.cloud == "local" else self.cloud)
+
+    @pydantic.model_validator(mode="after")
+    def _cross_field(self, info: pydantic.ValidationInfo) -> ClusterSpec:
+        ctx = base.context_of(info)
+        problems = rules.Problems()
+        known = ctx.latency_map.regions.get(self.region)
+        if known is not None and self.cloud != "local" and known.cloud != self.cloud:
+            problems.add("region", f"{self.region!r} is a {known.cloud} region, not {self.cloud}")
+        rules.unique([p.name for p in self.pools], "pools", problems, "pool name")
+        provider = self.provider_name
+        if provider in ("aws", "gcp", "azure") and provider != self.cloud:
+            problems.add("provider", f"provider {provider!r} cannot manage a {self.cloud} cluster")
+        if provider == "gcp" and self.gcp is None:
+            problems.add("gcp", "the gcp provider needs gcp.project, gcp.location and gcp.gke_cluster")
+        if provider == "azure" and self.azure is None:
+            problems.add("azure", "the azure provider needs azure.subscription_id and azure.resource_group")
+        catalog_cloud = self.cloud if self.cloud != "local" else None
+        types = ctx.catalog.instance_types(catalog_cloud)
+        for i, pool in enumerate(self.pools):
+            if pool.min_nodes > pool.max_nodes:
+                problems.add(f"pools.{i}.min_nodes",
+                             f"min_nodes ({pool.min_nodes}) must be <= max_nodes ({pool.max_nodes})")
+            if not pool.min_nodes <= pool.initial_nodes <= max(pool.max_nodes, pool.min_nodes):
+                problems.add(f"pools.{i}.initial_nodes",
+                             f"initial_nodes ({pool.initial_nodes}) must lie in [min_nodes, max_nodes]")
+            if pool.instance_type not in types:
+                problems.add(f"pools.{i}.instance_type",
+                             base.unknown_name(f"{self.cloud} instance type", pool.instance_type, types))
+            elif catalog_cloud and ctx.catalog.lookup(self.cloud, pool.instance_type, self.region) is None:
+                where = sorted(o.region for o in ctx.catalog.by_instance_type(self.cloud, pool.instance_type))
+                problems.add(f"pools.{i}.instance_type",
+                             f"{pool.instance_type} is not offered in {self.region}; it is in: {', '.join(where)}")
+        problems.raise_if_any()
+        return self
+
+
+class Cluster(base.StrictModel):
+    """One GPU cluster and its agent. Kind ``Cluster``; metadata.name is the cluster id."""
+
+    apiVersion: Literal["meridian/v1"]
+    kind: Literal["Cluster"]
+    metadata: base.Metadata
+    spec: ClusterSpec

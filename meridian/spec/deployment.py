@@ -1,0 +1,255 @@
+"""ModelDeployment: what a model owner declares (model, runtime, resources, SLA, scaling,
+placement, priority, rollout)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pydantic
+
+from meridian import capacity
+from meridian.spec import base, rules
+
+Quantization = Literal["none", "fp8", "w8a8_fp8", "int8", "w8a8_int8", "awq", "gptq", "int4", "gguf"]
+
+
+class ModelArchitecture(base.StrictModel):
+    """Figures the capacity model needs when the model is not in Meridian's known table."""
+
+    parameters_b: float = pydantic.Field(gt=0, le=2000, description="Parameters, in billions.")
+    layers: int = pydantic.Field(gt=0, le=512)
+    kv_heads: int = pydantic.Field(gt=0, le=256)
+    head_dim: int = pydantic.Field(gt=0, le=1024)
+
+
+class ModelSource(base.StrictModel):
+    source: str = pydantic.Field(min_length=1, description="Hub id (org/name) or a local path.")
+    revision: str = pydantic.Field(default="main", min_length=1, description="Hub revision or commit.")
+    served_name: str = pydantic.Field(
+        min_length=1, max_length=128, pattern=r"^[^:\s]+$",
+        description="The name clients put in the request's `model` field (no ':' or spaces).")
+    architecture: ModelArchitecture | None = None
+
+
+class Runtime(base.StrictModel):
+    engine: Literal["sglang"] = "sglang"
+    tp_size: int | None = pydantic.Field(default=None, ge=1, le=64,
+                                         description="Tensor-parallel degree; default: the replica's GPU count.")
+    context_length: int | None = pydantic.Field(default=None, ge=128, le=10_000_000,
+                                                description="Max tokens per request; default: the model's.")
+    mem_fraction_static: float = pydantic.Field(default=0.88, gt=0.1, le=0.98,
+                                                description="GPU memory share for weights + KV cache.")
+    quantization: Quantization = "none"
+    max_running_requests: int | None = pydantic.Field(default=None, ge=1, le=65536)
+    max_queued_requests: int | None = pydantic.Field(default=None, ge=1, le=1_000_000)
+    is_embedding: bool = False
+    extra_args: list[str] = pydantic.Field(default_factory=list,
+                                           description="Extra SGLang flags, passed through verbatim.")
+
+    @pydantic.field_validator("extra_args")
+    @classmethod
+    def _owned_flags(cls, value: list[str]) -> list[str]:
+        owned = {"--model-path", "--model", "--port", "--host", "--tp-size", "--tp", "--served-model-name",
+                 "--api-key", "--enable-metrics", "--context-length", "--mem-fraction-static"}
+        for arg in value:
+            flag = arg.split("=", 1)[0]
+            if flag in owned:
+                raise ValueError(f"{flag} is set by Meridian from the spec; use the runtime field instead")
+        return value
+
+
+class Resources(base.StrictModel):
+    gpus_per_replica: int = pydantic.Field(default=1, ge=1, le=64)
+    gpu_types: list[rules.GpuTypeName] = pydantic.Field(
+        default_factory=list, description="Allowed GPU types; empty means any with enough memory.")
+    gpus_by_type: dict[str, int] = pydantic.Field(
+        default_factory=dict,
+        description="GPUs per replica for particular GPU types (e.g. A100-80GB: 8 where H100 needs 4).")
+    min_gpu_memory_gib: int | None = pydantic.Field(default=None, ge=1, le=1024)
+    throughput_profile: dict[str, float] = pydantic.Field(
+        default_factory=dict,
+        description="Measured requests/s per replica by GPU type; overrides the capacity model.")
+
+    @pydantic.field_validator("gpus_by_type")
+    @classmethod
+    def _by_type(cls, value: dict[str, int], info: pydantic.ValidationInfo) -> dict[str, int]:
+        ctx = base.context_of(info)
+        for gpu_type, count in value.items():
+            base.check_gpu_type(ctx, gpu_type)
+            if not 1 <= count <= 64:
+                raise ValueError(f"GPUs per replica for {gpu_type} must be in 1..64, got {count}")
+        return value
+
+    def gpus_for(self, gpu_type: str) -> int:
+        """GPUs one replica takes on ``gpu_type``."""
+        return self.gpus_by_type.get(gpu_type, self.gpus_per_replica)
+
+    @pydantic.field_validator("throughput_profile")
+    @classmethod
+    def _profile(cls, value: dict[str, float], info: pydantic.ValidationInfo) -> dict[str, float]:
+        ctx = base.context_of(info)
+        for gpu_type, rps in value.items():
+            base.check_gpu_type(ctx, gpu_type)
+            if rps <= 0:
+                raise ValueError(f"throughput for {gpu_type} must be > 0 requests/s, got {rps}")
+        return value
+
+
+class Sla(base.StrictModel):
+    ttft_p99_ms: float = pydantic.Field(gt=0, le=600_000, description="p99 time to first token.")
+    tpot_p99_ms: float | None = pydantic.Field(default=None, gt=0, le=10_000,
+                                               description="p99 time per output token.")
+    availability_target: float = pydantic.Field(default=0.999, gt=0, lt=1)
+    client_regions: list[rules.ClientRegion] = pydantic.Field(
+        min_length=1, description="Where this model's clients are.")
+    max_rtt_ms: float | None = pydantic.Field(default=None, gt=0, le=1000,
+                                              description="Max network RTT from a client region to a replica.")
+
+
+class Scaling(base.StrictModel):
+    min_replicas: int = pydantic.Field(default=1, ge=0, le=10_000)
+    max_replicas: int = pydantic.Field(default=10, ge=1, le=10_000)
+    target_concurrency_per_replica: float = pydantic.Field(default=16, gt=0, le=10_000)
+    target_utilization: float = pydantic.Field(default=0.7, gt=0, le=1)
+    scale_up_delay_s: float = pydantic.Field(default=30, ge=0, le=3600)
+    scale_down_delay_s: float = pydantic.Field(default=300, ge=0, le=86_400)
+    scale_to_zero: bool = False
+    scale_to_zero_after_s: float = pydantic.Field(default=900, ge=0, le=86_400)
+    warm_pool: int = pydantic.Field(default=0, ge=0, le=1000,
+                                    description="Extra ready replicas kept beyond demand.")
+
+
+class SpotRules(base.StrictModel):
+    allowed: bool = False
+    max_share: float = pydantic.Field(default=0.5, ge=0, le=1,
+                                      description="Most of this deployment's replicas that may be spot.")
+
+
+class Placement(base.StrictModel):
+    clouds: list[base.CloudName] = pydantic.Field(default_factory=list, description="Empty: any enabled.")
+    regions: list[rules.CloudRegion] = pydantic.Field(default_factory=list, description="Empty: any enabled.")
+    min_distinct_clouds: int = pydantic.Field(default=1, ge=1, le=4)
+    min_distinct_regions: int = pydantic.Field(default=1, ge=1, le=64)
+    spot: SpotRules = SpotRules()
+
+
+class RollbackThresholds(base.StrictModel):
+    ttft_p99_ms: float | None = pydantic.Field(default=None, gt=0)
+    error_rate: float = pydantic.Field(default=0.02, ge=0, le=1)
+
+
+class Rollout(base.StrictModel):
+    strategy: Literal["canary", "blue_green"] = "canary"
+    steps_percent: list[int] = pydantic.Field(default_factory=lambda: [10, 50, 100], min_length=1)
+    step_duration_s: float = pydantic.Field(default=300, ge=0, le=86_400)
+    rollback: RollbackThresholds = RollbackThresholds()
+
+    @pydantic.field_validator("steps_percent")
+    @classmethod
+    def _steps(cls, value: list[int]) -> list[int]:
+        if any(not 0 < v <= 100 for v in value):
+            raise ValueError("each step is a percentage in (0, 100]")
+        if value != sorted(value) or len(set(value)) != len(value):
+            raise ValueError(f"steps must increase strictly, got {value}")
+        if value[-1] != 100:
+            raise ValueError(f"the last step must be 100, got {value[-1]}")
+        return value
+
+
+class WorkloadShape(base.StrictModel):
+    prompt_tokens_mean: float = pydantic.Field(default=512, gt=0)
+    output_tokens_mean: float = pydantic.Field(default=256, ge=0)
+
+
+class ModelDeploymentSpec(base.StrictModel):
+    model: ModelSource
+    runtime: Runtime = Runtime()
+    resources: Resources = Resources()
+    sla: Sla
+    scaling: Scaling = Scaling()
+    placement: Placement = Placement()
+    priority_class: str = pydantic.Field(default="standard", pattern=base.NAME_PATTERN)
+    rollout: Rollout = Rollout()
+    workload: WorkloadShape = WorkloadShape()
+
+    @pydantic.model_validator(mode="after")
+    def _cross_field(self, info: pydantic.ValidationInfo) -> ModelDeploymentSpec:
+        problems = rules.Problems()
+        s, r, res, p = self.scaling, self.runtime, self.resources, self.placement
+        if s.min_replicas > s.max_replicas:
+            problems.add("scaling.min_replicas",
+                         f"min_replicas ({s.min_replicas}) must be <= max_replicas ({s.max_replicas})")
+        if s.scale_to_zero and s.min_replicas != 0:
+            problems.add("scaling.scale_to_zero", f"scale_to_zero needs min_replicas: 0 (got {s.min_replicas})")
+        if s.warm_pool > s.max_replicas:
+            problems.add("scaling.warm_pool", f"warm_pool ({s.warm_pool}) exceeds max_replicas ({s.max_replicas})")
+        for gpu_type, count in [("", res.gpus_per_replica), *res.gpus_by_type.items()]:
+            if r.tp_size is not None and count % r.tp_size != 0:
+                where = f" for {gpu_type}" if gpu_type else ""
+                problems.add("runtime.tp_size", f"tp_size ({r.tp_size}) must divide the GPUs per replica{where} ({count})")
+        for gpu_type in res.gpus_by_type:
+            if res.gpu_types and gpu_type not in res.gpu_types:
+                problems.add(f"resources.gpus_by_type.{gpu_type}", f"{gpu_type} is not in resources.gpu_types")
+        if not res.gpu_types and res.min_gpu_memory_gib is None:
+            problems.add("resources.gpu_types", "give gpu_types or min_gpu_memory_gib")
+        rules.unique(res.gpu_types, "resources.gpu_types", problems, "GPU type")
+        rules.unique(p.regions, "placement.regions", problems, "region")
+        rules.unique(p.clouds, "placement.clouds", problems, "cloud")
+        rules.unique(self.sla.client_regions, "sla.client_regions", problems, "client region")
+        if p.clouds and p.min_distinct_clouds > len(p.clouds):
+            problems.add("placement.min_distinct_clouds",
+                         f"min_distinct_clouds ({p.min_distinct_clouds}) exceeds the {len(p.clouds)} allowed clouds")
+        if p.regions and p.min_distinct_regions > len(p.regions):
+            problems.add("placement.min_distinct_regions",
+                         f"min_distinct_regions ({p.min_distinct_regions}) exceeds the {len(p.regions)} allowed regions")
+        isolation = max(p.min_distinct_clouds, p.min_distinct_regions)
+        if isolation > s.max_replicas:
+            problems.add("placement.min_distinct_regions",
+                         f"isolation across {isolation} clouds/regions needs max_replicas >= {isolation}")
+        if p.clouds and p.regions:
+            ctx = base.context_of(info)
+            for i, region in enumerate(p.regions):
+                known = ctx.latency_map.regions.get(region)
+                if known is not None and known.cloud and known.cloud not in p.clouds:
+                    problems.add(f"placement.regions.{i}",
+                                 f"region {region!r} is in {known.cloud}, which placement.clouds does not allow")
+        if not r.is_embedding and self.sla.tpot_p99_ms is None:
+            problems.add("sla.tpot_p99_ms", "a generative model needs tpot_p99_ms")
+        self._check_fit(problems)
+        problems.raise_if_any()
+        return self
+
+    def _check_fit(self, problems: rules.Problems) -> None:
+        arch = self.architecture()
+        if arch is None:
+            return
+        quant = None if self.runtime.quantization == "none" else self.runtime.quantization
+        for i, gpu_type in enumerate(self.resources.gpu_types):
+            ok, why = capacity.fits(arch, gpu_type, self.resources.gpus_for(gpu_type), quant,
+                                    self.runtime.mem_fraction_static)
+            if not ok:
+                problems.add(f"resources.gpu_types.{i}", f"does not fit: {why}")
+
+    def tp_size_for(self, gpu_type: str) -> int:
+        """Tensor-parallel degree of a replica on ``gpu_type``."""
+        return self.runtime.tp_size or self.resources.gpus_for(gpu_type)
+
+    def architecture(self) -> capacity.Architecture | None:
+        """The capacity model's view of this model (spec figures, else the known table)."""
+        a = self.model.architecture
+        if a is not None:
+            return capacity.Architecture(a.parameters_b, a.layers, a.kv_heads, a.head_dim, self.runtime.is_embedding)
+        known = capacity.KNOWN_ARCHITECTURES.get(self.model.source)
+        if known is not None and known.is_embedding != self.runtime.is_embedding:
+            return capacity.Architecture(known.parameters_b, known.layers, known.kv_heads, known.head_dim,
+                                         self.runtime.is_embedding)
+        return known
+
+
+class ModelDeployment(base.StrictModel):
+    """A model served with an SLA. Kind ``ModelDeployment``."""
+
+    apiVersion: Literal["meridian/v1"]
+    kind: Literal["ModelDeployment"]
+    metadata: base.Metadata
+    spec: ModelDeploymentSpec

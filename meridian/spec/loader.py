@@ -1,0 +1,277 @@
+"""Reading spec files: YAML (several documents per file) to validated models, with every error of
+a file reported together, each located at its line and field path, with a "did you mean" hint.
+
+Structure: YAML is composed once to keep node positions (path -> line), loaded for data, then each
+document is validated by the model its ``kind`` names. LatencyMap documents are validated first,
+since the regions they add are valid in every other document of the same set."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import types
+import typing
+from collections.abc import Iterable
+from typing import Any
+
+import pydantic
+import yaml
+
+from meridian.spec import base, rules
+from meridian.spec.cluster import Cluster
+from meridian.spec.deployment import ModelDeployment
+from meridian.spec.errors import SpecError, SpecIssue
+from meridian.spec.latencymap import LatencyMap
+from meridian.spec.policy import CapacityPolicy
+
+Document = ModelDeployment | CapacityPolicy | Cluster | LatencyMap
+KINDS: dict[str, type[pydantic.BaseModel]] = {
+    "ModelDeployment": ModelDeployment,
+    "CapacityPolicy": CapacityPolicy,
+    "Cluster": Cluster,
+    "LatencyMap": LatencyMap,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """A validated document and where it came from."""
+
+    doc: Document
+    file: str
+    index: int
+    line: int
+
+    @property
+    def kind(self) -> str:
+        return self.doc.kind
+
+    @property
+    def name(self) -> str:
+        return self.doc.metadata.name
+
+
+@dataclasses.dataclass
+class _Raw:
+    file: str
+    index: int
+    data: Any
+    lines: dict[tuple, int]
+    line: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecSet:
+    documents: tuple[Loaded, ...]
+    context: base.Context
+
+    def of_kind(self, kind: str) -> list[Document]:
+        return [d.doc for d in self.documents if d.kind == kind]
+
+
+def _index(node: yaml.Node, path: tuple, out: dict[tuple, int]) -> None:
+    out.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            k = key.value if isinstance(key, yaml.ScalarNode) else str(key.value)
+            out[path + (k,)] = key.start_mark.line + 1
+            _index(value, path + (k,), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _index(item, path + (i,), out)
+
+
+def _read(text: str, file: str) -> tuple[list[_Raw], list[SpecIssue]]:
+    try:
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        datas = list(yaml.load_all(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        return [], [SpecIssue(file, line, "", f"invalid YAML: {problem}")]
+    raws = []
+    index = 0
+    for node, data in zip(nodes, datas, strict=True):
+        if node is None or data is None:
+            continue
+        lines: dict[tuple, int] = {}
+        _index(node, (), lines)
+        raws.append(_Raw(file, index, data, lines, node.start_mark.line + 1))
+        index += 1
+    return raws, []
+
+
+def _line(raw: _Raw, loc: tuple) -> int:
+    for end in range(len(loc), -1, -1):
+        hit = raw.lines.get(tuple(loc[:end]))
+        if hit is not None:
+            return hit
+    return raw.line
+
+
+def _unwrap(annotation: Any) -> Any:
+    """The model class inside Optional[...] / Annotated[...], or None."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _unwrap(arg)
+            if found is not None:
+                return found
+        return None
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return annotation
+    if origin in (list, tuple, dict):
+        args = typing.get_args(annotation)
+        return _unwrap(args[-1]) if args else None
+    return None
+
+
+def _model_at(model: type[pydantic.BaseModel], loc: tuple) -> type[pydantic.BaseModel] | None:
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        field = current.model_fields.get(part)
+        if field is None:
+            alias = next((f for f in current.model_fields.values() if f.alias == part), None)
+            if alias is None:
+                return None
+            field = alias
+        current = _unwrap(field.annotation)
+    return current
+
+
+def _field_names(model: type[pydantic.BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _translate(raw: _Raw, model: type[pydantic.BaseModel], err: dict) -> list[SpecIssue]:
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = _model_at(model, loc[:-1])
+        names = _field_names(parent) if parent else []
+        msg = base.unknown_name("field", str(loc[-1]), names) if names else f"unknown field {loc[-1]!r}"
+        return [_issue(raw, loc, msg)]
+    if kind == "missing":
+        return [_issue(raw, loc, f"missing required field {loc[-1]!r}")]
+    if kind == "literal_error":
+        expected = re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected", ""))
+        given = err.get("input")
+        if isinstance(given, str) and expected:
+            return [_issue(raw, loc, base.unknown_name("value", given, expected))]
+        return [_issue(raw, loc, f"{given!r} is not one of: {', '.join(expected)}")]
+    if kind == "value_error":
+        text = err["msg"].removeprefix("Value error, ")
+        return [_issue(raw, loc + tuple(sub), msg) for sub, msg in rules.split(text)]
+    given = err.get("input")
+    shown = "" if isinstance(given, (dict, list)) else f" (got {given!r})"
+    return [_issue(raw, loc, f"{err['msg']}{shown}")]
+
+
+def _issue(raw: _Raw, loc: tuple, message: str) -> SpecIssue:
+    return SpecIssue(raw.file, _line(raw, loc), ".".join(str(p) for p in loc), message, raw.index)
+
+
+def _header(raw: _Raw) -> tuple[type[pydantic.BaseModel] | None, list[SpecIssue]]:
+    data = raw.data
+    if not isinstance(data, dict):
+        return None, [SpecIssue(raw.file, raw.line, "", "a document must be a mapping with apiVersion, kind, metadata and spec", raw.index)]
+    issues = []
+    api = data.get("apiVersion")
+    if api != base.API_VERSION:
+        msg = "missing apiVersion" if api is None else f"unsupported apiVersion {api!r}"
+        issues.append(_issue(raw, ("apiVersion",), f"{msg}; use {base.API_VERSION!r}"))
+    kind = data.get("kind")
+    if kind not in KINDS:
+        msg = "missing kind" if kind is None else base.unknown_name("kind", str(kind), list(KINDS))
+        if kind is None:
+            msg += f"; one of: {', '.join(KINDS)}"
+        issues.append(_issue(raw, ("kind",), msg))
+        return None, issues
+    return KINDS[kind], issues
+
+
+def _validate(raw: _Raw, ctx: base.Context) -> tuple[Document | None, list[SpecIssue]]:
+    model, issues = _header(raw)
+    if model is None:
+        return None, issues
+    try:
+        doc = model.model_validate(raw.data, context={"meridian": ctx})
+    except pydantic.ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            issues.extend(_translate(raw, model, err))
+        return None, issues
+    return (doc if not issues else None), issues
+
+
+def load_texts(sources: Iterable[tuple[str, str]], context: base.Context | None = None) -> SpecSet:
+    """Validate (file name, YAML text) pairs as one set; raise SpecError listing every problem."""
+    ctx = context or base.default_context()
+    raws: list[_Raw] = []
+    issues: list[SpecIssue] = []
+    for file, text in sources:
+        got, bad = _read(text, file)
+        raws.extend(got)
+        issues.extend(bad)
+    maps = [r for r in raws if isinstance(r.data, dict) and r.data.get("kind") == "LatencyMap"]
+    others = [r for r in raws if r not in maps]
+    loaded: list[Loaded] = []
+    for raw in maps + others:
+        doc, bad = _validate(raw, ctx)
+        issues.extend(bad)
+        if doc is not None:
+            loaded.append(Loaded(doc, raw.file, raw.index, raw.line))
+            if isinstance(doc, LatencyMap):
+                ctx = dataclasses.replace(ctx, latency_map=doc.spec.apply(ctx.latency_map))
+    seen: dict[tuple[str, str], Loaded] = {}
+    for item in loaded:
+        key = (item.kind, item.name)
+        if key in seen:
+            first = seen[key]
+            issues.append(SpecIssue(item.file, item.line, "metadata.name",
+                                    f"duplicate {item.kind} {item.name!r} (first at {first.file}:{first.line})",
+                                    item.index))
+        seen[key] = item
+    if issues:
+        order = {f: i for i, (f, _) in enumerate(sources)} if isinstance(sources, list) else {}
+        issues.sort(key=lambda i: (order.get(i.file, 0), i.file, i.document, i.line or 0))
+        raise SpecError(issues)
+    loaded.sort(key=lambda d: (d.file, d.index))
+    return SpecSet(tuple(loaded), ctx)
+
+
+def load_text(text: str, file: str = "<input>", context: base.Context | None = None) -> SpecSet:
+    return load_texts([(file, text)], context)
+
+
+def load_files(paths: Iterable[str | pathlib.Path], context: base.Context | None = None) -> SpecSet:
+    """Read and validate files as one set. Unreadable files are reported like invalid ones."""
+    sources: list[tuple[str, str]] = []
+    issues: list[SpecIssue] = []
+    for path in paths:
+        p = pathlib.Path(path)
+        try:
+            sources.append((str(path), p.read_text()))
+        except OSError as exc:
+            issues.append(SpecIssue(str(path), None, "", f"cannot read file: {exc.strerror or exc}"))
+    try:
+        result = load_texts(sources, context)
+    except SpecError as exc:
+        raise SpecError(issues + exc.issues) from None
+    if issues:
+        raise SpecError(issues)
+    return result
+
+
+def json_schema() -> dict:
+    """JSON Schema for every kind (a discriminated union on ``kind``), for editors."""
+    adapter = pydantic.TypeAdapter(typing.Annotated[Document, pydantic.Field(discriminator="kind")])
+    schema = adapter.json_schema(mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "Meridian spec (apiVersion meridian/v1)"
+    return schema
