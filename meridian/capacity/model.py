@@ -109,8 +109,9 @@ class ReplicaPerf:
     ) -> float:
         """Highest sustainable requests/s with p99 TTFT and TPOT within the SLA (0 if never).
 
-        The batch is the largest that keeps the decode step under the TPOT target and fits the KV
-        budget; throughput is batch / time per request. Requests are then held to 80% of that so
+        The batch is the largest that keeps the client-visible time per output token (decode step
+        plus prefill stalls) under the TPOT target and fits the KV budget; throughput is
+        batch / time per request. Requests are then held to 80% of that so
         queueing keeps p99 TTFT near the prefill time (beyond ~80% utilisation, waits explode)."""
         uncached = workload.prompt_tokens * (1.0 - workload.cached_prompt_share)
         prefill = self.prefill_s(uncached)
@@ -121,12 +122,14 @@ class ReplicaPerf:
         best = 0.0
         hi = self.max_batch(workload, max_running_requests)
         mean_ctx = workload.prompt_tokens + workload.output_tokens / 2
+        output = max(1.0, workload.output_tokens)
         for batch in _candidate_batches(hi):
             step = self.decode_step_s(batch, batch * mean_ctx)
-            if tpot_p99_ms is not None and step * 1000.0 > tpot_p99_ms:
+            # In steady state each of the batch's requests is prefilled once during another's
+            # lifetime, stalling its decode (chunked prefill): that is the TPOT a client sees.
+            per_request_s = output * step + prefill * batch
+            if tpot_p99_ms is not None and per_request_s / output * 1000.0 > tpot_p99_ms:
                 break
-            # Each request's prefill interrupts the batch's decode once (chunked prefill).
-            per_request_s = workload.output_tokens * step + prefill * batch
             best = max(best, batch / per_request_s)
         return 0.8 * best
 

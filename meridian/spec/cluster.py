@@ -16,12 +16,6 @@ class Auth(base.StrictModel):
     token_env: str | None = pydantic.Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$")
     token_file: str | None = None
 
-    @pydantic.model_validator(mode="after")
-    def _one_source(self) -> Auth:
-        if (self.token_env is None) == (self.token_file is None):
-            raise ValueError("give exactly one of token_env or token_file")
-        return self
-
 
 class Tls(base.StrictModel):
     ca_file: str
@@ -123,7 +117,9 @@ class ClusterSpec(base.StrictModel):
         problems = rules.Problems()
         known = ctx.latency_map.regions.get(self.region)
         if known is not None and self.cloud != "local" and known.cloud != self.cloud:
-            problems.add("region", f"{self.region!r} is a {known.cloud} region, not {self.cloud}")
+            problems.add("region", f"{self.region!r} is in {known.cloud}, not {self.cloud}")
+        if (self.auth.token_env is None) == (self.auth.token_file is None):
+            problems.add("auth", "give exactly one of token_env or token_file")
         rules.unique([p.name for p in self.pools], "pools", problems, "pool name")
         provider = self.provider_name
         if provider in ("aws", "gcp", "azure") and provider != self.cloud:
@@ -138,7 +134,7 @@ class ClusterSpec(base.StrictModel):
             if pool.min_nodes > pool.max_nodes:
                 problems.add(f"pools.{i}.min_nodes",
                              f"min_nodes ({pool.min_nodes}) must be <= max_nodes ({pool.max_nodes})")
-            if not pool.min_nodes <= pool.initial_nodes <= max(pool.max_nodes, pool.min_nodes):
+            elif not pool.min_nodes <= pool.initial_nodes <= pool.max_nodes:
                 problems.add(f"pools.{i}.initial_nodes",
                              f"initial_nodes ({pool.initial_nodes}) must lie in [min_nodes, max_nodes]")
             if pool.instance_type not in types:

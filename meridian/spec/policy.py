@@ -81,7 +81,7 @@ class CapacityPolicySpec(base.StrictModel):
                 for j, region in enumerate(getattr(cloud, field)):
                     r = ctx.latency_map.regions.get(region)
                     if r is not None and r.cloud != cloud.name:
-                        problems.add(f"clouds.{i}.{field}.{j}", f"{region!r} is a {r.cloud} region, not {cloud.name}")
+                        problems.add(f"clouds.{i}.{field}.{j}", f"{region!r} is in {r.cloud}, not {cloud.name}")
             both = set(cloud.regions_allowed) & set(cloud.regions_blocked)
             if both:
                 problems.add(f"clouds.{i}.regions_blocked", f"regions both allowed and blocked: {sorted(both)}")

@@ -33,7 +33,7 @@ def split(message: str) -> list[tuple[list[str], str]]:
     for line in message.split("\n"):
         if line.startswith(RULE_PREFIX) and ": " in line:
             path, msg = line[len(RULE_PREFIX):].split(": ", 1)
-            out.append(([p for p in path.split(".") if p], msg))
+            out.append(([int(p) if p.isdigit() else p for p in path.split(".") if p], msg))
         else:
             out.append(([], line))
     return out

@@ -1,0 +1,185 @@
+"""Each spec kind's rules, including the cross-field ones, on small documents."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+import yaml
+
+from meridian import spec
+
+DEPLOYMENT = """
+apiVersion: meridian/v1
+kind: ModelDeployment
+metadata: {name: chat, team: assistant}
+spec:
+  model: {source: meta-llama/Llama-3.1-8B-Instruct, served_name: llama}
+  resources: {gpu_types: [L4, H100]}
+  sla: {ttft_p99_ms: 800, tpot_p99_ms: 100, client_regions: [na-east, eu-west]}
+"""
+
+
+def _deployment(**patch) -> str:
+    doc = yaml.safe_load(DEPLOYMENT)
+    for dotted, value in patch.items():
+        node = doc["spec"]
+        *parents, leaf = dotted.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return yaml.safe_dump(doc)
+
+
+def _errors(text: str) -> list[str]:
+    with pytest.raises(spec.SpecError) as info:
+        spec.load_text(text, "t.yaml")
+    return [f"{i.path}: {i.message}" for i in info.value.issues]
+
+
+def test_minimal_deployment_gets_sane_defaults():
+    """A minimal deployment validates and fills documented defaults."""
+    (loaded,) = spec.load_text(_deployment()).documents
+    d = loaded.doc
+    assert d.spec.runtime.engine == "sglang" and d.spec.runtime.mem_fraction_static == 0.88
+    assert d.spec.scaling.min_replicas == 1 and d.spec.scaling.max_replicas == 10
+    assert d.spec.placement.spot.allowed is False
+    assert d.spec.tp_size_for("L4") == 1
+
+
+def test_min_replicas_must_not_exceed_max():
+    """min_replicas > max_replicas is rejected on the min_replicas field."""
+    assert _errors(_deployment(scaling__min_replicas=5, scaling__max_replicas=2)) == [
+        "spec.scaling.min_replicas: min_replicas (5) must be <= max_replicas (2)"]
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.01])
+def test_spot_share_must_lie_in_unit_interval(share):
+    """placement.spot.max_share outside [0, 1] is rejected."""
+    (err,) = _errors(_deployment(placement__spot={"allowed": True, "max_share": share}))
+    assert err.startswith("spec.placement.spot.max_share:")
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_spot_share_bounds_are_valid(share):
+    """0 and 1 are valid spot shares."""
+    spec.load_text(_deployment(placement__spot={"allowed": True, "max_share": share}))
+
+
+def test_gpu_type_must_exist_in_catalog():
+    """An unknown GPU type is rejected with the closest catalog name."""
+    assert _errors(_deployment(resources__gpu_types=["A100-80G"])) == [
+        "spec.resources.gpu_types.0: unknown GPU type 'A100-80G'; did you mean 'A100-80GB'?"]
+
+
+def test_regions_must_exist_in_latency_map():
+    """Unknown client and cloud regions are rejected; a client region cannot stand for a cloud region."""
+    errs = _errors(_deployment(sla__client_regions=["mars-1"], placement__regions=["eu-west"]))
+    assert any(e.startswith("spec.sla.client_regions.0: unknown region 'mars-1'") for e in errs)
+    assert "spec.placement.regions.0: 'eu-west' is a client region; a cloud region is needed here" in errs
+    assert len(errs) == 2
+
+
+def test_latency_map_regions_count_for_other_documents():
+    """A region added by a LatencyMap in the same set is valid in every other document."""
+    extra = "apiVersion: meridian/v1\nkind: LatencyMap\nmetadata: {name: m}\nspec:\n  regions:\n" \
+            "    - {name: za-south, latitude: -26.2, longitude: 28.0}\n"
+    docs = spec.load_texts([("d.yaml", _deployment(sla__client_regions=["za-south"])), ("m.yaml", extra)])
+    assert docs.context.latency_map.rtt_ms("za-south", "eu-west-1") > 100
+    with pytest.raises(spec.SpecError, match="unknown region 'za-south'"):
+        spec.load_text(_deployment(sla__client_regions=["za-south"]))
+
+
+def test_model_must_fit_each_allowed_gpu_type():
+    """A 70B model on one L4 is rejected with the memory it needs."""
+    text = _deployment(model={"source": "meta-llama/Llama-3.1-70B-Instruct", "served_name": "big"},
+                       resources={"gpu_types": ["L4"]})
+    (err,) = _errors(text)
+    assert "does not fit" in err and "132 GiB" in err
+
+
+def test_gpus_by_type_sets_tensor_parallelism():
+    """A 70B model takes 4 H100s or 8 A100-80GBs per replica; tp follows the GPU count."""
+    text = _deployment(model={"source": "meta-llama/Llama-3.1-70B-Instruct", "served_name": "big"},
+                       resources={"gpus_per_replica": 4, "gpu_types": ["H100", "A100-80GB"],
+                                  "gpus_by_type": {"A100-80GB": 8}})
+    d = spec.load_text(text).documents[0].doc
+    assert (d.spec.tp_size_for("H100"), d.spec.tp_size_for("A100-80GB")) == (4, 8)
+
+
+def test_generative_model_needs_tpot_and_embedding_does_not():
+    """tpot_p99_ms is required for generative models only."""
+    assert _errors(_deployment(sla={"ttft_p99_ms": 500, "client_regions": ["na-east"]})) == [
+        "spec.sla.tpot_p99_ms: a generative model needs tpot_p99_ms"]
+    spec.load_text(_deployment(sla={"ttft_p99_ms": 500, "client_regions": ["na-east"]},
+                               runtime={"is_embedding": True}))
+
+
+def test_scale_to_zero_needs_min_zero_and_engine_flags_are_owned():
+    """scale_to_zero with min_replicas > 0 and extra_args overriding owned flags are errors."""
+    assert _errors(_deployment(scaling__scale_to_zero=True)) == [
+        "spec.scaling.scale_to_zero: scale_to_zero needs min_replicas: 0 (got 1)"]
+    (err,) = _errors(_deployment(runtime={"extra_args": ["--port=1"]}))
+    assert err.startswith("spec.runtime.extra_args: --port is set by Meridian from the spec")
+
+
+def test_unknown_fields_are_errors():
+    """An unknown field is an error with the closest valid field name."""
+    assert _errors(_deployment(sla__ttft_p99=5)) == ["spec.sla.ttft_p99: unknown field 'ttft_p99'; did you mean 'ttft_p99_ms'?"]
+
+
+def test_policy_rules():
+    """A policy's clouds, priority classes and reserved instance types are checked together."""
+    text = """
+apiVersion: meridian/v1
+kind: CapacityPolicy
+metadata: {name: default}
+spec:
+  clouds: [{name: aws, regions_allowed: [us-east-1], regions_blocked: [us-east-1]}, {name: aws}]
+  reserved: [{cloud: gcp, region: us-central1, instance_type: a3-highgpu-9g, nodes: 1, price_per_hour_usd: 1}]
+  priority_classes: [{name: a, value: 5, preempts: [a]}]
+"""
+    errs = _errors(text)
+    assert "spec.clouds.1: duplicate cloud 'aws'" in errs
+    assert "spec.clouds.0.regions_blocked: regions both allowed and blocked: ['us-east-1']" in errs
+    assert "spec.priority_classes.0.preempts.0: a class cannot preempt itself" in errs
+    assert any(e.startswith("spec.reserved.0.instance_type: unknown gcp instance type 'a3-highgpu-9g'; did you mean 'a3-highgpu-8g'") for e in errs)
+
+
+def test_cluster_rules():
+    """A cluster's pools must be offered in its region and keep min <= initial <= max."""
+    text = """
+apiVersion: meridian/v1
+kind: Cluster
+metadata: {name: c}
+spec:
+  cloud: aws
+  region: eu-west-1
+  auth: {token_env: T}
+  pools:
+    - {name: p, instance_type: p5en.48xlarge}
+    - {name: p, instance_type: g6.xlarge, min_nodes: 1, max_nodes: 3, initial_nodes: 4}
+"""
+    errs = _errors(text)
+    assert "spec.pools.1: duplicate pool name 'p'" in errs
+    assert any(e.startswith("spec.pools.0.instance_type: p5en.48xlarge is not offered in eu-west-1") for e in errs)
+    assert "spec.pools.1.initial_nodes: initial_nodes (4) must lie in [min_nodes, max_nodes]" in errs
+
+
+def test_json_schema_accepts_examples_and_rejects_unknown_fields(repo_root):
+    """`meridian schema` prints a JSON Schema that validates the examples and rejects unknown fields."""
+    out = subprocess.run([sys.executable, "-m", "meridian.cli.main", "schema"], capture_output=True, text=True,
+                         check=True, cwd=repo_root)
+    schema = json.loads(out.stdout)
+    validator = jsonschema.Draft202012Validator(schema)
+    for path in pathlib.Path(repo_root, "examples").glob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                validator.validate(doc)
+    bad = yaml.safe_load(DEPLOYMENT)
+    bad["spec"]["sla"]["typo"] = 1
+    assert not validator.is_valid(bad)
