@@ -183,3 +183,11 @@ def test_json_schema_accepts_examples_and_rejects_unknown_fields(repo_root):
     bad = yaml.safe_load(DEPLOYMENT)
     bad["spec"]["sla"]["typo"] = 1
     assert not validator.is_valid(bad)
+
+
+def test_spec_reference_doc_is_current(repo_root):
+    """docs/spec-reference.md is what `meridian schema --format markdown` renders from the models."""
+    from meridian.spec import reference
+
+    committed = pathlib.Path(repo_root, "docs", "spec-reference.md").read_text()
+    assert committed == reference.render(), "run `meridian schema --format markdown -o docs/spec-reference.md`"
