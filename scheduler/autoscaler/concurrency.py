@@ -1,0 +1,231 @@
+"""The default autoscaling policy: a concurrency target per replica, with Knative's stable and
+panic windows, the HPA's stabilisation rule for scale delays, an SLO override and scale to zero.
+
+Rules, in order (all times from ``ctx.now_s``):
+1. Concurrency = max(requests running + queued on the ready replicas, requests in flight at the
+   routers). Averaged over the stable window (default 60 s) and the panic window (default 6 s).
+   Replicas wanted = ceil(average / (target_concurrency_per_replica x target_utilization)); when the
+   context carries ``replica_capacity_rps`` the request rate gives a second figure and the larger wins.
+2. Panic: when the panic-window figure reaches ``panic_threshold`` x the ready replicas, scale up at
+   once (no delay) and do not scale down until a stable window has passed without panic.
+3. SLO: TTFT p99 (worst ready replica or router) above the SLA, or KV cache usage above
+   ``kv_usage_high``, asks for ``slo_step`` more replicas (at least one) even if concurrency looks fine.
+4. Hysteresis: a figure within ``tolerance`` of the current count counts as the current count; a
+   scale-up happens only when every recommendation for ``scale_up_delay_s`` asked for more (to the
+   smallest of them), a scale-down only when every one for ``scale_down_delay_s`` asked for less (to
+   the largest of them). A noisy signal therefore never flaps.
+5. Scale to zero (``scale_to_zero``): after ``scale_to_zero_after_s`` without a request, 0 replicas;
+   from 0, the first request (router traffic or in-flight) brings it back to at least 1 at once.
+6. Bounds: ``min_replicas`` (at least 1 without scale to zero), ``max_replicas``; ``warm_pool`` spare
+   replicas on top of a non-zero demand. Every client region with traffic gets at least one replica.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import pydantic
+
+from scheduler.autoscaler import registry, types
+
+
+class ConcurrencySettings(pydantic.BaseModel):
+    """Tuning of the concurrency policy; the spec's ``scaling`` section holds the per-deployment knobs."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    stable_window_s: float = pydantic.Field(default=60.0, gt=0, le=3600)
+    panic_window_s: float = pydantic.Field(default=6.0, gt=0, le=600)
+    panic_threshold: float = pydantic.Field(default=2.0, gt=1.0, le=100,
+                                            description="Panic when short-window demand / ready replicas >= this.")
+    tolerance: float = pydantic.Field(default=0.1, ge=0, lt=1,
+                                      description="Relative dead band around the current count.")
+    slo_step: float = pydantic.Field(default=0.25, gt=0, le=4,
+                                     description="Share of current replicas added on an SLO breach (>= 1 replica).")
+    kv_usage_high: float = pydantic.Field(default=0.92, gt=0, le=1)
+
+    @pydantic.model_validator(mode="after")
+    def _windows(self) -> ConcurrencySettings:
+        if self.panic_window_s > self.stable_window_s:
+            raise ValueError(f"panic_window_s ({self.panic_window_s}) must be <= stable_window_s "
+                             f"({self.stable_window_s})")
+        return self
+
+
+@registry.register("concurrency")
+class ConcurrencyPolicy:
+    """See the module docstring. Stateless itself: everything it remembers is in AutoscaleState."""
+
+    name = "concurrency"
+
+    def __init__(self, **settings: object) -> None:
+        self.settings = ConcurrencySettings(**settings)
+
+    def decide(self, ctx: types.AutoscaleContext,
+               state: types.AutoscaleState) -> tuple[types.Decision, types.AutoscaleState]:
+        cfg, scaling, now = self.settings, ctx.spec.scaling, ctx.now_s
+        sample = _observe(ctx)
+        samples = tuple(s for s in state.samples if s.at_s > now - cfg.stable_window_s) + (sample,)
+        active = sample.concurrency > 0 or sample.requests_per_s > 0
+        last_traffic_s = now if active else (state.last_traffic_s if state.last_traffic_s is not None else now)
+
+        per_replica = scaling.target_concurrency_per_replica * scaling.target_utilization
+        stable = _mean(samples, None)
+        quick = _mean(samples, now - cfg.panic_window_s)
+        want_stable = _replicas_for(stable, per_replica, ctx.replica_capacity_rps, scaling.target_utilization)
+        want_panic = _replicas_for(quick, per_replica, ctx.replica_capacity_rps, scaling.target_utilization)
+
+        ready = len(ctx.loads)
+        current = ctx.current_replicas
+        reasons: list[str] = [f"concurrency {stable[0]:.1f} over {cfg.stable_window_s:g}s -> {want_stable} "
+                              f"(target {per_replica:g}/replica)"]
+        panic_until_s = state.panic_until_s
+        if want_panic > max(current, ready) and want_panic >= cfg.panic_threshold * max(ready, 1):
+            panic_until_s = now + cfg.stable_window_s
+            reasons.append(f"panic: {quick[0]:.1f} in flight over {cfg.panic_window_s:g}s -> {want_panic}")
+        in_panic = now < panic_until_s
+
+        want = max(want_stable, want_panic) if in_panic else want_stable
+        breach = _slo_breach(ctx, cfg)
+        if breach:
+            want = max(want, current + max(1, math.ceil(current * cfg.slo_step)))
+            reasons.append(breach)
+
+        floor = scaling.min_replicas if scaling.scale_to_zero else max(scaling.min_replicas, 1)
+        idle_s = now - last_traffic_s
+        if scaling.scale_to_zero and not active and idle_s >= scaling.scale_to_zero_after_s:
+            demand, floor_note = 0, f"idle {idle_s:.0f}s >= {scaling.scale_to_zero_after_s:g}s: scale to zero"
+        else:
+            active_regions = sum(1 for w in _region_weights(samples).values() if w > 0)
+            keep_one = 1 if (active or current > 0) else 0
+            demand = max(want, floor, keep_one, active_regions)
+            floor_note = ""
+        demand = min(demand, scaling.max_replicas)
+        target = min(demand + scaling.warm_pool, scaling.max_replicas) if demand > 0 else 0
+        if abs(target - current) <= cfg.tolerance * current and target != 0 and current != 0:
+            target = current
+
+        history = tuple(r for r in state.recommendations
+                        if r[0] > now - max(scaling.scale_up_delay_s, scaling.scale_down_delay_s))
+        history += ((now, target),)
+        decided, how = _stabilise(history, current, target, now, scaling.scale_up_delay_s,
+                                  scaling.scale_down_delay_s, in_panic or current == 0 or target == 0)
+        if in_panic and decided < current:
+            decided, how = current, "no scale-down in panic"
+        if floor_note:
+            reasons.append(floor_note)
+        if how:
+            reasons.append(how)
+        demand_replicas = max(0, min(decided, demand) if decided > 0 else 0)
+        by_region = _apportion(decided, _region_weights(samples), ctx.spec.sla.client_regions)
+        decision = types.Decision(
+            replicas=decided,
+            replicas_by_region=by_region,
+            reason="; ".join(reasons),
+            demand_replicas=demand_replicas,
+            observed_concurrency=sample.concurrency,
+            panic=in_panic,
+            slo_breach=bool(breach),
+        )
+        last_change_s = now if decided != current else state.last_change_s
+        return decision, types.AutoscaleState(samples, history, last_traffic_s, panic_until_s, last_change_s)
+
+
+def _observe(ctx: types.AutoscaleContext) -> types.Sample:
+    on_replicas = sum(load.outstanding for load in ctx.loads)
+    at_routers = sum(t.in_flight for t in ctx.traffic)
+    rps = sum(t.requests_per_s for t in ctx.traffic)
+    known = set(ctx.spec.sla.client_regions)
+    # A region outside the SLA's list still counts in the totals; its share goes to the listed
+    # regions (the solver has no latency target for it).
+    weights = {t.client_region: float(t.in_flight) + t.requests_per_s for t in ctx.traffic
+               if t.client_region in known}
+    return types.Sample(ctx.now_s, float(max(on_replicas, at_routers)), rps, weights)
+
+
+def _mean(samples: Sequence[types.Sample], since_s: float | None) -> tuple[float, float]:
+    chosen = [s for s in samples if since_s is None or s.at_s > since_s] or [samples[-1]]
+    return (sum(s.concurrency for s in chosen) / len(chosen), sum(s.requests_per_s for s in chosen) / len(chosen))
+
+
+def _replicas_for(observed: tuple[float, float], per_replica: float, capacity_rps: float | None,
+                  utilization: float) -> int:
+    concurrency, rps = observed
+    want = math.ceil(concurrency / per_replica - 1e-9)
+    if capacity_rps:
+        want = max(want, math.ceil(rps / (capacity_rps * utilization) - 1e-9))
+    return max(0, want)
+
+
+def _slo_breach(ctx: types.AutoscaleContext, cfg: ConcurrencySettings) -> str:
+    if not ctx.loads:
+        return ""
+    sla_ms = ctx.spec.sla.ttft_p99_ms
+    worst_replica = max(load.ttft.p99_ms for load in ctx.loads)
+    worst_router = max((t.ttft_p99_ms for t in ctx.traffic), default=0.0)
+    worst = max(worst_replica, worst_router)
+    if worst > sla_ms:
+        return f"SLO: TTFT p99 {worst:.0f} ms > SLA {sla_ms:g} ms"
+    kv = sum(load.kv_cache_usage for load in ctx.loads) / len(ctx.loads)
+    if kv > cfg.kv_usage_high:
+        return f"KV cache {kv:.0%} > {cfg.kv_usage_high:.0%}"
+    return ""
+
+
+def _stabilise(history: Sequence[tuple[float, int]], current: int, target: int, now: float,
+               up_delay_s: float, down_delay_s: float, immediate: bool) -> tuple[int, str]:
+    """Apply a change only when every recommendation over the delay agreed on its direction."""
+    if target == current:
+        return current, ""
+    if immediate:
+        return target, f"{current} -> {target} at once"
+    up = target > current
+    delay = up_delay_s if up else down_delay_s
+    run: list[int] = []
+    start = now
+    for at_s, rec in reversed(history):
+        if (rec > current) != up or rec == current:
+            break
+        run.append(rec)
+        start = at_s
+    held_s = now - start
+    if held_s + 1e-9 < delay:
+        return current, f"{'up' if up else 'down'} to {target} waits ({held_s:.0f}/{delay:g}s)"
+    window = [rec for at_s, rec in history if at_s >= now - delay and at_s >= start] or run
+    chosen = min(window) if up else max(window)
+    return chosen, f"{current} -> {chosen} after {held_s:.0f}s"
+
+
+def _region_weights(samples: Sequence[types.Sample]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for s in samples:
+        norm = sum(s.region_weight.values())
+        for region, w in s.region_weight.items():
+            totals[region] = totals.get(region, 0.0) + (w / norm if norm > 0 else 0.0)
+    return totals
+
+
+def _apportion(total: int, weights: Mapping[str, float], client_regions: Sequence[str]) -> dict[str, int]:
+    """Split ``total`` replicas over regions: one for each region with demand (largest first), the
+    rest by largest remainder of demand share. Without demand, round-robin over the SLA's regions."""
+    out = {region: 0 for region in client_regions}
+    if total <= 0:
+        return out
+    active = sorted((r for r, w in weights.items() if w > 0), key=lambda r: (-weights[r], r))
+    if not active:
+        for i in range(total):
+            out[client_regions[i % len(client_regions)]] += 1
+        return out
+    for region in active[:total]:
+        out[region] += 1
+    rest = total - min(total, len(active))
+    if rest:
+        norm = sum(weights[r] for r in active)
+        quotas = {r: rest * weights[r] / norm for r in active}
+        for r in active:
+            out[r] += int(quotas[r])
+        left = rest - sum(int(q) for q in quotas.values())
+        for r in sorted(active, key=lambda r: (-(quotas[r] - int(quotas[r])), r))[:left]:
+            out[r] += 1
+    return out

@@ -1,0 +1,147 @@
+"""The plugin framework, after Kubernetes' scheduler framework: Filter plugins prune (deployment,
+pool) pairs, and (deployment, client region, pool) triples, each verdict a ``Status`` that carries
+the constraint and a reason; Score plugins add a per-replica cost in USD/h to a candidate. Plugins
+register a factory by name; each factory validates its own typed arguments at construction.
+
+The decision itself is not made here: the surviving candidates and their scores become one global
+optimisation (``scheduler.solver.formulation``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from meridian import latency
+from meridian.spec import policy as policy_spec
+from scheduler.solver import problem
+
+
+class Code(str, enum.Enum):
+    SUCCESS = "success"
+    UNSCHEDULABLE = "unschedulable"  # a verdict: this candidate cannot hold the deployment (reasons say why)
+    ERROR = "error"  # the plugin could not decide (bad input); the candidate is dropped and reported
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    code: Code = Code.SUCCESS
+    constraint: str = ""
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code is Code.SUCCESS
+
+
+OK = Status()
+
+
+def unschedulable(constraint: str, reason: str) -> Status:
+    return Status(Code.UNSCHEDULABLE, constraint, reason)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeploymentView:
+    """Per-deployment facts every plugin needs, computed once per solve (Kubernetes' CycleState).
+
+    ``units_by_type``: what one replica on a GPU type counts for, in reference replicas;
+    ``prefill_ms_by_type``: expected prefill time of the workload's prompt (0 when unknown);
+    ``unfit_by_type``: why a GPU type cannot hold the model (absent when it can)."""
+
+    demand: problem.DeploymentDemand
+    reference_gpu_type: str
+    units_by_type: Mapping[str, float]
+    prefill_ms_by_type: Mapping[str, float]
+    unfit_by_type: Mapping[str, str]
+    spot_allowed: bool
+    spot_max_share: float
+
+    @property
+    def name(self) -> str:
+        return self.demand.name
+
+    def gpus_for(self, gpu_type: str) -> int:
+        return self.demand.spec.resources.gpus_for(gpu_type)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cycle:
+    """What is shared by all plugins in one solve."""
+
+    policy: policy_spec.CapacityPolicySpec | None
+    latency_map: latency.LatencyMap
+    excluded_pools: Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A deployment on a pool, serving ``client_region`` ("" while filtering the pair itself)."""
+
+    cycle: Cycle
+    view: DeploymentView
+    pool: problem.PoolOffer
+    client_region: str = ""
+
+
+class Filter(Protocol):
+    """Prunes candidates. ``per_region`` filters run once per (deployment, region, pool) triple;
+    the others once per (deployment, pool) pair."""
+
+    name: str
+    per_region: bool
+
+    def filter(self, candidate: Candidate) -> Status: ...
+
+
+class Score(Protocol):
+    """Weighs a surviving (deployment, region, pool) triple: extra USD/h per replica placed there."""
+
+    name: str
+
+    def score(self, candidate: Candidate) -> float: ...
+
+
+FilterFactory = Callable[..., Filter]
+ScoreFactory = Callable[..., Score]
+FILTERS: dict[str, FilterFactory] = {}
+SCORES: dict[str, ScoreFactory] = {}
+
+
+class UnknownPlugin(KeyError):
+    """A plugin name not in the registry."""
+
+
+def register_filter(name: str) -> Callable[[FilterFactory], FilterFactory]:
+    def wrap(factory: FilterFactory) -> FilterFactory:
+        FILTERS[name] = factory
+        return factory
+    return wrap
+
+
+def register_score(name: str) -> Callable[[ScoreFactory], ScoreFactory]:
+    def wrap(factory: ScoreFactory) -> ScoreFactory:
+        SCORES[name] = factory
+        return factory
+    return wrap
+
+
+def make_filters(names: tuple[str, ...], args: Mapping[str, Mapping[str, Any]] | None = None) -> list[Filter]:
+    """Filter plugins by name, in order, each built with its arguments (validated by the plugin)."""
+    out = []
+    for name in names:
+        if name not in FILTERS:
+            raise UnknownPlugin(f"unknown filter plugin {name!r}; registered: {', '.join(sorted(FILTERS))}")
+        out.append(FILTERS[name](**dict((args or {}).get(name, {}))))
+    return out
+
+
+def make_scores(config: Mapping[str, Mapping[str, Any]]) -> list[Score]:
+    """Score plugins from {name: arguments}."""
+    out = []
+    for name, plugin_args in config.items():
+        if name not in SCORES:
+            raise UnknownPlugin(f"unknown score plugin {name!r}; registered: {', '.join(sorted(SCORES))}")
+        out.append(SCORES[name](**dict(plugin_args)))
+    return out

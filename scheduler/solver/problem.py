@@ -1,0 +1,269 @@
+"""The placement problem and its answer, as frozen values.
+
+Units: replicas are whole model replicas; demand is counted in replicas of a deployment's reference
+GPU type (what the autoscaler's concurrency target means), and a replica on another GPU type counts
+for ``capacity(type) / capacity(reference)`` of one (Melange: a cheaper type may need more replicas).
+Prices are USD per hour. Pools are keyed ``"<cluster_id>/<pool_id>"``."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping
+
+import pydantic
+
+from meridian import fleet, latency
+from meridian.spec import deployment as deployment_spec
+from meridian.spec import policy as policy_spec
+
+
+def pool_key(cluster_id: str, pool_id: str) -> str:
+    return f"{cluster_id}/{pool_id}"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeploymentDemand:
+    """One deployment to place: its spec and the replicas each client region needs (autoscaler).
+
+    ``priority`` is the value of its priority class (higher wins when capacity is short);
+    ``reference_gpu_type`` is the GPU type the demand is counted in (default: the first of
+    ``spec.resources.gpu_types``, else the compatible type with the most capacity per replica)."""
+
+    name: str
+    spec: deployment_spec.ModelDeploymentSpec
+    replicas_by_region: Mapping[str, int]
+    team: str = ""
+    priority_class: str = ""
+    priority: int = 100
+    reference_gpu_type: str | None = None
+
+    def __post_init__(self) -> None:
+        for region, count in self.replicas_by_region.items():
+            if count < 0:
+                raise ValueError(f"deployment {self.name}: replicas_by_region[{region!r}] must be >= 0, got {count}")
+
+    @property
+    def demand_replicas(self) -> int:
+        return sum(self.replicas_by_region.values())
+
+    @classmethod
+    def of(cls, deployment: deployment_spec.ModelDeployment, replicas_by_region: Mapping[str, int],
+           policy: policy_spec.CapacityPolicySpec | None = None,
+           reference_gpu_type: str | None = None) -> DeploymentDemand:
+        """From a ModelDeployment document, taking team and priority value from the policy."""
+        spec = deployment.spec
+        value = policy.priority_of(spec.priority_class) if policy is not None else None
+        return cls(
+            name=deployment.metadata.name,
+            spec=spec,
+            replicas_by_region=dict(replicas_by_region),
+            team=deployment.metadata.team or "",
+            priority_class=spec.priority_class,
+            priority=100 if value is None else value,
+            reference_gpu_type=reference_gpu_type,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolOffer:
+    """A GPU pool as the solver sees it: where it is, what it costs, how many GPUs a plan may use.
+
+    ``gpus_capacity`` = GPUs free now + GPUs the current placement holds there (a plan may reuse
+    them) + what the pool may still grow by (``(nodes_max - nodes_current) x gpus_per_node``, capped
+    by the cloud quota headroom). ``price_per_node_hour_usd`` is the effective price (spot price for
+    spot pools, the committed price for reserved pools, after policy overrides)."""
+
+    cluster_id: str
+    cloud: str
+    region: str
+    pool: fleet.GpuPool
+    gpus_capacity: int
+    price_per_node_hour_usd: float
+    zone: str = ""
+
+    def __post_init__(self) -> None:
+        if self.gpus_capacity < 0:
+            raise ValueError(f"pool {self.key}: gpus_capacity must be >= 0, got {self.gpus_capacity}")
+        if self.price_per_node_hour_usd < 0:
+            raise ValueError(f"pool {self.key}: price_per_node_hour_usd must be >= 0")
+        if self.pool.gpus_per_node <= 0:
+            raise ValueError(f"pool {self.key}: gpus_per_node must be > 0, got {self.pool.gpus_per_node}")
+
+    @property
+    def key(self) -> str:
+        return pool_key(self.cluster_id, self.pool.pool_id)
+
+    @property
+    def gpu_type(self) -> str:
+        return self.pool.gpu_type
+
+    @property
+    def tier(self) -> fleet.Tier:
+        return self.pool.tier
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.pool.gpus_per_node
+
+    @property
+    def price_per_gpu_hour_usd(self) -> float:
+        return self.price_per_node_hour_usd / self.pool.gpus_per_node
+
+    @classmethod
+    def of(cls, cluster_id: str, cloud: str, region: str, pool: fleet.GpuPool, *,
+           gpus_held_by_current: int = 0, price_per_node_hour_usd: float | None = None) -> PoolOffer:
+        """From an agent-reported pool; ``gpus_held_by_current``: GPUs the current placement uses there."""
+        growth_nodes = max(0, pool.nodes_max - pool.nodes_current)
+        growth = min(growth_nodes * pool.gpus_per_node, pool.quota_headroom_gpus)
+        capacity = pool.gpus_free + gpus_held_by_current + growth
+        capacity = min(capacity, max(pool.nodes_max, pool.nodes_current) * pool.gpus_per_node)
+        price = pool.price_per_node_hour_usd if price_per_node_hour_usd is None else price_per_node_hour_usd
+        return cls(cluster_id, cloud, region, pool, max(0, capacity), price, pool.zone)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementProblem:
+    """Deployments x pools under a capacity policy and a latency map.
+
+    ``excluded_pools``: pool keys to leave out (stock-outs), mapped to why (shown in explanations)."""
+
+    deployments: tuple[DeploymentDemand, ...]
+    pools: tuple[PoolOffer, ...]
+    policy: policy_spec.CapacityPolicySpec | None = None
+    latency_map: latency.LatencyMap = dataclasses.field(default_factory=latency.default)
+    excluded_pools: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [d.name for d in self.deployments]
+        if len(set(names)) != len(names):
+            raise ValueError("deployment names must be unique in a placement problem")
+        keys = [p.key for p in self.pools]
+        if len(set(keys)) != len(keys):
+            dup = sorted({k for k in keys if keys.count(k) > 1})
+            raise ValueError(f"pool keys must be unique, duplicated: {dup}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Replicas per (deployment, pool key), and which client region each replica serves.
+
+    ``serving[(deployment, client_region, pool_key)]`` adds up, over regions, to
+    ``replicas[(deployment, pool_key)]`` when given; it may be empty for a placement read back
+    from agents (the solver then only knows where replicas are)."""
+
+    replicas: Mapping[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    serving: Mapping[tuple[str, str, str], int] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key, count in self.replicas.items():
+            if count < 0:
+                raise ValueError(f"placement replicas{key} must be >= 0, got {count}")
+
+    def of(self, deployment: str) -> dict[str, int]:
+        """Pool key -> replicas of ``deployment`` (non-zero only)."""
+        return {p: n for (d, p), n in self.replicas.items() if d == deployment and n > 0}
+
+    def total(self, deployment: str) -> int:
+        return sum(self.of(deployment).values())
+
+    def gpus_in(self, pool: str, gpus_per_replica: Mapping[str, int]) -> int:
+        """GPUs held in ``pool`` given each deployment's GPUs per replica there."""
+        return sum(n * gpus_per_replica[d] for (d, p), n in self.replicas.items() if p == pool)
+
+    def deployments(self) -> list[str]:
+        return sorted({d for (d, _), n in self.replicas.items() if n > 0})
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for (d, p), n in sorted(self.replicas.items()):
+            if n > 0:
+                out.setdefault(d, {})[p] = n
+        return out
+
+    @classmethod
+    def from_counts(cls, counts: Iterable[tuple[str, str, int]]) -> Placement:
+        """From (deployment, pool key, replicas) triples (repeats add up)."""
+        replicas: dict[tuple[str, str], int] = {}
+        for d, p, n in counts:
+            replicas[(d, p)] = replicas.get((d, p), 0) + n
+        return cls(replicas)
+
+
+class SolveStatus(str, enum.Enum):
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"  # time limit reached: best plan found, gap to the bound reported
+    NO_SOLUTION = "no_solution"  # time limit reached before any plan (result keeps the current one)
+    ERROR = "error"  # the model could not be built or solved; see message
+
+
+@dataclasses.dataclass(frozen=True)
+class Unplaced:
+    """Demand left unserved, and the constraint that stops it, in words and as a code.
+
+    ``constraint`` is one of: gpu_type, placement, policy, excluded, latency, capacity, team_quota,
+    cloud_quota, budget, max_replicas, isolation, spot, priority."""
+
+    deployment: str
+    client_region: str
+    replicas: float
+    constraint: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementResult:
+    status: SolveStatus
+    placement: Placement
+    cost_per_hour_usd: float
+    objective: float
+    lower_bound: float
+    solve_time_s: float
+    unplaced: tuple[Unplaced, ...] = ()
+    mode: str = "full"
+    message: str = ""
+    stats: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def gap(self) -> float:
+        """Relative gap between the objective and the lower bound (0 = proven optimal)."""
+        if self.objective <= 0:
+            return 0.0
+        return max(0.0, (self.objective - self.lower_bound) / self.objective)
+
+    @property
+    def serving(self) -> Mapping[tuple[str, str, str], int]:
+        """(deployment, client region, pool key) -> replicas serving that region."""
+        return self.placement.serving
+
+    def unplaced_of(self, deployment: str) -> list[Unplaced]:
+        return [u for u in self.unplaced if u.deployment == deployment]
+
+
+class SolverSettings(pydantic.BaseModel):
+    """Knobs of the solve; defaults suit a fleet of hundreds of deployments on a 2-core scheduler."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    filters: tuple[str, ...] = pydantic.Field(
+        default=("excluded", "policy", "placement", "spot", "gpu_type", "capacity", "latency"),
+        description="Filter plugins, by registry name, in order.")
+    scores: Mapping[str, Mapping[str, float]] = pydantic.Field(
+        default_factory=lambda: {"latency": {"usd_per_ms_hour": 0.002}, "spot_risk": {"usd_per_replica_hour": 0.01}},
+        description="Score plugins by registry name, with their arguments.")
+    churn_usd_per_replica: float = pydantic.Field(
+        default=0.5, ge=0, description="Penalty per replica added or removed against the current placement.")
+    unplaced_usd_per_replica: float = pydantic.Field(
+        default=1000.0, gt=0, description="Penalty per reference replica of unserved demand, x priority weight.")
+    spot_capacity_credit: float = pydantic.Field(
+        default=0.85, gt=0, le=1, description="Share of a spot replica's capacity counted toward demand (SpotHedge).")
+    num_search_workers: int = pydantic.Field(default=2, ge=1, le=64)
+    relative_gap: float = pydantic.Field(default=0.002, ge=0, le=1, description="Stop when this close to the bound.")
+    aggregate_pools: bool = pydantic.Field(default=True,
+                                           description="Merge identical pools of one region into one variable.")
+    incremental: str = pydantic.Field(
+        default="auto", pattern=r"^(auto|always|never)$",
+        description="auto: with a current placement and few changed deployments, re-solve only those first.")
+    incremental_max_share: float = pydantic.Field(default=0.1, gt=0, le=1)
+    lp_hint: bool = pydantic.Field(default=True, description="Solve the LP relaxation first for a bound and a hint.")
+    seed: int = 0
