@@ -1,0 +1,1 @@
+"""The Meridian scheduler: autoscaler, global placement solver, reconciler, state, admin API."""

@@ -1,0 +1,85 @@
+"""Every knob of a scheduler process, validated in one place (a frozen pydantic model).
+
+Defaults suit a small fleet; docs/scheduler.md lists them with their meaning. Cross-field rules
+(the lease must outlive several renewals, liveness must span several heartbeats) are checked here so
+a bad combination fails at start with the field named."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pydantic
+
+ADDRESS = r"^[^\s:]+:\d{1,5}$"
+
+
+def default_scheduler_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class SchedulerConfig(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    scheduler_id: str = pydantic.Field(default_factory=default_scheduler_id, min_length=1, max_length=200)
+    grpc_address: str = pydantic.Field(default="127.0.0.1:7070", pattern=ADDRESS,
+                                       description="host:port of the gRPC server (agents, routers).")
+    admin_address: str = pydantic.Field(default="127.0.0.1:7071", pattern=ADDRESS,
+                                        description="host:port of the admin HTTP API and /metrics.")
+    advertise_grpc_address: str | None = pydantic.Field(
+        default=None, pattern=ADDRESS, description="gRPC address other nodes name when redirecting agents.")
+    state_url: str = pydantic.Field(default="sqlite://~/.local/state/meridian/scheduler.db", min_length=1,
+                                    description="sqlite://PATH (one node) or redis://HOST:PORT/DB (HA).")
+    namespace: str = pydantic.Field(default="default", pattern=r"^[a-zA-Z0-9_.-]{1,64}$",
+                                    description="Key prefix in a shared store; one fleet per namespace.")
+    tokens_file: str | None = pydantic.Field(default=None, description="YAML/JSON file of cluster and router tokens.")
+    admin_token_file: str | None = pydantic.Field(default=None, description="Admin bearer token file.")
+
+    heartbeat_interval_s: float = pydantic.Field(default=5.0, gt=0, le=300)
+    lost_after_intervals: int = pydantic.Field(default=3, ge=2, le=100,
+                                               description="Silent heartbeat intervals before an agent is lost.")
+    lease_ttl_s: float = pydantic.Field(default=5.0, gt=0.5, le=120)
+    lease_renew_interval_s: float = pydantic.Field(default=1.5, gt=0.05, le=60)
+    standby_poll_interval_s: float = pydantic.Field(default=1.0, gt=0.05, le=60,
+                                                    description="How often a standby tries the lease.")
+    adopt_grace_s: float = pydantic.Field(
+        default=15.0, ge=0, le=600,
+        description="After gaining leadership, how long to wait for agents' reports before acting.")
+
+    tick_interval_s: float = pydantic.Field(default=2.0, gt=0, le=300, description="Reconcile period.")
+    plan_interval_s: float = pydantic.Field(default=30.0, gt=0, le=3600, description="Re-plan at least this often.")
+    solve_time_limit_s: float = pydantic.Field(default=5.0, gt=0, le=600)
+
+    ack_timeout_s: float = pydantic.Field(default=30.0, gt=0, le=3600,
+                                          description="A directive not acknowledged by then expires.")
+    start_timeout_s: float = pydantic.Field(default=1200.0, gt=0, le=86_400,
+                                            description="An accepted start whose replica never shows expires.")
+    drain_deadline_s: int = pydantic.Field(default=120, ge=0, le=86_400)
+    cluster_directives_per_min: float = pydantic.Field(default=30.0, gt=0, le=100_000,
+                                                       description="Directive rate limit per cluster.")
+    cluster_directive_burst: int = pydantic.Field(default=10, ge=1, le=100_000)
+    stock_out_backoff_s: float = pydantic.Field(default=60.0, gt=0, le=86_400,
+                                                description="First wait before a stocked-out pool is tried again.")
+    stock_out_backoff_max_s: float = pydantic.Field(default=1800.0, gt=0, le=604_800)
+    pool_scale_down_delay_s: float = pydantic.Field(default=300.0, ge=0, le=86_400,
+                                                    description="A pool's idle nodes are released after this.")
+
+    demand_max_age_s: float = pydantic.Field(default=120.0, gt=0, le=86_400,
+                                             description="Traffic reports older than this are ignored.")
+    routes_load_refresh_s: float = pydantic.Field(default=5.0, gt=0, le=3600,
+                                                  description="Load-only routing changes are published this often.")
+    directive_retention_s: float = pydantic.Field(default=86_400.0, gt=0, le=30 * 86_400)
+
+    @property
+    def lost_after_s(self) -> float:
+        return self.heartbeat_interval_s * self.lost_after_intervals
+
+    @pydantic.model_validator(mode="after")
+    def _cross_field(self) -> SchedulerConfig:
+        if self.lease_renew_interval_s * 2 > self.lease_ttl_s:
+            raise ValueError(f"lease_renew_interval_s ({self.lease_renew_interval_s}) must be at most half of "
+                             f"lease_ttl_s ({self.lease_ttl_s}) so one lost renewal does not lose the lease")
+        if self.stock_out_backoff_max_s < self.stock_out_backoff_s:
+            raise ValueError(f"stock_out_backoff_max_s ({self.stock_out_backoff_max_s}) must be >= "
+                             f"stock_out_backoff_s ({self.stock_out_backoff_s})")
+        return self

@@ -1,0 +1,79 @@
+"""Prometheus metrics of one scheduler instance, on a private registry so tests (and the demo) can
+run several schedulers in one process. Names are documented in docs/scheduler.md."""
+
+from __future__ import annotations
+
+import collections
+
+import prometheus_client as prom
+
+PREFIX = "meridian_scheduler"
+
+
+class SchedulerMetrics:
+    def __init__(self, registry: prom.CollectorRegistry | None = None):
+        self.registry = registry or prom.CollectorRegistry()
+        r = self.registry
+        self.plan_cost_per_hour_usd = prom.Gauge(
+            f"{PREFIX}_plan_cost_per_hour_usd", "Hourly cost of the current placement plan.", registry=r)
+        self.solve_seconds = prom.Histogram(
+            f"{PREFIX}_solve_seconds", "Wall time of one placement solve.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60), registry=r)
+        self.plans = prom.Counter(f"{PREFIX}_plans_total", "Placement solves by result status.",
+                                  ["status"], registry=r)
+        self.unplaced_replicas = prom.Gauge(
+            f"{PREFIX}_unplaced_replicas", "Replicas the autoscaler asked for that the plan could not place.",
+            ["deployment"], registry=r)
+        self.unplaced_demand_rps = prom.Gauge(
+            f"{PREFIX}_unplaced_demand_rps", "Demand (requests/s) the plan leaves unserved.",
+            ["deployment", "client_region"], registry=r)
+        self.directives = prom.Counter(
+            f"{PREFIX}_directives_total", "Directives by action and outcome (sent, accepted, succeeded, "
+            "refused, failed, duplicate, expired, rate_limited).", ["action", "outcome"], registry=r)
+        self.replicas = prom.Gauge(
+            f"{PREFIX}_replicas", "Replicas reported by agents.", ["state", "cloud", "region", "gpu_type"], registry=r)
+        self.agents = prom.Gauge(f"{PREFIX}_agents", "Known clusters by agent status.", ["status"], registry=r)
+        self.auth_failures = prom.Counter(
+            f"{PREFIX}_auth_failures_total", "Refused agent, router and admin credentials.", ["surface", "reason"],
+            registry=r)
+        self.routing_version = prom.Gauge(f"{PREFIX}_routing_table_version", "Version of the published routing table.",
+                                          registry=r)
+        self.route_watchers = prom.Gauge(f"{PREFIX}_route_watchers", "Open WatchRoutes streams.", registry=r)
+        self.traffic_samples = prom.Counter(f"{PREFIX}_traffic_samples_total", "Traffic samples accepted.",
+                                            registry=r)
+        self.is_leader = prom.Gauge(f"{PREFIX}_is_leader", "1 while this instance holds the leader lease.",
+                                    registry=r)
+        self.leader_changes = prom.Counter(f"{PREFIX}_leader_transitions_total",
+                                           "Times this instance gained or lost the lease.", ["to"], registry=r)
+        self.fencing_token = prom.Gauge(f"{PREFIX}_fencing_token", "Fencing token of the lease held (0: none).",
+                                        registry=r)
+        self.stocked_out_pools = prom.Gauge(f"{PREFIX}_stocked_out_pools", "Pools in stock-out backoff.", registry=r)
+        self.errors = prom.Counter(f"{PREFIX}_errors_total", "Errors handled without crashing, by where.",
+                                   ["where"], registry=r)
+        self._replica_keys: set[tuple[str, str, str, str]] = set()
+        self._unplaced_keys: set[str] = set()
+        self._unplaced_demand_keys: set[tuple[str, str]] = set()
+
+    def set_replicas(self, counts: collections.Counter) -> None:
+        """Replace the replica gauge with ``counts`` keyed by (state, cloud, region, gpu_type); label sets no
+        longer present drop to zero rather than keeping a stale value."""
+        for key in self._replica_keys - set(counts):
+            self.replicas.labels(*key).set(0)
+        for key, n in counts.items():
+            self.replicas.labels(*key).set(n)
+        self._replica_keys |= set(counts)
+
+    def set_unplaced(self, replicas: dict[str, int], demand_rps: dict[tuple[str, str], float]) -> None:
+        for key in self._unplaced_keys - set(replicas):
+            self.unplaced_replicas.labels(key).set(0)
+        for key, n in replicas.items():
+            self.unplaced_replicas.labels(key).set(n)
+        self._unplaced_keys |= set(replicas)
+        for key in self._unplaced_demand_keys - set(demand_rps):
+            self.unplaced_demand_rps.labels(*key).set(0)
+        for key, v in demand_rps.items():
+            self.unplaced_demand_rps.labels(*key).set(v)
+        self._unplaced_demand_keys |= set(demand_rps)
+
+    def exposition(self) -> bytes:
+        return prom.generate_latest(self.registry)

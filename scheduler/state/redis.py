@@ -1,0 +1,162 @@
+"""The HA state store: everything in one Redis (a collection is a hash, a counter a string), the leader
+lease a key with a server-side TTL. Atomicity and fencing come from Lua scripts, which Redis runs
+without interleaving other commands: the fence check and the write it guards are one step.
+
+Key layout, per namespace: ``meridian:{ns}:c:{collection}`` (hash), ``meridian:{ns}:n:{counter}``,
+``meridian:{ns}:lease`` (JSON: holder, token, meta)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+
+import redis.asyncio as aioredis
+import redis.exceptions
+
+from scheduler.state import base
+
+_FENCE = """
+local function fenced(lease_key, fence)
+  if fence == '' then return true end
+  local v = redis.call('GET', lease_key)
+  if not v then return false end
+  return cjson.decode(v)['token'] == fence
+end
+"""
+
+# KEYS: lease, then one hash key per op. ARGV: fence, then (op, field, value) per op.
+_WRITE = _FENCE + """
+if not fenced(KEYS[1], ARGV[1]) then return -1 end
+for i = 2, #KEYS do
+  local op = ARGV[(i - 2) * 3 + 2]
+  local field = ARGV[(i - 2) * 3 + 3]
+  if op == 'put' then
+    redis.call('HSET', KEYS[i], field, ARGV[(i - 2) * 3 + 4])
+  else
+    redis.call('HDEL', KEYS[i], field)
+  end
+end
+return 1
+"""
+
+# KEYS: lease, hash. ARGV: fence, field, value.
+_INSERT = _FENCE + """
+if not fenced(KEYS[1], ARGV[1]) then return -1 end
+return redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3])
+"""
+
+# KEYS: lease, token counter. ARGV: holder, ttl_ms, meta JSON. Returns {lease JSON, pttl} or nil.
+_ACQUIRE = """
+local v = redis.call('GET', KEYS[1])
+if v then
+  if cjson.decode(v)['holder'] == ARGV[1] then return {v, redis.call('PTTL', KEYS[1])} end
+  return false
+end
+local token = redis.call('INCR', KEYS[2])
+local lease = cjson.encode({holder = ARGV[1], token = tostring(token), meta = cjson.decode(ARGV[3])})
+redis.call('SET', KEYS[1], lease, 'PX', ARGV[2])
+return {lease, tonumber(ARGV[2])}
+"""
+
+# KEYS: lease. ARGV: holder, token, ttl_ms (renew) / holder, token (release).
+_RENEW = """
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local l = cjson.decode(v)
+if l['holder'] ~= ARGV[1] or l['token'] ~= ARGV[2] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+_RELEASE = """
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local l = cjson.decode(v)
+if l['holder'] ~= ARGV[1] or l['token'] ~= ARGV[2] then return 0 end
+return redis.call('DEL', KEYS[1])
+"""
+
+
+class RedisStore(base.StateStore):
+    def __init__(self, client: aioredis.Redis, *, namespace: str = "default"):
+        self._r = client
+        self._prefix = f"meridian:{namespace}:"
+        self._lease_key = self._prefix + "lease"
+        self._write = client.register_script(_WRITE)
+        self._insert = client.register_script(_INSERT)
+        self._acquire = client.register_script(_ACQUIRE)
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+
+    @classmethod
+    def from_url(cls, url: str, *, namespace: str = "default", timeout_s: float = 2.0) -> RedisStore:
+        client = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                         decode_responses=True, health_check_interval=10)
+        return cls(client, namespace=namespace)
+
+    def _hash(self, collection: str) -> str:
+        return f"{self._prefix}c:{collection}"
+
+    async def _call(self, coro):
+        try:
+            return await coro
+        except redis.exceptions.RedisError as exc:
+            raise base.StateError(f"Redis: {exc}") from exc
+
+    async def get(self, collection: str, key: str) -> str | None:
+        return await self._call(self._r.hget(self._hash(collection), key))
+
+    async def items(self, collection: str) -> dict[str, str]:
+        return await self._call(self._r.hgetall(self._hash(collection)))
+
+    async def write(self, ops: Sequence[base.Op], *, fence: int | None = None) -> None:
+        keys = [self._lease_key]
+        args: list[str] = ["" if fence is None else str(fence)]
+        for op in ops:
+            keys.append(self._hash(op.collection))
+            if isinstance(op, base.Put):
+                args += ["put", op.key, op.value]
+            else:
+                args += ["del", op.key, ""]
+        result = await self._call(self._write(keys=keys, args=args))
+        if int(result) == -1:
+            raise base.FencedOut(f"lease not held with fencing token {fence}")
+
+    async def insert(self, collection: str, key: str, value: str, *, fence: int | None = None) -> bool:
+        args = ["" if fence is None else str(fence), key, value]
+        result = int(await self._call(self._insert(keys=[self._lease_key, self._hash(collection)], args=args)))
+        if result == -1:
+            raise base.FencedOut(f"lease not held with fencing token {fence}")
+        return result == 1
+
+    async def incr(self, counter: str) -> int:
+        return int(await self._call(self._r.incr(f"{self._prefix}n:{counter}")))
+
+    async def acquire_lease(self, holder: str, ttl_s: float, meta: Mapping[str, str]) -> base.Lease | None:
+        ttl_ms = max(1, int(ttl_s * 1000))
+        got = await self._call(self._acquire(keys=[self._lease_key, f"{self._prefix}n:lease_token"],
+                                             args=[holder, str(ttl_ms), json.dumps(dict(meta))]))
+        if not got:
+            return None
+        raw, pttl_ms = got
+        return base.decode_lease(raw, time.time() + max(0, int(pttl_ms)) / 1000.0)
+
+    async def renew_lease(self, holder: str, token: int, ttl_s: float) -> bool:
+        ttl_ms = max(1, int(ttl_s * 1000))
+        return int(await self._call(self._renew(keys=[self._lease_key], args=[holder, str(token), str(ttl_ms)]))) == 1
+
+    async def release_lease(self, holder: str, token: int) -> None:
+        await self._call(self._release(keys=[self._lease_key], args=[holder, str(token)]))
+
+    async def lease(self) -> base.Lease | None:
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.get(self._lease_key)
+            pipe.pttl(self._lease_key)
+            raw, pttl_ms = await self._call(pipe.execute())
+        if raw is None:
+            return None
+        return base.decode_lease(raw, time.time() + max(0, int(pttl_ms)) / 1000.0)
+
+    async def close(self) -> None:
+        await self._r.aclose()
