@@ -1,0 +1,27 @@
+"""Runtime adapter: launch and supervise one engine replica (SGLang, or the emulator that speaks
+SGLang's HTTP surface), scrape its load, drain it, keep weights warm.
+
+The agent uses this package as a library; it knows nothing of agents, scheduler or router.
+
+    plan = build_command(spec, host="127.0.0.1", port=30001, gpu_ids=[0])
+    replica = Replica(spec, "r-1", port=30001, gpu_ids=[0])
+    await replica.start(); await replica.wait_ready(600)
+    replica.load(); replica.report("chat", "rev", "pool-a", 1)
+    await replica.drain(deadline_s=120)
+"""
+
+from runtime_adapter import clock, launcher, process, records, scraper, weights
+from runtime_adapter.clock import Clock, SystemClock, VirtualClock
+from runtime_adapter.config import SupervisorConfig
+from runtime_adapter.launcher import EMULATOR_COMMAND, SGLANG_COMMAND, LaunchError, LaunchPlan, build_command
+from runtime_adapter.metrics import AdapterMetrics
+from runtime_adapter.records import ReplicaRecord
+from runtime_adapter.supervisor import AdoptError, DrainResult, Replica, ReplicaFailed, StartupPhases
+from runtime_adapter.weights import PrefetchError, Prefetched, Prefetcher, WeightsCache
+
+__all__ = [
+    "EMULATOR_COMMAND", "SGLANG_COMMAND", "AdapterMetrics", "AdoptError", "Clock", "DrainResult", "LaunchError",
+    "LaunchPlan", "PrefetchError", "Prefetched", "Prefetcher", "Replica", "ReplicaFailed", "ReplicaRecord",
+    "StartupPhases", "SupervisorConfig", "SystemClock", "VirtualClock", "WeightsCache", "build_command", "clock",
+    "launcher", "process", "records", "scraper", "weights",
+]

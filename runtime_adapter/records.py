@@ -1,0 +1,103 @@
+"""The small on-disk record that lets a restarted agent re-adopt a still-running engine
+(static stability: replicas keep serving while the agent restarts)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from typing import Any
+
+from meridian import fleet
+
+RECORD_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaRecord:
+    """Who the engine is (pid + kernel start ticks, so a reused pid is not mistaken for it), where
+    it listens, and what it runs."""
+
+    replica_id: str
+    pid: int
+    start_ticks: int
+    host: str
+    port: int
+    spec: fleet.RuntimeSpec
+    gpu_ids: tuple[int, ...]
+    argv: tuple[str, ...]
+    started_at: float
+    log_path: str = ""
+    time_to_ready_s: float = 0.0
+    restarts: int = 0
+
+    def to_json(self) -> str:
+        body: dict[str, Any] = dataclasses.asdict(self)
+        body["spec"]["env"] = dict(self.spec.env)
+        body["version"] = RECORD_VERSION
+        return json.dumps(body, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ReplicaRecord:
+        body = json.loads(text)
+        version = body.pop("version", None)
+        if version != RECORD_VERSION:
+            raise ValueError(f"replica record version {version!r} is not supported; valid: {RECORD_VERSION}")
+        spec = body.pop("spec")
+        spec["extra_args"] = tuple(spec.get("extra_args", ()))
+        body["gpu_ids"] = tuple(body.get("gpu_ids", ()))
+        body["argv"] = tuple(body.get("argv", ()))
+        return cls(spec=fleet.RuntimeSpec(**spec), **body)
+
+
+def record_path(state_dir: str, replica_id: str) -> str:
+    return os.path.join(state_dir, f"{replica_id}.replica.json")
+
+
+def log_path(state_dir: str, replica_id: str) -> str:
+    return os.path.join(state_dir, f"{replica_id}.log")
+
+
+def save(state_dir: str, record: ReplicaRecord) -> str:
+    """Write the record atomically (temp file + rename), so a crash never leaves half a record."""
+    os.makedirs(state_dir, exist_ok=True)
+    path = record_path(state_dir, record.replica_id)
+    fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".record-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(record.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def load(path: str) -> ReplicaRecord:
+    with open(path) as f:
+        return ReplicaRecord.from_json(f.read())
+
+
+def load_all(state_dir: str) -> list[ReplicaRecord]:
+    """Every record in ``state_dir`` (unreadable ones are skipped: a record is advisory)."""
+    out = []
+    if not os.path.isdir(state_dir):
+        return out
+    for name in sorted(os.listdir(state_dir)):
+        if name.endswith(".replica.json"):
+            try:
+                out.append(load(os.path.join(state_dir, name)))
+            except (OSError, ValueError, TypeError, KeyError):
+                continue
+    return out
+
+
+def remove(state_dir: str, replica_id: str) -> None:
+    try:
+        os.unlink(record_path(state_dir, replica_id))
+    except FileNotFoundError:
+        pass
