@@ -1,0 +1,230 @@
+"""``reconcile``: the placement plan and the fleet as reported -> the directives to send now.
+
+Rules (all pure; the executor sends what this returns):
+- The current placement is what agents report (plus starts already on their way), so a restarted
+  scheduler adopts running replicas. A replica counts toward its (deployment, pool) target when it
+  is STARTING or READY, of the deployment's current revision, not being drained and not doomed by a
+  spot notice.
+- Deficits start replicas where the pool has free GPUs; when it has not, the pool is resized (up to
+  ``nodes_max``, never while in stock-out backoff) and the start waits for the nodes.
+- Make-before-break: a READY replica is drained only while the deployment keeps at least its target
+  of READY replicas without it; replicas that serve nothing (STARTING, FAILED) are drained freely.
+  Order: doomed spot replicas, outdated revisions, then surplus (least loaded first).
+- A spot interruption notice makes the replica not count, so its replacement starts in the same
+  round; such starts are *urgent*: they pass the rate limit (and use its tokens).
+- Rate limit per cluster: a token bucket of ``directives_per_min`` with ``burst``; what does not fit
+  waits for the next round (``held``).
+- Idle nodes (beyond what replicas use and the plan needs) are released after
+  ``pool_scale_down_delay_s``."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+
+from meridian.fleet import models as fm
+from meridian.fleet import runtime
+from scheduler.reconciler import ratelimit
+from scheduler.reconciler import types as t
+
+_URGENT, _RESIZE_UP, _START, _DRAIN_IDLE, _DRAIN_READY, _RESIZE_DOWN = range(6)
+_LIVE = (fm.ReplicaState.STARTING, fm.ReplicaState.READY)
+
+
+@dataclasses.dataclass
+class _Candidate:
+    order: int
+    cluster_id: str
+    action: fm.Action
+    reason: str
+    urgent: bool = False
+
+
+def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.ReconcileSettings, *,
+              id_prefix: str) -> t.ReconcileResult:
+    """The directives to send at ``inp.now_s`` and the state for the next round."""
+    now = inp.now_s
+    held: list[t.Held] = []
+    reported = {r.replica_id for r in inp.replicas}
+    pending_starts: dict[tuple[str, str], list[fm.StartReplica]] = {}
+    draining: set[str] = set()
+    resizing: set[str] = set()
+    for od in inp.open_directives:
+        a = od.directive.action
+        if isinstance(a, fm.StartReplica) and a.replica_id not in reported:
+            pending_starts.setdefault((a.deployment, f"{od.cluster_id}/{a.pool_id}"), []).append(a)
+        elif isinstance(a, fm.DrainReplica):
+            draining.add(a.replica_id)
+        elif isinstance(a, fm.ResizePool):
+            resizing.add(f"{od.cluster_id}/{a.pool_id}")
+
+    free = {key: p.pool.gpus_free for key, p in inp.pools.items()}
+    for (_d, pool), starts in pending_starts.items():
+        if pool in free:
+            free[pool] -= sum(s.gpu_count for s in starts)
+    wanted_gpus = {key: 0 for key in inp.pools}
+    waiting: dict[str, int] = {}
+    candidates: list[_Candidate] = []
+
+    names = set(inp.deployments) | {r.report.deployment for r in inp.replicas} | set(inp.target.deployments())
+    for name in sorted(names):
+        _deployment(name, inp, pending_starts, draining, free, wanted_gpus, waiting, candidates, held, settings)
+
+    idle_since = dict(state.pool_idle_since)
+    for key, info in sorted(inp.pools.items()):
+        _pool(key, info, inp, pending_starts, resizing, wanted_gpus, waiting, idle_since, candidates, held, settings)
+
+    candidates.sort(key=lambda c: (c.order, c.cluster_id, _describe(c.action)))
+    buckets = dict(state.buckets)
+    serial = state.serial
+    out: list[t.PlannedDirective] = []
+    for c in candidates:
+        bucket = ratelimit.refill(buckets.get(c.cluster_id), now, settings.directives_per_min, settings.burst)
+        if not c.urgent and bucket[0] < 1.0:
+            held.append(t.Held(c.cluster_id, _describe(c.action), "rate limited"))
+            buckets[c.cluster_id] = bucket
+            continue
+        buckets[c.cluster_id] = (bucket[0] - 1.0, bucket[1])
+        serial += 1
+        directive_id = f"{id_prefix}-{serial}"
+        action = c.action
+        if isinstance(action, fm.StartReplica) and not action.replica_id:
+            action = dataclasses.replace(action, replica_id=f"{action.deployment}-{id_prefix}-{serial}")
+        out.append(t.PlannedDirective(c.cluster_id, fm.Directive(directive_id, action), c.reason, c.urgent))
+    return t.ReconcileResult(tuple(out), tuple(held), t.ReconcileState(buckets, idle_since, serial))
+
+
+def _deployment(name: str, inp: t.ReconcileInput, pending_starts: dict, draining: set[str], free: dict[str, int],
+                wanted_gpus: dict[str, int], waiting: dict[str, int], candidates: list[_Candidate],
+                held: list[t.Held], settings: t.ReconcileSettings) -> None:
+    now = inp.now_s
+    info = inp.deployments.get(name)
+    target = {p: n for p, n in inp.target.of(name).items() if p in inp.pools} if info else {}
+    mine = [r for r in inp.replicas if r.report.deployment == name]
+    leaving = {r.replica_id for r in mine if r.replica_id in draining or r.report.state is fm.ReplicaState.DRAINING}
+    active = [r for r in mine if r.replica_id not in leaving and r.report.state in _LIVE]
+    doomed = [r for r in active if r.doomed_at_s is not None]
+
+    counted: dict[str, list[t.ReplicaInfo]] = {}
+    retiring: list[tuple[int, t.ReplicaInfo, str]] = []
+    for r in active:
+        if r.doomed_at_s is not None:
+            retiring.append((0, r, "spot interruption notice"))
+        elif info is None:
+            retiring.append((2, r, "deployment deleted"))
+        elif r.report.revision != info.revision:
+            retiring.append((1, r, f"outdated revision {r.report.revision} (now {info.revision})"))
+        elif r.pool_key not in target:
+            retiring.append((2, r, "not in the plan for this pool"))
+        else:
+            counted.setdefault(r.pool_key, []).append(r)
+
+    # Starts for deficits; replacements of doomed replicas go first and are urgent.
+    urgent_left = len(doomed)
+    if info is not None:
+        for pool_key, want in sorted(target.items()):
+            pool = inp.pools[pool_key]
+            pending = len(pending_starts.get((name, pool_key), []))
+            deficit = want - len(counted.get(pool_key, [])) - pending
+            gpus = info.gpus_on(pool.pool.gpu_type)
+            wanted_gpus[pool_key] += want * gpus
+            for _ in range(max(0, deficit)):
+                urgent = urgent_left > 0
+                urgent_left -= 1 if urgent else 0
+                if free[pool_key] < gpus:
+                    waiting[pool_key] = waiting.get(pool_key, 0) + gpus
+                    held.append(t.Held(pool.cluster_id, f"start {name} on {pool_key}",
+                                       f"waiting for {gpus} free GPU(s) in the pool"))
+                    continue
+                free[pool_key] -= gpus
+                action = fm.StartReplica(
+                    replica_id="", deployment=name, revision=info.revision,
+                    runtime=runtime.runtime_spec(info.doc, pool.pool.gpu_type), pool_id=pool.pool.pool_id,
+                    gpu_count=gpus, deployment_spec_json=info.spec_json)
+                why = "replace a replica under spot interruption" if urgent else f"plan wants {want} on {pool_key}"
+                candidates.append(_Candidate(_URGENT if urgent else _START, pool.cluster_id, action, why, urgent))
+            for r in sorted(counted.get(pool_key, []), key=_drain_rank)[: max(0, -deficit)]:
+                retiring.append((2, r, f"plan wants {want} on {pool_key}"))
+
+    # Drains: FAILED always; not-serving replicas freely; READY ones only while the deployment keeps
+    # its target of READY replicas without them (make-before-break).
+    for r in mine:
+        if r.report.state is fm.ReplicaState.FAILED and r.replica_id not in leaving:
+            candidates.append(_Candidate(_DRAIN_IDLE, r.cluster_id, fm.DrainReplica(r.replica_id, 0),
+                                         f"replica failed: {r.report.message[:200]}"))
+    desired = sum(target.values())
+    ready = sum(1 for r in active if r.report.state is fm.ReplicaState.READY)
+    may_drain_ready = max(0, ready - desired)
+    for _rank, r, why in sorted(retiring, key=lambda x: (x[0], _drain_rank(x[1]))):
+        gone_now = r.doomed_at_s is not None and r.doomed_at_s <= now
+        deadline = settings.drain_deadline_s
+        if r.doomed_at_s is not None:
+            deadline = max(0, min(deadline, int(r.doomed_at_s - now)))
+        if r.report.state is fm.ReplicaState.READY and not gone_now:
+            if may_drain_ready <= 0:
+                held.append(t.Held(r.cluster_id, f"drain {r.replica_id}",
+                                   f"make-before-break: {name} has {ready} ready, needs {desired}; waiting for "
+                                   "replacements to be ready"))
+                continue
+            may_drain_ready -= 1
+            order = _DRAIN_READY
+        else:
+            order = _DRAIN_IDLE
+        candidates.append(_Candidate(order, r.cluster_id, fm.DrainReplica(r.replica_id, deadline), why))
+
+
+def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_starts: dict, resizing: set[str],
+          wanted_gpus: dict[str, int], waiting: dict[str, int], idle_since: dict[str, float],
+          candidates: list[_Candidate], held: list[t.Held], settings: t.ReconcileSettings) -> None:
+    p = info.pool
+    gpn = p.gpus_per_node
+    if gpn <= 0:
+        return
+    in_use = max(0, p.nodes_current * gpn - p.gpus_free)
+    pending = sum(s.gpu_count for (_d, pk), starts in pending_starts.items() if pk == key for s in starts)
+    lo, hi = p.nodes_min, max(p.nodes_max, p.nodes_min)
+    have_nodes = p.nodes_current + p.nodes_pending
+    need = waiting.get(key, 0)
+    if need:
+        idle_since.pop(key, None)
+        nodes = min(hi, max(lo, math.ceil((in_use + pending + need) / gpn)))
+        if key in inp.no_growth:
+            held.append(t.Held(info.cluster_id, f"grow {key}", inp.no_growth[key]))
+        elif key in resizing or p.nodes_pending > 0:
+            held.append(t.Held(info.cluster_id, f"grow {key}", "a resize is already under way"))
+        elif nodes > have_nodes:
+            candidates.append(_Candidate(_RESIZE_UP, info.cluster_id, fm.ResizePool(p.pool_id, nodes),
+                                         f"{need} GPU(s) wanted beyond the {p.gpus_free} free"))
+        else:
+            held.append(t.Held(info.cluster_id, f"grow {key}", f"pool is at nodes_max ({p.nodes_max})"))
+        return
+    steady = max(in_use + pending, wanted_gpus.get(key, 0))
+    nodes = min(hi, max(lo, math.ceil(steady / gpn)))
+    if pending or key in resizing or p.nodes_pending > 0 or p.nodes_current <= nodes:
+        idle_since.pop(key, None)
+        return
+    since = idle_since.setdefault(key, inp.now_s)
+    if inp.now_s - since >= settings.pool_scale_down_delay_s:
+        idle_since.pop(key, None)
+        candidates.append(_Candidate(_RESIZE_DOWN, info.cluster_id, fm.ResizePool(p.pool_id, nodes),
+                                     f"{p.nodes_current - nodes} idle node(s) for "
+                                     f"{settings.pool_scale_down_delay_s:g}s"))
+
+
+def _drain_rank(r: t.ReplicaInfo) -> tuple:
+    """Drain order among equals: not-ready first, newest first, then least loaded."""
+    return (r.report.state is fm.ReplicaState.READY, -r.report.started_at, r.report.load.outstanding, r.replica_id)
+
+
+def _describe(action: fm.Action) -> str:
+    if isinstance(action, fm.StartReplica):
+        return f"start {action.deployment} on {action.pool_id}"
+    if isinstance(action, fm.DrainReplica):
+        return f"drain {action.replica_id}"
+    return f"resize {action.pool_id} to {action.target_nodes}"
+
+
+def open_replica_ids(directives: Iterable[t.OpenDirective]) -> set[str]:
+    """Replica ids that open start directives will create."""
+    return {od.directive.action.replica_id for od in directives if isinstance(od.directive.action, fm.StartReplica)}

@@ -1,0 +1,135 @@
+"""Inputs and outputs of the reconciler: frozen values, so ``reconcile`` is a pure function and the
+simulator, the tests and the service run the same decision code."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+
+from meridian.fleet import models as fm
+from meridian.fleet import runtime
+from meridian.spec import deployment as deployment_spec
+from scheduler.solver import problem
+
+
+@dataclasses.dataclass(frozen=True)
+class ReconcileSettings:
+    drain_deadline_s: int = 120
+    directives_per_min: float = 30.0
+    burst: int = 10
+    pool_scale_down_delay_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.directives_per_min <= 0:
+            raise ValueError(f"directives_per_min must be > 0, got {self.directives_per_min}")
+        if self.burst < 1:
+            raise ValueError(f"burst must be >= 1, got {self.burst}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeploymentInfo:
+    """An applied deployment with what its replicas are started from."""
+
+    doc: deployment_spec.ModelDeployment
+    revision: str
+    spec_json: str
+
+    @property
+    def name(self) -> str:
+        return self.doc.metadata.name
+
+    @classmethod
+    def of(cls, doc: deployment_spec.ModelDeployment) -> DeploymentInfo:
+        return cls(doc, runtime.revision_of(doc),
+                   json.dumps(doc.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":")))
+
+    def gpus_on(self, gpu_type: str) -> int:
+        return self.doc.spec.resources.gpus_for(gpu_type)
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolInfo:
+    cluster_id: str
+    pool: fm.GpuPool
+
+    @property
+    def key(self) -> str:
+        return problem.pool_key(self.cluster_id, self.pool.pool_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaInfo:
+    """A replica as its agent reported it; ``doomed_at_s`` is set when a spot interruption notice
+    says its node goes away then (Unix seconds)."""
+
+    cluster_id: str
+    report: fm.ReplicaReport
+    doomed_at_s: float | None = None
+
+    @property
+    def replica_id(self) -> str:
+        return self.report.replica_id
+
+    @property
+    def pool_key(self) -> str:
+        return problem.pool_key(self.cluster_id, self.report.pool_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenDirective:
+    """A directive sent (or claimed) and not yet resolved: its effect is on the way."""
+
+    cluster_id: str
+    directive: fm.Directive
+
+
+@dataclasses.dataclass(frozen=True)
+class ReconcileInput:
+    """Everything the reconciler looks at, at ``now_s``.
+
+    ``pools``: pools of live clusters, by pool key. ``replicas``: replicas of live clusters (the
+    current placement: replicas reported by agents are adopted, never restarted). ``no_growth``:
+    pools that must not grow now (stock-out backoff), with why."""
+
+    now_s: float
+    target: problem.Placement
+    deployments: Mapping[str, DeploymentInfo]
+    pools: Mapping[str, PoolInfo]
+    replicas: tuple[ReplicaInfo, ...] = ()
+    open_directives: tuple[OpenDirective, ...] = ()
+    no_growth: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReconcileState:
+    """Carried between rounds: per-cluster token buckets (tokens, at_s), when each pool started
+    having idle nodes, and the serial that makes directive and replica ids unique within a term."""
+
+    buckets: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    pool_idle_since: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    serial: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedDirective:
+    cluster_id: str
+    directive: fm.Directive
+    reason: str
+    urgent: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """Something the reconciler wanted to do but did not, this round, and why."""
+
+    cluster_id: str
+    what: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReconcileResult:
+    directives: tuple[PlannedDirective, ...]
+    held: tuple[Held, ...]
+    state: ReconcileState

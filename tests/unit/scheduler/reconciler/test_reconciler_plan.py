@@ -1,0 +1,209 @@
+"""The pure reconciler: make-before-break, adoption, rate limits, stock-out, spot replacement."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from meridian.fleet import models as fm
+from scheduler.reconciler import plan
+from scheduler.reconciler import types as t
+
+from reconciler_helpers import deployment, of_kind, pool, replica, target
+
+S = t.ReconcileSettings(drain_deadline_s=90, directives_per_min=60, burst=10, pool_scale_down_delay_s=300)
+NOW = 1000.0
+
+
+def run(inp: t.ReconcileInput, state: t.ReconcileState | None = None, settings: t.ReconcileSettings = S):
+    return plan.reconcile(inp, state or t.ReconcileState(), settings, id_prefix="t1")
+
+
+def test_reported_replicas_matching_the_plan_are_adopted_not_restarted():
+    """Replicas agents report where the plan wants them produce no directive at all."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=2, nodes=4)}
+    reps = (replica("c1", "l4", "r1", dep), replica("c1", "l4", "r2", dep))
+    out = run(t.ReconcileInput(NOW, target(("chat-8b", "c1/l4", 2)), {"chat-8b": dep}, pools, reps))
+    assert out.directives == ()
+
+
+def test_deficit_starts_replicas_with_unique_ids_and_the_deployment_runtime():
+    """A deficit of two starts two replicas with distinct directive and replica ids, the spec's
+    revision and the runtime for the pool's GPU type."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=4)}
+    out = run(t.ReconcileInput(NOW, target(("chat-8b", "c1/l4", 2)), {"chat-8b": dep}, pools))
+    starts = of_kind(out, fm.StartReplica)
+    assert len(starts) == 2
+    assert len({p.directive.directive_id for p in starts}) == 2
+    assert len({p.directive.action.replica_id for p in starts}) == 2
+    a = starts[0].directive.action
+    assert a.revision == dep.revision and a.pool_id == "l4" and a.gpu_count == 1
+    assert a.runtime.served_model_name == "llama-3.1-8b" and a.runtime.tp_size == 1
+    assert out.state.serial == 2
+
+
+def test_pending_start_is_not_started_again():
+    """An open start whose replica is not reported yet counts toward the target: no second start."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=4)}
+    first = run(t.ReconcileInput(NOW, target(("chat-8b", "c1/l4", 1)), {"chat-8b": dep}, pools))
+    opened = tuple(t.OpenDirective(p.cluster_id, p.directive) for p in first.directives)
+    again = run(t.ReconcileInput(NOW + 5, target(("chat-8b", "c1/l4", 1)), {"chat-8b": dep}, pools, (), opened),
+                first.state)
+    assert again.directives == ()
+
+
+def test_make_before_break_moves_a_replica_only_after_the_new_one_is_ready():
+    """Moving a replica from pool A to pool B starts the new one first and drains the old one only
+    once the new one reports READY."""
+    dep = deployment()
+    pools = {"c1/a": pool("c1", "a", free=3), "c2/b": pool("c2", "b", free=4)}
+    old = replica("c1", "a", "old", dep)
+    goal = target(("chat-8b", "c2/b", 1))
+    r1 = run(t.ReconcileInput(NOW, goal, {"chat-8b": dep}, pools, (old,)))
+    assert [p.directive.action.pool_id for p in of_kind(r1, fm.StartReplica)] == ["b"]
+    assert of_kind(r1, fm.DrainReplica) == []
+    assert any("make-before-break" in h.reason for h in r1.held)
+    new_id = of_kind(r1, fm.StartReplica)[0].directive.action.replica_id
+    opened = tuple(t.OpenDirective(p.cluster_id, p.directive) for p in r1.directives)
+
+    starting = replica("c2", "b", new_id, dep, state=fm.ReplicaState.STARTING)
+    r2 = run(t.ReconcileInput(NOW + 10, goal, {"chat-8b": dep}, pools, (old, starting), opened), r1.state)
+    assert r2.directives == ()
+
+    ready = replica("c2", "b", new_id, dep)
+    r3 = run(t.ReconcileInput(NOW + 60, goal, {"chat-8b": dep}, pools, (old, ready)), r2.state)
+    drains = of_kind(r3, fm.DrainReplica)
+    assert [p.directive.action.replica_id for p in drains] == ["old"]
+    assert drains[0].cluster_id == "c1" and drains[0].directive.action.deadline_s == 90
+
+
+def test_scale_down_drains_surplus_least_loaded_first():
+    """With more READY replicas than the plan wants, the surplus is drained, least loaded first."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0)}
+    reps = (replica("c1", "l4", "busy", dep, outstanding=9), replica("c1", "l4", "idle", dep, outstanding=0),
+            replica("c1", "l4", "mid", dep, outstanding=3))
+    out = run(t.ReconcileInput(NOW, target(("chat-8b", "c1/l4", 1)), {"chat-8b": dep}, pools, reps))
+    assert sorted(p.directive.action.replica_id for p in of_kind(out, fm.DrainReplica)) == ["idle", "mid"]
+
+
+def test_rolling_a_new_revision_is_make_before_break():
+    """Replicas of an outdated revision get replacements and drain only as the new ones become ready."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=2, nodes=4)}
+    old = (replica("c1", "l4", "o1", dep, revision="old"), replica("c1", "l4", "o2", dep, revision="old"))
+    goal = target(("chat-8b", "c1/l4", 2))
+    r1 = run(t.ReconcileInput(NOW, goal, {"chat-8b": dep}, pools, old))
+    assert len(of_kind(r1, fm.StartReplica)) == 2 and of_kind(r1, fm.DrainReplica) == []
+    ids = [p.directive.action.replica_id for p in of_kind(r1, fm.StartReplica)]
+    one_ready = old + (replica("c1", "l4", ids[0], dep), replica("c1", "l4", ids[1], dep, state=fm.ReplicaState.STARTING))
+    r2 = run(t.ReconcileInput(NOW + 30, goal, {"chat-8b": dep}, pools, one_ready), r1.state)
+    assert len(of_kind(r2, fm.DrainReplica)) == 1
+
+
+def test_rate_limit_per_cluster_holds_the_rest_for_later_rounds():
+    """With a burst of 2, only two directives go to a cluster at once; the bucket refills with time and
+    another cluster has its own bucket."""
+    dep = deployment()
+    settings = dataclasses.replace(S, burst=2, directives_per_min=6)
+    pools = {"c1/l4": pool("c1", "l4", free=8), "c2/l4": pool("c2", "l4", free=8)}
+    goal = target(("chat-8b", "c1/l4", 5), ("chat-8b", "c2/l4", 1))
+    r1 = run(t.ReconcileInput(NOW, goal, {"chat-8b": dep}, pools), settings=settings)
+    by_cluster = [p.cluster_id for p in r1.directives]
+    assert by_cluster.count("c1") == 2 and by_cluster.count("c2") == 1
+    assert sum(1 for h in r1.held if h.reason == "rate limited") == 3
+    opened = tuple(t.OpenDirective(p.cluster_id, p.directive) for p in r1.directives)
+    r2 = run(t.ReconcileInput(NOW + 1, goal, {"chat-8b": dep}, pools, (), opened), r1.state, settings)
+    assert r2.directives == ()
+    opened += tuple(t.OpenDirective(p.cluster_id, p.directive) for p in r2.directives)
+    r3 = run(t.ReconcileInput(NOW + 11, goal, {"chat-8b": dep}, pools, (), opened), r2.state, settings)
+    assert [p.cluster_id for p in r3.directives] == ["c1"]
+
+
+def test_spot_notice_starts_a_replacement_at_once_even_when_rate_limited():
+    """A replica under a spot interruption notice gets a replacement started in the same round,
+    bypassing an empty rate-limit bucket, and is itself drained only when the replacement is ready."""
+    dep = deployment()
+    pools = {"c1/spot": pool("c1", "spot", free=0, tier=fm.Tier.SPOT), "c1/od": pool("c1", "od", free=2)}
+    doomed = replica("c1", "spot", "s1", dep, doomed_at_s=NOW + 120)
+    empty = t.ReconcileState(buckets={"c1": (0.0, NOW)})
+    goal = target(("chat-8b", "c1/od", 1))
+    out = run(t.ReconcileInput(NOW, goal, {"chat-8b": dep}, pools, (doomed,)), empty)
+    starts = of_kind(out, fm.StartReplica)
+    assert len(starts) == 1 and starts[0].urgent and starts[0].directive.action.pool_id == "od"
+    assert of_kind(out, fm.DrainReplica) == []
+    new = replica("c1", "od", starts[0].directive.action.replica_id, dep)
+    later = run(t.ReconcileInput(NOW + 40, goal, {"chat-8b": dep}, pools, (doomed, new)),
+                dataclasses.replace(out.state, buckets={"c1": (5.0, NOW + 40)}))
+    drains = of_kind(later, fm.DrainReplica)
+    assert [d.directive.action.replica_id for d in drains] == ["s1"]
+    assert drains[0].directive.action.deadline_s <= 80
+
+
+def test_spot_replacement_in_the_same_pool_when_the_plan_keeps_it():
+    """When the plan still wants the spot pool, the doomed replica does not count, so a replacement
+    starts there at once if the pool has free GPUs."""
+    dep = deployment()
+    pools = {"c1/spot": pool("c1", "spot", free=1, tier=fm.Tier.SPOT)}
+    doomed = replica("c1", "spot", "s1", dep, doomed_at_s=NOW + 120)
+    out = run(t.ReconcileInput(NOW, target(("chat-8b", "c1/spot", 1)), {"chat-8b": dep}, pools, (doomed,)))
+    assert [p.urgent for p in of_kind(out, fm.StartReplica)] == [True]
+
+
+def test_no_free_gpus_resizes_the_pool_and_the_start_waits():
+    """A start that does not fit asks the pool for nodes (once) and waits for them."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0, nodes=2, nodes_max=8)}
+    out = run(t.ReconcileInput(NOW, target(("chat-8b", "c1/l4", 3)), {"chat-8b": dep}, pools))
+    resizes = of_kind(out, fm.ResizePool)
+    assert [(p.directive.action.pool_id, p.directive.action.target_nodes) for p in resizes] == [("l4", 5)]
+    assert of_kind(out, fm.StartReplica) == []
+    opened = tuple(t.OpenDirective(p.cluster_id, p.directive) for p in out.directives)
+    again = run(t.ReconcileInput(NOW + 5, target(("chat-8b", "c1/l4", 3)), {"chat-8b": dep}, pools, (), opened),
+                out.state)
+    assert of_kind(again, fm.ResizePool) == []
+
+
+def test_stocked_out_pool_is_not_grown():
+    """A pool in stock-out backoff gets no resize; the held reason says why."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0, nodes=2)}
+    inp = t.ReconcileInput(NOW, target(("chat-8b", "c1/l4", 3)), {"chat-8b": dep}, pools,
+                           no_growth={"c1/l4": "stock-out; retry after 60s"})
+    out = run(inp)
+    assert out.directives == ()
+    assert any("stock-out" in h.reason for h in out.held)
+
+
+def test_idle_nodes_are_released_after_the_delay():
+    """Nodes beyond what replicas use and the plan wants are released only after the scale-down delay."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=3, nodes=4, nodes_min=1)}
+    reps = (replica("c1", "l4", "r1", dep),)
+    goal = target(("chat-8b", "c1/l4", 1))
+    first = run(t.ReconcileInput(NOW, goal, {"chat-8b": dep}, pools, reps))
+    assert first.directives == ()
+    later = run(t.ReconcileInput(NOW + 301, goal, {"chat-8b": dep}, pools, reps), first.state)
+    assert [(p.directive.action.pool_id, p.directive.action.target_nodes) for p in of_kind(later, fm.ResizePool)] \
+        == [("l4", 1)]
+
+
+def test_failed_and_deleted_deployment_replicas_are_drained():
+    """A FAILED replica is cleaned up, and replicas of a deleted deployment drain."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0)}
+    reps = (replica("c1", "l4", "f1", dep, state=fm.ReplicaState.FAILED), replica("c1", "l4", "r1", dep))
+    out = run(t.ReconcileInput(NOW, target(), {}, pools, reps))
+    assert sorted(p.directive.action.replica_id for p in of_kind(out, fm.DrainReplica)) == ["f1", "r1"]
+
+
+def test_replicas_already_draining_are_not_drained_twice():
+    """A replica with an open drain directive or reported DRAINING gets no further drain."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0)}
+    reps = (replica("c1", "l4", "d1", dep, state=fm.ReplicaState.DRAINING), replica("c1", "l4", "d2", dep))
+    opened = (t.OpenDirective("c1", fm.Directive("x-1", fm.DrainReplica("d2", 90))),)
+    out = run(t.ReconcileInput(NOW, target(), {"chat-8b": dep}, pools, reps, opened))
+    assert out.directives == ()
