@@ -246,7 +246,7 @@ class SolverSettings(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
 
     filters: tuple[str, ...] = pydantic.Field(
-        default=("excluded", "policy", "placement", "spot", "gpu_type", "capacity", "latency"),
+        default=("gpu_type", "placement", "policy", "spot", "excluded", "capacity", "latency"),
         description="Filter plugins, by registry name, in order.")
     scores: Mapping[str, Mapping[str, float]] = pydantic.Field(
         default_factory=lambda: {"latency": {"usd_per_ms_hour": 0.002}, "spot_risk": {"usd_per_replica_hour": 0.01}},
@@ -254,7 +254,7 @@ class SolverSettings(pydantic.BaseModel):
     churn_usd_per_replica: float = pydantic.Field(
         default=0.5, ge=0, description="Penalty per replica added or removed against the current placement.")
     unplaced_usd_per_replica: float = pydantic.Field(
-        default=1000.0, gt=0, description="Penalty per reference replica of unserved demand, x priority weight.")
+        default=5000.0, gt=0, description="Penalty per reference replica of unserved demand, x priority weight.")
     spot_capacity_credit: float = pydantic.Field(
         default=0.85, gt=0, le=1, description="Share of a spot replica's capacity counted toward demand (SpotHedge).")
     num_search_workers: int = pydantic.Field(default=2, ge=1, le=64)

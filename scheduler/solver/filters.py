@@ -1,0 +1,145 @@
+"""Filter plugins: each prunes candidates for one reason and says which constraint it enforces.
+
+Order matters only for explanations (the first failing filter names the reason, as in Kubernetes):
+the GPU-type filter runs first, so pools that could hold the model explain themselves by the
+constraint that really stops them."""
+
+from __future__ import annotations
+
+from meridian import fleet, latency
+from meridian.catalog import gpus
+from scheduler.solver import framework
+
+
+@framework.register_filter("excluded")
+class ExcludedPools:
+    """Pools taken out of the plan (a stock-out, with backoff before they come back)."""
+
+    name, per_region = "excluded", False
+
+    def filter(self, c: framework.Candidate) -> framework.Status:
+        why = c.cycle.excluded_pools.get(c.pool.key)
+        if why is not None:
+            return framework.unschedulable("excluded", f"pool {c.pool.key} is excluded ({why or 'stock-out'})")
+        return framework.OK
+
+
+@framework.register_filter("policy")
+class CapacityPolicyRules:
+    """The capacity policy's clouds (enabled, listed) and allowed/blocked regions."""
+
+    name, per_region = "policy", False
+
+    def filter(self, c: framework.Candidate) -> framework.Status:
+        policy = c.cycle.policy
+        if policy is None:
+            return framework.OK
+        rules = next((cloud for cloud in policy.clouds if cloud.name == c.pool.cloud), None)
+        if rules is None:
+            return framework.unschedulable("policy", f"cloud {c.pool.cloud} is not in the capacity policy")
+        if not rules.enabled:
+            return framework.unschedulable("policy", f"cloud {c.pool.cloud} is disabled by the capacity policy")
+        if c.pool.region in rules.regions_blocked:
+            return framework.unschedulable("policy", f"region {c.pool.region} is blocked by the capacity policy")
+        if rules.regions_allowed and c.pool.region not in rules.regions_allowed:
+            return framework.unschedulable("policy", f"region {c.pool.region} is not in {c.pool.cloud}'s allowed regions")
+        return framework.OK
+
+
+@framework.register_filter("placement")
+class DeploymentPlacement:
+    """The deployment's own placement.clouds and placement.regions."""
+
+    name, per_region = "placement", False
+
+    def filter(self, c: framework.Candidate) -> framework.Status:
+        placement = c.view.demand.spec.placement
+        if placement.clouds and c.pool.cloud not in placement.clouds:
+            return framework.unschedulable("placement", f"cloud {c.pool.cloud} is not in placement.clouds")
+        if placement.regions and c.pool.region not in placement.regions:
+            return framework.unschedulable("placement", f"region {c.pool.region} is not in placement.regions")
+        return framework.OK
+
+
+@framework.register_filter("spot")
+class SpotAllowed:
+    """Spot pools only for deployments (and a policy) that allow spot."""
+
+    name, per_region = "spot", False
+
+    def filter(self, c: framework.Candidate) -> framework.Status:
+        if c.pool.tier is fleet.Tier.SPOT and not c.view.spot_allowed:
+            return framework.unschedulable("spot", "spot is not allowed for this deployment")
+        return framework.OK
+
+
+@framework.register_filter("gpu_type")
+class GpuTypeCompatible:
+    """The pool's GPU type is allowed by the spec, has the memory, holds the model within the SLA,
+    and a replica's GPUs fit on one node."""
+
+    name, per_region = "gpu_type", False
+
+    def filter(self, c: framework.Candidate) -> framework.Status:
+        gpu_type = c.pool.gpu_type
+        res = c.view.demand.spec.resources
+        if res.gpu_types and gpu_type not in res.gpu_types:
+            return framework.unschedulable("gpu_type", f"{gpu_type} is not in resources.gpu_types")
+        known = gpus.GPUS.get(gpu_type)
+        if known is None:
+            return framework.Status(framework.Code.ERROR, "gpu_type", f"pool {c.pool.key}: unknown GPU type {gpu_type}")
+        if res.min_gpu_memory_gib is not None and known.memory_gib < res.min_gpu_memory_gib:
+            return framework.unschedulable("gpu_type", f"{gpu_type} has {known.memory_gib:g} GiB < "
+                                                       f"min_gpu_memory_gib {res.min_gpu_memory_gib}")
+        unfit = c.view.unfit_by_type.get(gpu_type)
+        if unfit:
+            return framework.unschedulable("gpu_type", unfit)
+        need = c.view.gpus_for(gpu_type)
+        if need > c.pool.gpus_per_node:
+            return framework.unschedulable("gpu_type", f"a replica needs {need} {gpu_type} on one node; "
+                                                       f"{c.pool.pool.instance_type} has {c.pool.gpus_per_node}")
+        return framework.OK
+
+
+@framework.register_filter("capacity")
+class PoolCapacity:
+    """The pool can hold at least one replica (free GPUs now plus growth)."""
+
+    name, per_region = "capacity", False
+
+    def filter(self, c: framework.Candidate) -> framework.Status:
+        need = c.view.gpus_for(c.pool.gpu_type)
+        if c.pool.gpus_capacity < need:
+            return framework.unschedulable("capacity", f"pool {c.pool.key} can offer {c.pool.gpus_capacity} GPUs, "
+                                                       f"a replica needs {need}")
+        return framework.OK
+
+
+@framework.register_filter("latency")
+class LatencySla:
+    """RTT from the client region to the pool's region within max_rtt_ms, and RTT + expected
+    prefill within the TTFT p99 target."""
+
+    name, per_region = "latency", True
+
+    def filter(self, c: framework.Candidate) -> framework.Status:
+        sla = c.view.demand.spec.sla
+        try:
+            rtt_ms = c.cycle.latency_map.rtt_ms(c.client_region, c.pool.region)
+        except latency.UnknownRegion as exc:
+            return framework.Status(framework.Code.ERROR, "latency", str(exc))
+        if sla.max_rtt_ms is not None and rtt_ms > sla.max_rtt_ms:
+            return framework.unschedulable("latency", f"RTT {c.client_region}->{c.pool.region} {rtt_ms:g} ms > "
+                                                      f"max_rtt_ms {sla.max_rtt_ms:g}")
+        prefill_ms = c.view.prefill_ms_by_type.get(c.pool.gpu_type, 0.0)
+        if rtt_ms + prefill_ms > sla.ttft_p99_ms:
+            return framework.unschedulable("latency", f"RTT {rtt_ms:g} ms + prefill {prefill_ms:.0f} ms > "
+                                                      f"TTFT p99 {sla.ttft_p99_ms:g} ms")
+        return framework.OK
+
+
+def rtt_budget_ms(view: framework.DeploymentView, gpu_type: str) -> float:
+    """The most RTT a pool of ``gpu_type`` may be from a client region for this deployment."""
+    sla = view.demand.spec.sla
+    budget = sla.ttft_p99_ms - view.prefill_ms_by_type.get(gpu_type, 0.0)
+    return min(budget, sla.max_rtt_ms) if sla.max_rtt_ms is not None else budget
