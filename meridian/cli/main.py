@@ -14,6 +14,8 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("meridian.cli.validate", "validate spec files (all errors at once)"),
     "schema": ("meridian.cli.schema", "print the JSON Schema of every spec kind"),
+    "emulator": ("runtime_adapter.emulator.cli", "run an SGLang-compatible emulator (no GPU needed)"),
+    "agent": ("agents.cli", "run one cluster's agent (--cluster FILE [--name CLUSTER])"),
 }
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
