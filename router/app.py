@@ -1,0 +1,228 @@
+"""Wiring: one router instance as an aiohttp application, with its background tasks.
+
+``Router`` owns everything one instance needs (routing state, the hot-path proxy, health checks,
+the route watcher, the traffic reporter, metrics, the ClientSession, the Redis client) and their
+lifecycle: ``start`` serves on the configured address, ``stop`` cancels background work and closes
+connections. Several instances can run in one process (tests do): each has its own registry."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+import time
+
+import aiohttp
+import orjson
+import redis.asyncio as aioredis
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from router import auth, config as config_mod, errors, health, metrics, ratelimit, retry, routes_file, store
+from router import table, traffic, upstream, validation, watch
+from router.proxy import Proxy
+
+log = logging.getLogger("meridian.router")
+
+
+class Router:
+    def __init__(self, cfg: config_mod.RouterConfig, *, rng: random.Random | None = None,
+                 metrics_registry=None):
+        self.config = cfg
+        self.rng = rng or random.Random()
+        self.metrics = metrics.RouterMetrics(metrics_registry)
+        self.latency_map = cfg.latency_map()
+        self.router_id = cfg.effective_router_id
+        self.state = table.RoutingState(
+            default_policy=cfg.policy, policy_args=cfg.policy_args, latency_map=self.latency_map,
+            unknown_rtt_ms=cfg.unknown_rtt_ms, ewma_decay_s=cfg.ewma_decay_s, default_cost_ms=cfg.default_cost_ms,
+            make_pool=self._make_pool, max_in_flight_per_replica=cfg.max_in_flight_per_replica,
+            queue_size_per_model=cfg.queue_size_per_model, queue_timeout_s=cfg.queue_timeout_s, rng=self.rng)
+        self.metrics.state_fn = lambda: self.state
+        self.traffic = traffic.TrafficAccumulator()
+        self.budget = retry.RetryBudget(cfg.retry.budget_ratio, cfg.retry.budget_min_per_s, cfg.retry.budget_window_s)
+        self.outlier = health.OutlierDetector(cfg.outlier.settings())
+        self.session: aiohttp.ClientSession | None = None
+        self.redis = None
+        self.proxy: Proxy | None = None
+        self.watcher: watch.RouteWatcher | None = None
+        self.checker: health.ActiveChecker | None = None
+        self.reporter: traffic.TrafficReporter | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+        self.app = self._build_app()
+
+    # ------------------------------------------------------------ construction
+
+    def _make_pool(self, host: str, port: int) -> upstream.Pool:
+        return upstream.Pool(host, port, connect_timeout_s=self.config.connect_timeout_s,
+                             idle_timeout_s=self.config.upstream_idle_timeout_s)
+
+    def _count_error(self, component: str) -> None:
+        self.metrics.background_errors[component] += 1
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        for path, kind in validation.PATHS.items():
+            app.router.add_post(path, self._inference(kind))
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/v1/models/{model}", self._model)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/ready", self._ready)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/router/status", self._status)
+        return app
+
+    def _inference(self, kind: validation.Kind):
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self.proxy.serve(request, kind)  # type: ignore[union-attr]
+        return handle
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def _setup(self) -> None:
+        cfg = self.config
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=30))
+        if cfg.redis_url:
+            self.redis = aioredis.Redis.from_url(cfg.redis_url)
+        keys = None
+        if cfg.api_keys_file or cfg.api_keys_in_redis:
+            static = auth.load_keys_file(cfg.api_keys_file) if cfg.api_keys_file else {}
+            keys = auth.KeyStore(static, self.redis if cfg.api_keys_in_redis else None, on_error=self._count_error)
+        limiter = None
+        if keys is not None:
+            limiter = ratelimit.RateLimiter(self.redis, default_rps=cfg.default_rate_limit_rps,
+                                            default_burst=cfg.default_rate_limit_burst, on_error=self._count_error)
+        self.proxy = Proxy(state=self.state, config=cfg, metrics=self.metrics, traffic=self.traffic,
+                           outlier=self.outlier, budget=self.budget, keys=keys, limiter=limiter,
+                           known_regions=frozenset(self.latency_map.regions))
+        lkg = None
+        if cfg.lkg_store == "file":
+            lkg = store.FileStore(cfg.effective_lkg_path)
+        elif cfg.lkg_store == "redis":
+            lkg = store.RedisStore(self.redis, self.router_id)
+        if cfg.routes_file:
+            self.state.apply(routes_file.load(cfg.routes_file), "static")
+        if cfg.scheduler_address:
+            self.watcher = watch.RouteWatcher(
+                cfg.scheduler_address, router_id=self.router_id, router_region=cfg.region,
+                token=cfg.scheduler_token, apply=self.state.apply, current_version=lambda: self.state.version,
+                store=lkg, on_connected=self._connected, on_error=self._count_error)
+            await self.watcher.load_last_known_good()
+            self._tasks.append(asyncio.create_task(self.watcher.run(), name="route-watch"))
+            self.reporter = traffic.TrafficReporter(
+                cfg.scheduler_address, self.traffic, router_id=self.router_id, router_region=cfg.region,
+                token=cfg.scheduler_token, interval_s=cfg.traffic_report_interval_s, on_error=self._count_error)
+            self._tasks.append(asyncio.create_task(self.reporter.run(), name="traffic-report"))
+        if cfg.health.enabled:
+            self.checker = health.ActiveChecker(cfg.health.settings(), self.session,
+                                                lambda: list(self.state.endpoints.values()))
+            self._tasks.append(asyncio.create_task(self.checker.run(), name="health-check"))
+
+    def _connected(self, up: bool) -> None:
+        self.metrics.scheduler_connected = 1 if up else 0
+
+    async def start(self) -> int:
+        """Set up and listen; returns the bound port (useful with listen_port 0)."""
+        await self._setup()
+        self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        cfg = self.config
+        site = web.TCPSite(self._runner, cfg.listen_host, cfg.listen_port, backlog=2048,
+                           reuse_port=cfg.workers > 1 or None)
+        await site.start()
+        server = site._server  # aiohttp exposes the bound sockets only here
+        sockets = server.sockets if server is not None else ()
+        self.port = sockets[0].getsockname()[1] if sockets else cfg.listen_port
+        for sock in sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        log.info("event=router_listening router_id=%s host=%s port=%d region=%s policy=%s models=%d",
+                 self.router_id, cfg.listen_host, self.port, cfg.region or "-", cfg.policy, len(self.state.models))
+        return self.port
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                log.debug("event=task_stopped task=%s", task.get_name())
+            except Exception:  # report, but finish shutting down
+                log.exception("event=task_failed_on_stop task=%s", task.get_name())
+        self._tasks.clear()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self.state.close()
+        if self.session is not None:
+            await self.session.close()
+        if self.redis is not None:
+            await self.redis.aclose()
+
+    # ------------------------------------------------------------ small endpoints
+
+    async def _authorize(self, request: web.Request) -> web.Response | None:
+        if self.proxy is None or self.proxy.keys is None:
+            return None
+        try:
+            await self.proxy.keys.authenticate(request.headers.get("Authorization"), request.headers.get("X-Api-Key"))
+        except errors.ApiError as err:
+            return err.response()
+        return None
+
+    def _model_card(self, entry) -> dict:
+        created = int(self.state.table.generated_at) if self.state.table and self.state.table.generated_at else 0
+        return {"id": entry.name, "object": "model", "created": created, "owned_by": "meridian",
+                "root": entry.deployment, "parent": None,
+                "max_model_len": entry.context_length or None}
+
+    async def _models(self, request: web.Request) -> web.Response:
+        denied = await self._authorize(request)
+        if denied is not None:
+            return denied
+        data = [self._model_card(e) for _, e in sorted(self.state.models.items())]
+        return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
+
+    async def _model(self, request: web.Request) -> web.Response:
+        denied = await self._authorize(request)
+        if denied is not None:
+            return denied
+        name = request.match_info["model"]
+        entry = self.state.models.get(name)
+        if entry is None:
+            return errors.model_not_found(name, self.state.model_names).response()
+        return web.Response(body=orjson.dumps(self._model_card(entry)), content_type="application/json")
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(body=orjson.dumps({"status": "ok", "table_version": self.state.version}),
+                            content_type="application/json")
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        ready = self.state.table is not None
+        body = {"ready": ready, "table_version": self.state.version, "source": self.state.source}
+        return web.Response(status=200 if ready else 503, body=orjson.dumps(body), content_type="application/json")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.metrics.registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _status(self, request: web.Request) -> web.Response:
+        now = time.monotonic()
+        models = []
+        for name, entry in sorted(self.state.models.items()):
+            models.append({
+                "model": name, "policy": entry.policy_name, "panic": entry.panic,
+                "in_flight": entry.admission.in_flight, "queued": entry.admission.queued,
+                "replicas": [{
+                    "replica_id": e.replica_id, "endpoint": e.url, "region": e.region, "state": e.state.value,
+                    "weight": e.weight, "pending": e.pending, "cost_ms": round(e.ewma.value(now), 3),
+                    "active_up": e.active_up, "ejected_for_s": round(max(0.0, e.ejected_until - now), 3),
+                    "ejections": e.ejections, "requests_failed": e.failures,
+                } for e in entry.endpoints],
+            })
+        body = {"router_id": self.router_id, "region": self.config.region, "table_version": self.state.version,
+                "source": self.state.source, "retry_budget": round(self.budget.balance, 2), "models": models}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")

@@ -1,0 +1,419 @@
+"""The hot path: admit, route, relay, retry.
+
+For each inference request: authenticate, read and validate the body, resolve the model, apply the
+key's rate limit, take an admission slot (bounded queue per model), then try replicas chosen by the
+model's policy until one answers. A retry goes to a replica not yet tried, only while nothing was
+sent to the client, only under the retry budget, and only for connect failures, resets, 5xx and
+429. Streaming responses are relayed chunk by chunk as they arrive; the client's first byte is sent
+only after the replica produced its first body chunk, so a replica that fails before that is still
+retried. A client that disconnects cancels the handler (aiohttp ``handler_cancellation``), which
+closes the upstream connection, which is how SGLang learns to abort the request."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+
+from aiohttp import web
+
+from router import errors, health, upstream, validation
+from router.validation import Kind
+
+log = logging.getLogger("meridian.router.proxy")
+
+# Upstream statuses worth another replica: overloaded (429, 503) or broken (5xx).
+_RETRY_STATUS_MIN = 500
+_FAILURE_PENALTY_MS = 1000.0
+_SSE_HEADERS = (("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"))
+_DEADLINE_HEADER = "x-meridian-timeout-s"
+
+
+def _usage(data: bytes) -> tuple[int, int] | None:
+    """(prompt_tokens, completion_tokens) from the last usage object in ``data``, if any."""
+    i = data.rfind(b'"prompt_tokens":')
+    if i < 0:
+        return None
+    j = data.find(b'"completion_tokens":', i - 64 if i > 64 else 0)
+    try:
+        prompt = int(data[i + 16:i + 32].split(b",", 1)[0].split(b"}", 1)[0])
+        completion = int(data[j + 20:j + 36].split(b",", 1)[0].split(b"}", 1)[0]) if j >= 0 else 0
+    except ValueError:
+        return None
+    return prompt, completion
+
+
+class _Outcome:
+    """What one request did, for metrics and traffic reports."""
+
+    __slots__ = ("replica", "status", "ttft_s", "prompt_tokens", "completion_tokens", "response")
+
+    def __init__(self):
+        self.response: web.StreamResponse | None = None
+        self.replica = ""
+        self.status = 0
+        self.ttft_s: float | None = None
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+
+class Proxy:
+    def __init__(self, *, state, config, metrics, traffic, outlier: health.OutlierDetector, budget,
+                 keys=None, limiter=None, known_regions: frozenset[str] = frozenset()):
+        self.state = state
+        self.config = config
+        self.metrics = metrics
+        self.traffic = traffic
+        self.outlier = outlier
+        self.budget = budget
+        self.keys = keys
+        self.limiter = limiter
+        self.known_regions = known_regions
+        self.region = config.region
+        self.trusted_header = config.trusted_region_header
+        self.max_body_bytes = config.max_body_bytes
+        self.timeout_s = config.request_timeout_s
+        self.max_attempts = config.retry.max_attempts
+        self.panic_percent = config.outlier.panic_threshold_percent
+        self.upstream_auth = (f"Authorization: Bearer {config.upstream_api_key}\r\n".encode()
+                              if config.upstream_api_key else b"")
+        self._id_prefix = os.urandom(4).hex() + "-"
+        self._ids = itertools.count(1)
+        self._content_types: dict[bytes, str] = {}
+
+    def handler(self, kind: Kind):
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self.serve(request, kind)
+        return handle
+
+    # ------------------------------------------------------------ request entry
+
+    def _request_id(self, request: web.Request) -> str:
+        given = request.headers.get("X-Request-Id")
+        if given and len(given) <= 128 and given.isascii() and given.isprintable():
+            return given
+        return f"{self._id_prefix}{next(self._ids):x}"
+
+    def _client_region(self, request: web.Request) -> str:
+        if self.trusted_header:
+            value = request.headers.get(self.trusted_header)
+            if value and value in self.known_regions:
+                return value
+        return self.region
+
+    def _deadline_s(self, request: web.Request) -> float:
+        value = request.headers.get(_DEADLINE_HEADER)
+        if value is None:
+            return self.timeout_s
+        try:
+            asked = float(value)
+        except ValueError:
+            raise errors.bad_request(f"header {_DEADLINE_HEADER} must be a number of seconds, got {value!r}",
+                                     param=_DEADLINE_HEADER) from None
+        if not asked > 0:
+            raise errors.bad_request(f"header {_DEADLINE_HEADER} must be > 0, got {value!r}",
+                                     param=_DEADLINE_HEADER)
+        return min(asked, self.timeout_s)
+
+    async def serve(self, request: web.Request, kind: Kind) -> web.StreamResponse:
+        started = time.monotonic()
+        rid = self._request_id(request)
+        region = self._client_region(request)
+        model = ""
+        headers = request.headers
+        try:
+            key = None
+            if self.keys is not None:
+                key = await self.keys.authenticate(headers.get("Authorization"), headers.get("X-Api-Key"))
+            timeout_s = self._deadline_s(request) if _DEADLINE_HEADER in headers else self.timeout_s
+            length = request.content_length
+            if length is not None and length > self.max_body_bytes:
+                raise errors.too_large(self.max_body_bytes)
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise errors.too_large(self.max_body_bytes) from None
+            parsed = validation.parse(kind, body, headers.get("Content-Type"), self.state.model_names)
+            model = parsed.model
+            entry = self.state.models.get(model)
+            if entry is None:
+                raise errors.model_not_found(model, self.state.model_names)
+            if key is not None:
+                if not key.allows(model):
+                    raise errors.forbidden(f"This API key may not use model {model!r}")
+                if self.limiter is not None:
+                    wait_s = await self.limiter.check(key)
+                    if wait_s > 0:
+                        raise errors.rate_limited(wait_s)
+            gate = entry.admission
+            if not gate.try_enter():
+                await gate.enter()
+        except errors.ApiError as err:
+            self.metrics.rejected[(model, err.code or str(err.status))] += 1
+            self.metrics.observe_request(model, region, "", err.status, time.monotonic() - started, None)
+            return err.response(rid)
+        parsed.client_region = region
+        parsed.path = request.raw_path.encode()
+        outcome = _Outcome()
+        flight_key = (model, region)
+        in_flight = self.traffic.in_flight
+        in_flight[flight_key] = in_flight.get(flight_key, 0) + 1
+        try:
+            async with asyncio.timeout(timeout_s):
+                if parsed.stream:
+                    return await self._stream(request, entry, parsed, rid, started, outcome)
+                return await self._unary(entry, parsed, rid, outcome)
+        except TimeoutError:
+            err = errors.deadline_exceeded(model, timeout_s)
+            outcome.status = 504
+            if outcome.response is None:
+                return err.response(rid)
+            # The stream already started: end it with an error event, the only signal left.
+            try:
+                await outcome.response.write(b"data: " + err.body() + b"\n\n")
+                await outcome.response.write_eof()
+            except ConnectionError:
+                self.metrics.disconnects[model] += 1
+            return outcome.response
+        except asyncio.CancelledError:
+            self.metrics.disconnects[model] += 1
+            outcome.status = outcome.status or 499
+            raise
+        finally:
+            gate.leave()
+            in_flight[flight_key] -= 1
+            self.metrics.observe_request(model, region, outcome.replica, outcome.status,
+                                         time.monotonic() - started, outcome.ttft_s)
+            self.traffic.record(model, region, outcome.prompt_tokens or parsed.prompt_tokens_estimate,
+                                outcome.completion_tokens, outcome.status >= 500 or outcome.status == 0,
+                                outcome.ttft_s * 1000.0 if outcome.ttft_s is not None else None)
+
+    # ------------------------------------------------------------ choosing and failing
+
+    def _choose(self, entry, parsed, tried: tuple):
+        now = time.monotonic()
+        pool, panic = health.candidates(entry.routable, now, self.panic_percent, tried)
+        if panic != entry.panic:
+            entry.panic = panic
+            log.warning("event=panic_mode model=%s on=%s routable=%d", entry.name, panic, len(entry.routable))
+        if not pool:
+            return None
+        ep = pool[0] if len(pool) == 1 else entry.policy.select(pool, parsed, now)
+        entry.policy.on_routed(ep, parsed)
+        return ep
+
+    def _failed(self, entry, ep, kind: str) -> None:
+        now = time.monotonic()
+        self.metrics.upstream_errors[(entry.name, ep.replica_id, kind)] += 1
+        ep.ewma.observe(max(ep.ewma.cost_ms * 4.0, _FAILURE_PENALTY_MS), now)
+        if kind != "status_429" and kind != "timeout":
+            if self.outlier.on_failure(ep, entry.endpoints, now):
+                self.metrics.ejections[(entry.name, ep.replica_id)] += 1
+
+    def _succeeded(self, ep, elapsed_s: float) -> None:
+        now = time.monotonic()
+        server_ms = elapsed_s * 1000.0 - self.state.rtt_ms(self.region, ep.region)
+        ep.ewma.observe(server_ms if server_ms > 0 else 0.0, now)
+        if ep.consecutive_failures:
+            self.outlier.on_success(ep, now)
+
+    def _may_retry(self, entry, attempts: int, reason: str) -> bool:
+        if attempts >= self.max_attempts:
+            return False
+        if not self.budget.try_withdraw():
+            self.metrics.budget_exhausted[entry.name] += 1
+            return False
+        self.metrics.retries[(entry.name, reason)] += 1
+        return True
+
+    def _request_bytes(self, ep, request_path: bytes, body: bytes, rid: bytes) -> bytes:
+        return b"".join((b"POST ", request_path, b" HTTP/1.1\r\nHost: ", ep.host_header,
+                         b"\r\nContent-Type: application/json\r\nContent-Length: ", str(len(body)).encode(),
+                         b"\r\nX-Request-Id: ", rid, b"\r\n", self.upstream_auth, b"\r\n", body))
+
+    async def _open(self, ep, data: bytes) -> upstream.Connection:
+        """Send the request on a pooled connection (or a new one) and wait for the response head.
+        A pooled connection the replica had closed meanwhile is replaced once, transparently."""
+        pool = ep.pool
+        conn = pool.take_idle()
+        if conn is not None:
+            conn.send(data)
+            try:
+                await conn.read_head()
+                return conn
+            except upstream.UpstreamError as exc:
+                conn.close()
+                if exc.kind != "reset" or conn.received_any:
+                    raise
+            except BaseException:
+                conn.close()
+                raise
+        conn = await pool.connect()
+        conn.send(data)
+        try:
+            await conn.read_head()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _content_type(self, raw: bytes) -> str:
+        value = self._content_types.get(raw)
+        if value is None:
+            value = raw.decode("latin-1") or "application/json"
+            if len(self._content_types) < 64:
+                self._content_types[raw] = value
+        return value
+
+    # ------------------------------------------------------------ non-streaming
+
+    async def _unary(self, entry, parsed, rid: str, outcome: _Outcome) -> web.StreamResponse:
+        self.budget.on_request()
+        rid_b = rid.encode()
+        path = parsed.path
+        tried: tuple = ()
+        last_response: tuple[int, bytes, bytes] | None = None
+        last_error: upstream.UpstreamError | None = None
+        attempts = 0
+        while True:
+            ep = self._choose(entry, parsed, tried)
+            if ep is None:
+                break
+            attempts += 1
+            outcome.replica = ep.replica_id
+            data = self._request_bytes(ep, path, parsed.body, rid_b)
+            ep.pending += 1
+            t0 = time.monotonic()
+            conn = None
+            try:
+                conn = await self._open(ep, data)
+                body = await conn.read_all()
+            except upstream.UpstreamError as exc:
+                last_error, reason = exc, exc.kind
+                self._failed(entry, ep, reason)
+            else:
+                status = conn.status
+                if status < _RETRY_STATUS_MIN and status != 429:
+                    self._succeeded(ep, time.monotonic() - t0)
+                    outcome.status = status
+                    outcome.ttft_s = None
+                    usage = _usage(body) if status == 200 else None
+                    if usage is not None:
+                        outcome.prompt_tokens, outcome.completion_tokens = usage
+                    return web.Response(body=body, status=status, headers={
+                        "Content-Type": self._content_type(conn.content_type), "X-Request-Id": rid})
+                reason = "status_429" if status == 429 else "status_5xx"
+                self._failed(entry, ep, reason)
+                last_response = (status, conn.content_type, body)
+            finally:
+                ep.pending -= 1
+                if conn is not None:
+                    conn.pool.release(conn) if conn.complete else conn.close()
+            if not self._may_retry(entry, attempts, reason):
+                break
+            tried += (ep,)
+        if last_response is not None:
+            status, content_type, body = last_response
+            outcome.status = status
+            return web.Response(body=body, status=status, headers={
+                "Content-Type": self._content_type(content_type), "X-Request-Id": rid})
+        err = errors.no_replica(entry.name) if last_error is None else errors.upstream_failed(entry.name, str(last_error))
+        outcome.status = err.status
+        return err.response(rid)
+
+    # ------------------------------------------------------------ streaming
+
+    async def _stream(self, request: web.Request, entry, parsed, rid: str, started: float,
+                      outcome: _Outcome) -> web.StreamResponse:
+        self.budget.on_request()
+        rid_b = rid.encode()
+        tried: tuple = ()
+        last_response: tuple[int, bytes, bytes] | None = None
+        last_error: upstream.UpstreamError | None = None
+        attempts = 0
+        while True:
+            ep = self._choose(entry, parsed, tried)
+            if ep is None:
+                break
+            attempts += 1
+            outcome.replica = ep.replica_id
+            data = self._request_bytes(ep, parsed.path, parsed.body, rid_b)
+            ep.pending += 1
+            t0 = time.monotonic()
+            conn = None
+            try:
+                conn = await self._open(ep, data)
+                status = conn.status
+                if status != 200:
+                    body = await conn.read_all()
+                    if status < _RETRY_STATUS_MIN and status != 429:
+                        outcome.status = status
+                        return web.Response(body=body, status=status, headers={
+                            "Content-Type": self._content_type(conn.content_type), "X-Request-Id": rid})
+                    reason = "status_429" if status == 429 else "status_5xx"
+                    self._failed(entry, ep, reason)
+                    last_response = (status, conn.content_type, body)
+                else:
+                    first = await conn.read_chunk()
+                    self._succeeded(ep, time.monotonic() - t0)
+                    return await self._relay(request, entry, ep, conn, first, rid, started, outcome)
+            except upstream.UpstreamError as exc:
+                last_error, reason = exc, exc.kind
+                self._failed(entry, ep, reason)
+            finally:
+                ep.pending -= 1
+                if conn is not None:
+                    conn.pool.release(conn) if conn.complete else conn.close()
+            if not self._may_retry(entry, attempts, reason):
+                break
+            tried += (ep,)
+        if last_response is not None:
+            status, content_type, body = last_response
+            outcome.status = status
+            return web.Response(body=body, status=status, headers={
+                "Content-Type": self._content_type(content_type), "X-Request-Id": rid})
+        err = errors.no_replica(entry.name) if last_error is None else errors.upstream_failed(entry.name, str(last_error))
+        outcome.status = err.status
+        return err.response(rid)
+
+    async def _relay(self, request: web.Request, entry, ep, conn: upstream.Connection, first: bytes, rid: str,
+                     started: float, outcome: _Outcome) -> web.StreamResponse:
+        """Relay an SSE body chunk by chunk; the replica is committed to (no retry past this point)."""
+        resp = web.StreamResponse(status=200)
+        resp.headers.extend(_SSE_HEADERS)
+        resp.headers["X-Request-Id"] = rid
+        outcome.status = 200
+        outcome.response = resp
+        await resp.prepare(request)
+        outcome.ttft_s = time.monotonic() - started
+        before_last = last = b""
+        events = first.count(b"data:")
+        chunk = first
+        try:
+            while chunk:
+                await resp.write(chunk)
+                before_last, last = last, chunk
+                chunk = await conn.read_chunk()
+                events += chunk.count(b"data:")
+        except upstream.UpstreamError as exc:
+            self._failed(entry, ep, exc.kind)
+            outcome.status = 502
+            log.warning("event=stream_broken model=%s replica=%s request_id=%s error=%s", entry.name,
+                        ep.replica_id, rid, exc)
+            err = errors.upstream_failed(entry.name, f"replica stream broke: {exc}")
+            await resp.write(b"data: " + err.body() + b"\n\n")
+        except ConnectionError:
+            # The client went away mid-stream; closing the upstream connection (finally, in the
+            # caller) tells the replica to abort.
+            self.metrics.disconnects[entry.name] += 1
+            outcome.status = 499
+            return resp
+        usage = _usage(before_last + last)
+        if usage is not None:
+            outcome.prompt_tokens, outcome.completion_tokens = usage
+        else:
+            outcome.completion_tokens = max(0, events - 3)  # less role, finish and [DONE] events
+        await resp.write_eof()
+        return resp

@@ -1,0 +1,127 @@
+"""Traffic reports to the scheduler (``RoutingService.ReportTraffic``): requests, tokens, errors and
+TTFT per (model, client region), every ``interval_s``. The autoscaler reads demand from these.
+
+``TrafficAccumulator`` is the in-process tally (a dict bump per request); ``TrafficReporter`` ships
+a window and starts the next. A window that could not be sent is merged into the next one, so a
+scheduler outage delays demand figures but does not lose them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+
+from meridian.fleet import models as fm
+from meridian.fleet import wire
+from meridian.v1 import routing_pb2_grpc
+
+log = logging.getLogger("meridian.router.traffic")
+_TTFT_SAMPLES = 512
+
+
+class _Tally:
+    __slots__ = ("requests", "prompt_tokens", "completion_tokens", "errors", "ttft_ms")
+
+    def __init__(self):
+        self.requests = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.errors = 0
+        self.ttft_ms: list[float] = []
+
+
+class TrafficAccumulator:
+    def __init__(self, clock: Callable[[], float] = time.time):
+        self.clock = clock
+        self.window_start = clock()
+        self._tallies: dict[tuple[str, str], _Tally] = {}
+        self.in_flight: dict[tuple[str, str], int] = {}
+
+    def record(self, model: str, client_region: str, prompt_tokens: int, completion_tokens: int, error: bool,
+               ttft_ms: float | None) -> None:
+        key = (model, client_region)
+        tally = self._tallies.get(key)
+        if tally is None:
+            tally = self._tallies[key] = _Tally()
+        tally.requests += 1
+        tally.prompt_tokens += prompt_tokens
+        tally.completion_tokens += completion_tokens
+        if error:
+            tally.errors += 1
+        if ttft_ms is not None and len(tally.ttft_ms) < _TTFT_SAMPLES:
+            tally.ttft_ms.append(ttft_ms)
+
+    def take(self, router_id: str, router_region: str) -> fm.TrafficReport:
+        """The window so far as a report; starts a new window."""
+        now = self.clock()
+        samples = []
+        for (model, region), t in sorted(self._tallies.items()):
+            ttft = sorted(t.ttft_ms)
+            p99 = ttft[min(len(ttft) - 1, int(len(ttft) * 0.99))] if ttft else 0.0
+            samples.append(fm.TrafficSample(model, region, t.requests, t.prompt_tokens, t.completion_tokens,
+                                            t.errors, self.in_flight.get((model, region), 0), p99))
+        report = fm.TrafficReport(router_id, router_region, self.window_start, now, tuple(samples))
+        self._tallies = {}
+        self.window_start = now
+        return report
+
+    def restore(self, report: fm.TrafficReport) -> None:
+        """Merge an unsent report back so the next window carries it."""
+        self.window_start = min(self.window_start, report.window_start)
+        for s in report.samples:
+            key = (s.model, s.client_region)
+            tally = self._tallies.get(key)
+            if tally is None:
+                tally = self._tallies[key] = _Tally()
+            tally.requests += s.requests
+            tally.prompt_tokens += s.prompt_tokens
+            tally.completion_tokens += s.completion_tokens
+            tally.errors += s.errors
+            if s.ttft_p99_ms and len(tally.ttft_ms) < _TTFT_SAMPLES:
+                tally.ttft_ms.append(s.ttft_p99_ms)
+
+
+class TrafficReporter:
+    def __init__(self, address: str, accumulator: TrafficAccumulator, *, router_id: str, router_region: str,
+                 token: str = "", interval_s: float = 10.0, timeout_s: float = 5.0,
+                 on_error: Callable[[str], None] | None = None):
+        self.address = address
+        self.accumulator = accumulator
+        self.router_id = router_id
+        self.router_region = router_region
+        self.token = token
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.on_error = on_error
+        self.reports_sent = 0
+
+    async def send_once(self, stub) -> bool:
+        report = self.accumulator.take(self.router_id, self.router_region)
+        if not report.samples:
+            return True
+        try:
+            await stub.ReportTraffic(wire.traffic_to_pb(report, self.token), timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("event=traffic_report_failed scheduler=%s code=%s samples=%d", self.address,
+                        exc.code().name, len(report.samples))
+            self.accumulator.restore(report)
+            if self.on_error is not None:
+                self.on_error("traffic_report")
+            return False
+        self.reports_sent += 1
+        return True
+
+    async def run(self) -> None:
+        """Report every ``interval_s`` forever (cancel to stop; the last window is sent on cancel)."""
+        async with grpc.aio.insecure_channel(self.address) as channel:
+            stub = routing_pb2_grpc.RoutingServiceStub(channel)
+            try:
+                while True:
+                    await asyncio.sleep(self.interval_s)
+                    await self.send_once(stub)
+            except asyncio.CancelledError:
+                await asyncio.shield(self.send_once(stub))
+                raise

@@ -1,0 +1,162 @@
+"""Each routing policy's choice on crafted replica sets."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from meridian import latency
+from router import endpoints, policies, testing
+from router.policies import prefix_tree
+
+
+class Req:
+    def __init__(self, client_region: str = "na-east", prompt: str = "", tokens: int = 0):
+        self.client_region = client_region
+        self.prompt_tokens_estimate = tokens
+        self._prompt = prompt
+
+    def prompt_text(self) -> str:
+        return self._prompt
+
+
+def ep(rid: str, region: str = "us-east-1", *, pending: int = 0, queued: int = 0, cost_ms: float = 10.0,
+       gpu: str = "H100", weight: float = 1.0) -> endpoints.Endpoint:
+    e = endpoints.Endpoint(testing.replica(rid, 1000, region, queued=queued, gpu_type=gpu, weight=weight), "m",
+                           ewma_decay_s=10.0, default_cost_ms=cost_ms, now=0.0)
+    e.pending = pending
+    e.share = weight
+    return e
+
+
+def make(name: str, seed: int = 1, **args) -> policies.Policy:
+    return policies.create(name, args or None, random.Random(seed), latency.default().rtt_ms)
+
+
+def test_registry_names_and_did_you_mean():
+    """The registry lists the five policies and suggests the closest name for a typo."""
+    assert policies.names() == ["latency", "least_request", "prefix_cache", "random", "round_robin"]
+    with pytest.raises(policies.UnknownPolicy, match="did you mean 'round_robin'"):
+        policies.check("round_robbin")
+
+
+def test_latency_prefers_nearest_region():
+    """With equal load, a client in New York is sent to Virginia rather than Dublin or Tokyo."""
+    policy = make("latency")
+    reps = [ep("dublin", "eu-west-1"), ep("virginia", "us-east-1"), ep("tokyo", "ap-northeast-1")]
+    picks = {policy.select(reps, Req("na-east"), 0.0).replica_id for _ in range(50)}
+    assert picks == {"virginia"}
+    picks = {policy.select(reps, Req("eu-west"), 0.0).replica_id for _ in range(50)}
+    assert picks == {"dublin"}
+
+
+def test_latency_leaves_a_queued_near_replica_for_a_far_idle_one():
+    """A near replica whose queue makes its expected TTFT exceed RTT to a far idle one loses."""
+    policy = make("latency")
+    near = ep("virginia", "us-east-1", pending=10, queued=20, cost_ms=50.0)
+    far = ep("dublin", "eu-west-1", cost_ms=50.0)
+    assert policy.select([near, far], Req("na-east"), 0.0) is far
+    near.pending, near.load = 0, testing.replica("virginia", 1, "us-east-1").load
+    assert policy.select([near, far], Req("na-east"), 0.0) is near
+
+
+def test_latency_counts_prefill_on_the_gpu_type():
+    """For a long prompt, a same-region replica on a faster GPU type wins."""
+    policy = make("latency")
+    slow = ep("t4", "us-east-1", gpu="T4")
+    fast = ep("h100", "us-east-1", gpu="H100")
+    assert policy.select([slow, fast], Req("na-east", tokens=4000), 0.0) is fast
+
+
+def test_latency_spreads_over_near_equal_replicas():
+    """Power of two choices among near-best replicas spreads load instead of herding."""
+    policy = make("latency", seed=7)
+    reps = [ep(f"r{i}", "us-east-1") for i in range(4)]
+    picks = {policy.select(reps, Req("na-east"), 0.0).replica_id for _ in range(200)}
+    assert len(picks) >= 3
+
+
+def test_latency_args_are_validated():
+    """Policy args are typed; a bad one names the field."""
+    with pytest.raises(Exception, match="slack_ratio"):
+        policies.check("latency", {"slack_ratio": -1})
+
+
+def test_least_request_picks_fewest_outstanding():
+    """least_request counts own in-flight plus the replica's reported queue."""
+    policy = make("least_request")
+    a = ep("a", pending=3)
+    b = ep("b", pending=0, queued=5)
+    c = ep("c", pending=1, queued=1)
+    assert policy.select([a, b, c], Req(), 0.0) is c
+
+
+def test_least_request_breaks_ties_randomly():
+    """Equal replicas share the traffic under least_request."""
+    policy = make("least_request")
+    reps = [ep("a"), ep("b"), ep("c")]
+    assert {policy.select(reps, Req(), 0.0).replica_id for _ in range(100)} == {"a", "b", "c"}
+
+
+def test_round_robin_cycles_and_respects_weights():
+    """Smooth weighted round robin: weights 2:1 give a 2:1 interleaved sequence."""
+    policy = make("round_robin")
+    a, b = ep("a", weight=2.0), ep("b", weight=1.0)
+    seq = [policy.select([a, b], Req(), 0.0).replica_id for _ in range(6)]
+    assert seq.count("a") == 4 and seq.count("b") == 2
+    assert seq[:3] in (["a", "b", "a"], ["a", "a", "b"])
+    plain = make("round_robin")
+    reps = [ep("x"), ep("y"), ep("z")]
+    assert [plain.select(reps, Req(), 0.0).replica_id for _ in range(6)] == ["x", "y", "z", "x", "y", "z"]
+
+
+def test_random_follows_weights():
+    """random never picks a zero-share replica and favours heavier ones."""
+    policy = make("random", seed=3)
+    heavy, light = ep("heavy", weight=9.0), ep("light", weight=1.0)
+    picks = [policy.select([heavy, light], Req(), 0.0).replica_id for _ in range(1000)]
+    assert 800 < picks.count("heavy") < 980
+
+
+def test_prefix_cache_follows_the_cached_prefix():
+    """A prompt sharing a long prefix with an earlier one goes to the same replica."""
+    policy = make("prefix_cache")
+    a, b = ep("a"), ep("b")
+    system = "You are a helpful assistant. " * 20
+    first = Req(prompt=system + "question one")
+    chosen = policy.select([a, b], first, 0.0)
+    policy.on_routed(chosen, first)
+    other = b if chosen is a else a
+    other.pending = 2  # the cached one is not the least loaded any more, but balance holds
+    second = Req(prompt=system + "question two")
+    assert policy.select([a, b], second, 0.0) is chosen
+
+
+def test_prefix_cache_ignores_affinity_when_imbalanced():
+    """When the cached replica is overloaded, the least-loaded replica wins."""
+    policy = make("prefix_cache", balance_abs_threshold=4)
+    a, b = ep("a"), ep("b")
+    prompt = "shared context " * 50
+    policy.on_routed(a, Req(prompt=prompt))
+    a.pending = 40
+    assert policy.select([a, b], Req(prompt=prompt + "more"), 0.0) is b
+
+
+def test_prefix_cache_short_match_goes_to_least_loaded():
+    """A match under cache_threshold of the prompt does not bind the request."""
+    policy = make("prefix_cache")
+    a, b = ep("a"), ep("b", pending=1)
+    policy.on_routed(b, Req(prompt="x" * 64))
+    assert policy.select([a, b], Req(prompt="x" * 64 + "y" * 1000), 0.0) is a
+
+
+def test_prefix_tree_lru_and_forget():
+    """The tree is bounded (oldest prefixes evicted) and forgets removed replicas."""
+    tree = prefix_tree.PrefixTree(block_chars=8, max_blocks=4)
+    tree.insert("a" * 8 * 3, "r1")
+    tree.insert("b" * 8 * 3, "r2")
+    assert len(tree) == 4
+    assert tree.match("b" * 24, {"r1", "r2"}) == ("r2", 24)
+    tree.forget({"r2"})
+    assert tree.match("b" * 24, {"r1", "r2"}) is None
