@@ -1,0 +1,115 @@
+"""``meridian scheduler``: run a scheduler node (gRPC for agents and routers, the admin API, the
+control loop). One node: the default SQLite state. HA: several nodes with ``--state redis://...``;
+one leads, the others stand by and take over within ``lease_ttl_s`` + ``standby_poll_interval_s``.
+
+Any knob of the scheduler's config can be set with ``--set KEY=VALUE`` (docs/scheduler.md lists
+them); the common ones have their own flags."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+import pydantic
+
+from meridian import spec
+from scheduler import config as config_mod
+from scheduler import service as service_mod
+from scheduler.admin import specs as admin_specs
+from scheduler.server import auth
+
+log = logging.getLogger("meridian.scheduler.cli")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--grpc-address", help="host:port for agents and routers (default 127.0.0.1:7070)")
+    parser.add_argument("--admin-address", help="host:port of the admin API and /metrics (default 127.0.0.1:7071)")
+    parser.add_argument("--state", dest="state_url", help="sqlite://PATH (default) or redis://HOST:PORT/DB for HA")
+    parser.add_argument("--namespace", help="key prefix in a shared store (default 'default')")
+    parser.add_argument("--id", dest="scheduler_id", help="this node's id (default host-pid)")
+    parser.add_argument("--tokens-file", help="YAML file of cluster tokens and router tokens")
+    parser.add_argument("--admin-token-file", help="admin bearer token file (else MERIDIAN_ADMIN_TOKEN)")
+    parser.add_argument("-f", "--apply", dest="apply_files", action="append", default=[], metavar="FILE",
+                        help="spec files to apply at start (validated first; repeatable)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="any config knob, e.g. --set heartbeat_interval_s=2 (repeatable)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def build_config(args: argparse.Namespace) -> config_mod.SchedulerConfig:
+    values: dict[str, object] = {}
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        if key not in config_mod.SchedulerConfig.model_fields:
+            hint = spec.base.closest(key, list(config_mod.SchedulerConfig.model_fields))
+            raise ValueError(f"--set {key}: unknown setting" + (f"; did you mean {hint!r}?" if hint else ""))
+        values[key] = value
+    for key in ("grpc_address", "admin_address", "state_url", "namespace", "scheduler_id", "tokens_file",
+                "admin_token_file"):
+        if getattr(args, key, None):
+            values[key] = getattr(args, key)
+    return config_mod.SchedulerConfig(**values)
+
+
+async def _serve(config: config_mod.SchedulerConfig, apply_files: list[str]) -> int:
+    svc = service_mod.SchedulerService(config)
+    if apply_files:
+        texts = []
+        for path in apply_files:
+            try:
+                with open(path) as fh:
+                    texts.append((path, fh.read()))
+            except OSError as exc:
+                print(f"{path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+                await svc.store.close()
+                return 1
+        try:
+            proposal = admin_specs.propose(await svc.spec_store.all(), texts)
+        except spec.SpecError as exc:
+            for issue in exc.issues:
+                print(str(issue), file=sys.stderr)
+            await svc.store.close()
+            return 1
+        done = await svc.spec_store.apply(proposal.submitted, svc.clock.now())
+        for kind, name, action in done:
+            log.info("event=applied_at_start kind=%s name=%s action=%s", kind, name, action)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await svc.start()
+    try:
+        await stop.wait()
+    finally:
+        await svc.stop()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
+    try:
+        config = build_config(args)
+    except (ValueError, pydantic.ValidationError) as exc:
+        errors = exc.errors(include_url=False) if isinstance(exc, pydantic.ValidationError) else None
+        if errors:
+            for e in errors:
+                field = ".".join(str(p) for p in e["loc"]) or "config"
+                print(f"scheduler config: {field}: {e['msg']}", file=sys.stderr)
+        else:
+            print(f"scheduler config: {exc}", file=sys.stderr)
+        return 1
+    try:
+        try:
+            import uvloop  # optional speed-up of the event loop
+        except ImportError:
+            return asyncio.run(_serve(config, args.apply_files))
+        return uvloop.run(_serve(config, args.apply_files))
+    except (auth.CredentialError, OSError) as exc:
+        print(f"scheduler: {exc}", file=sys.stderr)
+        return 1

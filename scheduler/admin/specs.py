@@ -1,0 +1,101 @@
+"""Applying and deleting specs: every change is validated with ``meridian.spec`` as part of the whole
+set it would produce (stored documents plus the new ones), before anything is stored. A rejected
+apply or delete stores nothing and returns every problem, each with its file, line and field.
+
+Kinds may be named as in YAML (``ModelDeployment``) or by a short alias (``deployment``)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+from collections.abc import Mapping, Sequence
+
+import yaml
+
+from meridian import spec
+from scheduler.server import auth
+from scheduler.state import records
+
+ALIASES: dict[str, str] = {k.lower(): k for k in spec.KINDS}
+ALIASES.update({
+    "deployment": "ModelDeployment", "deployments": "ModelDeployment", "modeldeployments": "ModelDeployment",
+    "policy": "CapacityPolicy", "policies": "CapacityPolicy", "capacitypolicies": "CapacityPolicy",
+    "cluster": "Cluster", "clusters": "Cluster", "latencymaps": "LatencyMap", "latency": "LatencyMap",
+})
+
+
+class UnknownKind(ValueError):
+    pass
+
+
+def canonical_kind(word: str) -> str:
+    kind = ALIASES.get(word.lower())
+    if kind is None:
+        raise UnknownKind(f"unknown kind {word!r}; use one of: {', '.join(spec.KINDS)} "
+                          "(or deployment, policy, cluster, latencymap)")
+    return kind
+
+
+@dataclasses.dataclass(frozen=True)
+class Proposal:
+    """A validated change: the submitted documents and the whole spec set it would leave."""
+
+    submitted: tuple[spec.Loaded, ...]
+    merged: spec.SpecSet
+
+
+def _declared(files: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+    """(kind, name) pairs the files declare, read leniently (validation reports what is wrong)."""
+    out = set()
+    for _name, text in files:
+        try:
+            docs = list(yaml.safe_load_all(text))
+        except yaml.YAMLError:
+            continue
+        for d in docs:
+            if isinstance(d, dict) and isinstance(d.get("metadata"), dict):
+                out.add((str(d.get("kind")), str(d["metadata"].get("name"))))
+    return out
+
+
+def propose(stored: Sequence[records.StoredSpec], files: Sequence[tuple[str, str]],
+            removed: frozenset[tuple[str, str]] = frozenset()) -> Proposal:
+    """Validate ``files`` together with the stored documents they do not replace (minus ``removed``).
+    Raises ``meridian.spec.SpecError`` with every issue."""
+    replaced = _declared(files) | set(removed)
+    keep = [(f"stored:{s.kind}/{s.name}", s.body) for s in stored if (s.kind, s.name) not in replaced]
+    merged = spec.load_texts(list(files) + keep)
+    names = {name for name, _ in files}
+    return Proposal(tuple(d for d in merged.documents if d.file in names), merged)
+
+
+def actions(stored: Sequence[records.StoredSpec], submitted: Sequence[spec.Loaded]) -> list[dict]:
+    """What applying ``submitted`` would do to each document: created, configured or unchanged."""
+    have = {(s.kind, s.name): s.body for s in stored}
+    out = []
+    for item in submitted:
+        old = have.get((item.kind, item.name))
+        body = records.canonical_body(item.doc)
+        action = "created" if old is None else ("unchanged" if old == body else "configured")
+        out.append({"kind": item.kind, "name": item.name, "action": action, "file": item.file, "line": item.line})
+    return out
+
+
+async def token_warnings(submitted: Sequence[spec.Loaded], tokens: auth.TokenBook,
+                         env: Mapping[str, str] | None = None) -> list[str]:
+    """Clusters whose agent token the scheduler cannot find (the agent would be refused)."""
+    clusters = [d.doc for d in submitted if d.kind == "Cluster"]
+    if not clusters:
+        return []
+    _found, problems = await asyncio.to_thread(auth.resolve_cluster_tokens, clusters,
+                                               env if env is not None else os.environ)
+    known = tokens.known_clusters()
+    return [f"{why}; its agent will be refused until the token is available" for name, why in sorted(problems.items())
+            if name not in known]
+
+
+def item(s: records.StoredSpec) -> dict:
+    return {"kind": s.kind, "name": s.name, "generation": s.generation, "updated_at": s.updated_at,
+            "source": s.source, "document": json.loads(s.body)}

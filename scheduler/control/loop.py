@@ -1,0 +1,328 @@
+"""The leader's control loop: autoscaler -> solver -> reconciler -> executor, once per tick
+(``tick_interval_s``) and at once when something happens (an agent joins or is lost, a stock-out,
+a spot notice, a spec change).
+
+One ``tick``:
+1. reload specs if their generation moved (and the cluster tokens they name);
+2. mark silent agents lost; publish the routing table if routes changed;
+3. resolve open directives from reports (done, failed, expired);
+4. during the adoption grace after gaining leadership, stop here until every Cluster spec's agent
+   has reported (or the grace ends): acting before would restart replicas that are running;
+5. run the autoscaler; re-plan (solver, on a worker thread) when its inputs changed, after a
+   failure, or every ``plan_interval_s``;
+6. reconcile the plan against the reported fleet and send the directives.
+
+Every input is injected (clock, store, transport, autoscaling policy), so the simulator can call
+``tick()`` on a simulated clock."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping
+
+from meridian import spec
+from meridian.fleet import models as fm
+from scheduler import autoscaler
+from scheduler import clock as clock_mod
+from scheduler import config as config_mod
+from scheduler import metrics as metrics_mod
+from scheduler import reconciler
+from scheduler.control import events as events_mod
+from scheduler.control import fleet as fleet_mod
+from scheduler.control import planner, routes
+from scheduler.server import auth
+from scheduler.solver import problem, throughput
+from scheduler.state import base, records
+
+log = logging.getLogger("meridian.scheduler.loop")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRecord:
+    result: problem.PlacementResult
+    problem: problem.PlacementProblem
+    current: problem.Placement
+    decisions: Mapping[str, autoscaler.Decision]
+    at_s: float
+    trigger: str
+    inputs: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class TickReport:
+    at_s: float
+    stage: str  # standby, adopting, no_plan, reconciled
+    planned: str = ""  # the re-plan trigger, "" when the plan was kept
+    sent: tuple[str, ...] = ()  # directive ids sent
+    held: tuple[reconciler.Held, ...] = ()
+
+
+class ControlLoop:
+    def __init__(self, *, config: config_mod.SchedulerConfig, clock: clock_mod.Clock, spec_store: records.SpecStore,
+                 traffic: records.TrafficLog, fleet: fleet_mod.FleetView, events: events_mod.EventTracker,
+                 executor: reconciler.Executor, publisher: routes.RoutePublisher, metrics: metrics_mod.SchedulerMetrics,
+                 tokens: auth.TokenBook, fence: Callable[[], int], on_fenced: Callable[[], None],
+                 autoscaling: planner.Autoscaler | None = None, env: Mapping[str, str] | None = None,
+                 solver_settings: problem.SolverSettings | None = None):
+        self.config = config
+        self._clock = clock
+        self._specs_store = spec_store
+        self._traffic = traffic
+        self.fleet = fleet
+        self.events = events
+        self.executor = executor
+        self._publisher = publisher
+        self._metrics = metrics
+        self._tokens = tokens
+        self._fence = fence
+        self._on_fenced = on_fenced
+        self.autoscaler = autoscaling or planner.Autoscaler()
+        self._env = env
+        self._solver_settings = solver_settings
+        self.settings = reconciler.ReconcileSettings(
+            drain_deadline_s=config.drain_deadline_s, directives_per_min=config.cluster_directives_per_min,
+            burst=config.cluster_directive_burst, pool_scale_down_delay_s=config.pool_scale_down_delay_s)
+        self.specs = planner.SpecView.empty()
+        self._infos: dict[str, reconciler.DeploymentInfo] = {}
+        self.plan: PlanRecord | None = None
+        self.rstate = reconciler.ReconcileState()
+        self.adopt_until_s = 0.0
+        self.last_tick: TickReport | None = None
+        self._wake = asyncio.Event()
+        self._stopped = False
+
+    # ------------------------------------------------------------ term
+
+    async def start_term(self) -> None:
+        """Called when this node becomes leader, before it accepts agents."""
+        opened = await self.executor.load()
+        self.rstate = reconciler.ReconcileState()
+        self.plan = None
+        self.autoscaler = planner.Autoscaler(self.autoscaler.policy)
+        self._publisher.reset()
+        self.adopt_until_s = self._clock.now() + self.config.adopt_grace_s
+        await self.refresh_specs(force=True)
+        log.info("event=term_started open_directives=%d adopt_grace_s=%g deployments=%d clusters=%d", opened,
+                 self.config.adopt_grace_s, len(self.specs.deployments), len(self.specs.clusters))
+
+    def end_term(self) -> None:
+        self.executor.clear()
+        self.fleet.clear()
+        self.plan = None
+
+    def wake(self, why: str = "") -> None:
+        self._wake.set()
+
+    # ------------------------------------------------------------ specs
+
+    async def refresh_specs(self, force: bool = False) -> bool:
+        gen = await self._specs_store.generation()
+        if not force and gen == self.specs.generation:
+            return False
+        stored = await self._specs_store.all()
+        try:
+            spec_set = await asyncio.to_thread(records.spec_set, stored)
+        except spec.SpecError as exc:
+            self._metrics.errors.labels("stored_specs").inc()
+            log.error("event=stored_specs_invalid generation=%d errors=%r (keeping generation %d)", gen,
+                      [str(i) for i in exc.issues][:20], self.specs.generation)
+            return False
+        self.specs = planner.SpecView.of(spec_set, gen)
+        self._infos = {n: reconciler.DeploymentInfo.of(d) for n, d in self.specs.deployments.items()}
+        env = self._env if self._env is not None else os.environ
+        found, problems = await asyncio.to_thread(auth.resolve_cluster_tokens, list(self.specs.clusters.values()), env)
+        self._tokens.set_cluster_tokens(found, problems)
+        log.info("event=specs_loaded generation=%d deployments=%d clusters=%d policy=%s", gen,
+                 len(self.specs.deployments), len(self.specs.clusters), self.specs.policy is not None)
+        return True
+
+    # ------------------------------------------------------------ tick
+
+    async def tick(self) -> TickReport:
+        fence = self._fence()
+        now = self._clock.now()
+        if not fence:
+            report = TickReport(now, "standby")
+            self.last_tick = report
+            return report
+        await self.refresh_specs()
+        self.fleet.sweep(now)
+        snapshot = self.fleet.snapshot(now)
+        self.events.prune({r.replica_id for _, r in snapshot.replicas()})
+        open_dirs = self.executor.open_directives()
+        draining = {od.directive.action.replica_id for od in open_dirs if isinstance(od.directive.action,
+                                                                                      fm.DrainReplica)}
+        await self._publisher.refresh(routes.build_models(snapshot, self.specs.deployments, draining), fence)
+        self._export(snapshot, now)
+
+        reported = [c for c in snapshot.live() if c.reported]
+        observed = reconciler.Observed(
+            {c.cluster_id for c in reported}, {r.replica_id: r for c in reported for r in c.replicas.values()},
+            {problem.pool_key(c.cluster_id, p.pool_id): p for c in reported for p in c.pools.values()})
+        await self.executor.resolve(observed, fence)
+
+        if now < self.adopt_until_s and not self._all_reported(snapshot):
+            report = TickReport(now, "adopting")
+            self.last_tick = report
+            return report
+
+        doomed = set(self.events.doomed)
+        demand = await self._traffic.demand(now, self.config.demand_max_age_s)
+        decisions = self.autoscaler.decide(self.specs, snapshot, demand, now, doomed=doomed)
+        open_dirs = self.executor.open_directives()
+        draining = {od.directive.action.replica_id for od in open_dirs if isinstance(od.directive.action,
+                                                                                      fm.DrainReplica)}
+        starts = [(od.cluster_id, od.directive.action) for od in open_dirs
+                  if isinstance(od.directive.action, fm.StartReplica)]
+        no_growth = self.events.no_growth(now)
+        trigger = self._plan_trigger(snapshot, decisions, no_growth, doomed, now)
+        if trigger:
+            await self._replan(trigger, snapshot, decisions, starts, draining, doomed, no_growth, now)
+        if self.plan is None:
+            report = TickReport(now, "no_plan", trigger)
+            self.last_tick = report
+            return report
+
+        inp = reconciler.ReconcileInput(
+            now_s=now, target=self.plan.result.placement, deployments=self._infos,
+            pools={problem.pool_key(c.cluster_id, p.pool_id): reconciler.PoolInfo(c.cluster_id, p)
+                   for c in snapshot.live() for p in c.pools.values()},
+            replicas=tuple(reconciler.ReplicaInfo(c.cluster_id, r, self.events.doomed_at(r.replica_id))
+                           for c, r in snapshot.replicas()),
+            open_directives=open_dirs, no_growth=no_growth)
+        result = reconciler.reconcile(inp, self.rstate, self.settings, id_prefix=f"t{fence}")
+        self.rstate = result.state
+        for held in result.held:
+            if held.reason == "rate limited":
+                self._metrics.directives.labels(held.what.split(" ", 1)[0], "rate_limited").inc()
+        sent = await self.executor.execute(result.directives, fence)
+        report = TickReport(now, "reconciled", trigger, tuple(r.directive_id for r in sent), result.held)
+        self.last_tick = report
+        return report
+
+    def _all_reported(self, snapshot: fleet_mod.FleetSnapshot) -> bool:
+        expected = set(self.specs.clusters)
+        return bool(expected) and all(
+            (c := snapshot.clusters.get(cid)) is not None and c.reported for cid in expected)
+
+    def _inputs(self, snapshot: fleet_mod.FleetSnapshot, decisions: Mapping[str, autoscaler.Decision],
+                no_growth: Mapping[str, str], doomed: set[str]) -> tuple:
+        pools = tuple(sorted((problem.pool_key(c.cluster_id, p.pool_id), p.gpu_type, p.tier.value, p.nodes_min,
+                              p.nodes_max, p.gpus_per_node, p.price_per_node_hour_usd)
+                             for c in snapshot.live() for p in c.pools.values()))
+        wanted = tuple(sorted((n, tuple(sorted(d.replicas_by_region.items()))) for n, d in decisions.items()))
+        return (self.specs.generation, pools, wanted, tuple(sorted(no_growth)), tuple(sorted(doomed)))
+
+    def _plan_trigger(self, snapshot, decisions, no_growth, doomed, now: float) -> str:
+        if self.plan is None:
+            return "first plan of the term"
+        old = self.plan.inputs
+        new = self._inputs(snapshot, decisions, no_growth, doomed)
+        names = ("specs changed", "pools changed", "autoscaler changed demand", "stock-out backoff changed",
+                 "spot interruption")
+        for what, a, b in zip(names, old, new, strict=True):
+            if a != b:
+                return what
+        if self.plan.result.status in (problem.SolveStatus.ERROR, problem.SolveStatus.NO_SOLUTION):
+            if now - self.plan.at_s >= min(self.config.plan_interval_s, 10.0):
+                return "retry after a failed solve"
+        if now - self.plan.at_s >= self.config.plan_interval_s:
+            return "periodic"
+        return ""
+
+    async def _replan(self, trigger: str, snapshot, decisions, starts, draining, doomed, no_growth, now: float) -> None:
+        current = planner.observed_placement(snapshot, starts, draining, doomed)
+        held = planner.held_gpus_by_pool(snapshot, starts, draining, doomed)
+        pools, excluded = planner.pool_offers(snapshot, self.specs, held_gpus=held, no_growth=no_growth)
+        prob = planner.build_problem(self.specs, decisions, pools, excluded)
+        warm = current
+        if self.plan is not None and {k: v for k, v in self.plan.result.placement.replicas.items() if v} == \
+                {k: v for k, v in current.replicas.items() if v}:
+            warm = self.plan.result.placement  # has the per-region serving map: allows an incremental solve
+        try:
+            result = await planner.solve_async(prob, time_limit_s=self.config.solve_time_limit_s, current=warm,
+                                               settings=self._solver_settings)
+        except (ValueError, RuntimeError) as exc:
+            self._metrics.plans.labels("error").inc()
+            self._metrics.errors.labels("solver").inc()
+            log.error("event=solve_error trigger=%r error=%r", trigger, str(exc))
+            return
+        self._metrics.plans.labels(result.status.value).inc()
+        self._metrics.solve_seconds.observe(result.solve_time_s)
+        if result.status is problem.SolveStatus.ERROR:
+            log.error("event=solve_failed trigger=%r message=%r (keeping the previous plan)", trigger, result.message)
+            if self.plan is not None:
+                self.plan = dataclasses.replace(self.plan, at_s=now)
+            return
+        self.plan = PlanRecord(result, prob, current, dict(decisions), now, trigger,
+                               self._inputs(snapshot, decisions, no_growth, doomed))
+        self._metrics.plan_cost_per_hour_usd.set(result.cost_per_hour_usd)
+        self._export_unplaced(result)
+        log.info("event=planned trigger=%r status=%s cost_per_hour_usd=%.2f solve_s=%.3f replicas=%d unplaced=%d",
+                 trigger, result.status.value, result.cost_per_hour_usd, result.solve_time_s,
+                 sum(result.placement.replicas.values()), len(result.unplaced))
+
+    # ------------------------------------------------------------ metrics
+
+    def _export(self, snapshot: fleet_mod.FleetSnapshot, now: float) -> None:
+        counts: collections.Counter = collections.Counter()
+        for c, r in snapshot.replicas():
+            pool = c.pools.get(r.pool_id)
+            counts[(r.state.value, c.identity.cloud.value, c.identity.region, pool.gpu_type if pool else "")] += 1
+        self._metrics.set_replicas(counts)
+        clusters = snapshot.clusters.values()
+        self._metrics.agents.labels("connected").set(sum(1 for c in clusters if c.connected))
+        self._metrics.agents.labels("live").set(sum(1 for c in clusters if c.live))
+        self._metrics.agents.labels("lost").set(sum(1 for c in clusters if c.lost))
+        self._metrics.stocked_out_pools.set(len(self.events.no_growth(now)))
+
+    def _export_unplaced(self, result: problem.PlacementResult) -> None:
+        replicas: dict[str, int] = {}
+        rps: dict[tuple[str, str], float] = {}
+        for u in result.unplaced:
+            replicas[u.deployment] = replicas.get(u.deployment, 0) + math.ceil(u.replicas - 1e-9)
+            dep = self.specs.deployments.get(u.deployment)
+            cap = throughput.capacity_rps(dep.spec) if dep is not None else None
+            if cap:
+                rps[(u.deployment, u.client_region)] = rps.get((u.deployment, u.client_region), 0.0) + u.replicas * cap
+        self._metrics.set_unplaced(replicas, rps)
+
+    # ------------------------------------------------------------ run
+
+    async def run(self) -> None:
+        while not self._stopped:
+            try:
+                await self.tick()
+            except base.FencedOut:
+                log.warning("event=fenced_out where=tick: this node no longer holds the lease")
+                self._on_fenced()
+            except base.StateError as exc:
+                self._metrics.errors.labels("state").inc()
+                log.error("event=state_error where=tick error=%r", str(exc))
+            except Exception:  # the loop must outlive any one bad round; logged and counted
+                self._metrics.errors.labels("tick").inc()
+                log.exception("event=tick_failed")
+            await self._pause()
+
+    async def _pause(self) -> None:
+        if self._wake.is_set():
+            self._wake.clear()
+            await self._clock.sleep(0.05)  # coalesce a burst of wake-ups into one round
+            return
+        sleeper = asyncio.ensure_future(self._clock.sleep(self.config.tick_interval_s))
+        waiter = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waiter.cancel()
+        self._wake.clear()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()

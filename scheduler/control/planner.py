@@ -1,0 +1,179 @@
+"""From specs, the fleet view and demand to a placement: the autoscaler per deployment (pure policy,
+states kept here between rounds), then the placement problem for the solver.
+
+Everything here is pure except ``solve_async`` (runs the CP-SAT solve on a worker thread so the
+event loop keeps serving agents and routers while it works)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Collection, Iterable, Mapping
+
+from meridian import catalog, latency, spec
+from meridian.fleet import models as fm
+from meridian.spec import cluster as cluster_spec
+from meridian.spec import deployment as deployment_spec
+from meridian.spec import policy as policy_spec
+from scheduler import autoscaler, solver
+from scheduler.control import fleet as fleet_mod
+from scheduler.solver import inputs, problem, throughput
+from scheduler.state import records
+
+log = logging.getLogger("meridian.scheduler.planner")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecView:
+    """The applied specs, by kind, as the control loop uses them."""
+
+    generation: int
+    deployments: Mapping[str, deployment_spec.ModelDeployment]
+    policy: policy_spec.CapacityPolicySpec | None
+    clusters: Mapping[str, cluster_spec.Cluster]
+    latency_map: latency.LatencyMap
+
+    @classmethod
+    def of(cls, spec_set: spec.SpecSet, generation: int) -> SpecView:
+        policies = sorted(spec_set.of_kind("CapacityPolicy"), key=lambda p: (p.metadata.name != "default",
+                                                                             p.metadata.name))
+        if len(policies) > 1:
+            log.warning("event=several_policies using=%s ignored=%s", policies[0].metadata.name,
+                        ",".join(p.metadata.name for p in policies[1:]))
+        return cls(generation,
+                   {d.metadata.name: d for d in spec_set.of_kind("ModelDeployment")},
+                   policies[0].spec if policies else None,
+                   {c.metadata.name: c for c in spec_set.of_kind("Cluster")},
+                   spec_set.context.latency_map)
+
+    @classmethod
+    def empty(cls) -> SpecView:
+        return cls(0, {}, None, {}, latency.default())
+
+
+class Autoscaler:
+    """Runs the autoscaling policy for every deployment and keeps each one's state between calls."""
+
+    def __init__(self, policy: autoscaler.Policy | None = None):
+        self.policy = policy or autoscaler.get()
+        self.states: dict[str, autoscaler.AutoscaleState] = {}
+        self.decisions: dict[str, autoscaler.Decision] = {}
+
+    def decide(self, specs: SpecView, snapshot: fleet_mod.FleetSnapshot, demand: Iterable[records.Demand],
+               now_s: float, *, doomed: Collection[str] = (), commit: bool = True) -> dict[str, autoscaler.Decision]:
+        """Decisions for every deployment in ``specs``; with ``commit`` false nothing is remembered
+        (a dry run)."""
+        demand = list(demand)
+        out: dict[str, autoscaler.Decision] = {}
+        for name, dep in sorted(specs.deployments.items()):
+            ready = [r.load for _, r in snapshot.replicas()
+                     if r.deployment == name and r.state is fm.ReplicaState.READY and r.replica_id not in doomed]
+            live = sum(1 for _, r in snapshot.replicas() if r.deployment == name
+                       and r.state in (fm.ReplicaState.READY, fm.ReplicaState.STARTING) and r.replica_id not in doomed)
+            last = self.decisions.get(name)
+            served = dep.spec.model.served_name
+            traffic = tuple(autoscaler.RegionTraffic(d.client_region, d.requests_per_s, d.in_flight, d.ttft_p99_ms)
+                            for d in demand if d.model == served)
+            cap = throughput.capacity_rps(dep.spec)
+            try:
+                ctx = autoscaler.AutoscaleContext(name, dep.spec, now_s, last.replicas if last else live,
+                                                  tuple(ready), traffic, cap if cap and cap > 0 else None)
+                decision, state = self.policy.decide(ctx, self.states.get(name, autoscaler.AutoscaleState()))
+            except ValueError as exc:
+                log.error("event=autoscale_error deployment=%s error=%r", name, str(exc))
+                if last is None:
+                    continue
+                decision, state = last, self.states.get(name, autoscaler.AutoscaleState())
+            out[name] = decision
+            if commit:
+                self.states[name] = state
+                self.decisions[name] = decision
+        if commit:
+            for gone in set(self.states) - set(specs.deployments):
+                self.states.pop(gone, None)
+                self.decisions.pop(gone, None)
+        return out
+
+
+def counted_replicas(snapshot: fleet_mod.FleetSnapshot, draining: Collection[str],
+                     doomed: Collection[str]) -> list[tuple[fleet_mod.ClusterView, fm.ReplicaReport]]:
+    """Replicas that hold their place: STARTING or READY, not being drained, not doomed."""
+    return [(c, r) for c, r in snapshot.replicas()
+            if r.state in (fm.ReplicaState.STARTING, fm.ReplicaState.READY) and r.replica_id not in draining
+            and r.replica_id not in doomed]
+
+
+def observed_placement(snapshot: fleet_mod.FleetSnapshot, pending_starts: Iterable[tuple[str, fm.StartReplica]],
+                       draining: Collection[str], doomed: Collection[str]) -> problem.Placement:
+    """The current placement: replicas agents report (adopted as they are) plus starts on their way."""
+    counts = [(r.deployment, problem.pool_key(c.cluster_id, r.pool_id), 1)
+              for c, r in counted_replicas(snapshot, draining, doomed)]
+    reported = {r.replica_id for _, r in snapshot.replicas()}
+    counts += [(s.deployment, problem.pool_key(cid, s.pool_id), 1) for cid, s in pending_starts
+               if s.replica_id not in reported]
+    return problem.Placement.from_counts(counts)
+
+
+def pool_offers(snapshot: fleet_mod.FleetSnapshot, specs: SpecView, *, held_gpus: Mapping[str, int],
+                no_growth: Mapping[str, str],
+                offers: catalog.Catalog | None = None) -> tuple[list[problem.PoolOffer], dict[str, str]]:
+    """A PoolOffer per pool of a live cluster, priced from the catalog and policy when the catalog
+    knows the instance (else the agent's price). Pools in stock-out backoff may not grow: they offer
+    only what is free now plus what the current placement holds, and are excluded when that is 0."""
+    offers = offers or catalog.instances.default()
+    out: list[problem.PoolOffer] = []
+    excluded: dict[str, str] = {}
+    for c in snapshot.live():
+        ident = c.identity
+        for _, pool in sorted(c.pools.items()):
+            key = problem.pool_key(c.cluster_id, pool.pool_id)
+            price = None
+            offer = offers.lookup(ident.cloud.value, pool.instance_type, ident.region)
+            if offer is not None:
+                price = inputs.price_per_node_hour(ident.cloud.value, ident.region, pool.instance_type,
+                                                   pool.tier.value, offer, specs.policy)
+            if pool.gpus_per_node <= 0:
+                log.warning("event=pool_skipped pool=%s reason='gpus_per_node is 0'", key)
+                continue
+            po = problem.PoolOffer.of(c.cluster_id, ident.cloud.value, ident.region, pool,
+                                      gpus_held_by_current=held_gpus.get(key, 0), price_per_node_hour_usd=price)
+            if key in no_growth:
+                room = max(0, pool.gpus_free) + held_gpus.get(key, 0)
+                po = dataclasses.replace(po, gpus_capacity=min(po.gpus_capacity, room))
+                if po.gpus_capacity == 0:
+                    excluded[key] = no_growth[key]
+            out.append(po)
+    return out, excluded
+
+
+def declared_offers(specs: SpecView) -> list[problem.PoolOffer]:
+    """Pools as the Cluster specs declare them (for a dry run before any agent reported)."""
+    return inputs.pools_from_clusters(specs.clusters.values(), specs.policy)
+
+
+def build_problem(specs: SpecView, decisions: Mapping[str, autoscaler.Decision], pools: list[problem.PoolOffer],
+                  excluded: Mapping[str, str]) -> problem.PlacementProblem:
+    demands = [problem.DeploymentDemand.of(dep, decisions[name].replicas_by_region if name in decisions else {},
+                                           specs.policy)
+               for name, dep in sorted(specs.deployments.items())]
+    return problem.PlacementProblem(tuple(demands), tuple(pools), specs.policy, specs.latency_map, dict(excluded))
+
+
+async def solve_async(prob: problem.PlacementProblem, *, time_limit_s: float, current: problem.Placement | None,
+                      settings: problem.SolverSettings | None = None) -> problem.PlacementResult:
+    return await asyncio.to_thread(solver.solve, prob, time_limit_s=time_limit_s, current=current, settings=settings)
+
+
+def held_gpus_by_pool(snapshot: fleet_mod.FleetSnapshot, pending_starts: Iterable[tuple[str, fm.StartReplica]],
+                      draining: Collection[str], doomed: Collection[str]) -> dict[str, int]:
+    held: dict[str, int] = {}
+    for c, r in counted_replicas(snapshot, draining, doomed):
+        key = problem.pool_key(c.cluster_id, r.pool_id)
+        held[key] = held.get(key, 0) + max(1, r.gpu_count)
+    reported = {r.replica_id for _, r in snapshot.replicas()}
+    for cid, s in pending_starts:
+        if s.replica_id not in reported:
+            key = problem.pool_key(cid, s.pool_id)
+            held[key] = held.get(key, 0) + s.gpu_count
+    return held

@@ -1,0 +1,236 @@
+"""One scheduler process: the state store, leader election, the gRPC server (agents, routers), the
+admin API and the control loop, wired together.
+
+Every node serves the admin API and routers; only the leader accepts agents and sends directives.
+On gaining the lease a node loads the open directives and the specs, resets its routing publisher,
+and then (only then) accepts agent streams; on losing it, it closes every agent stream (agents
+reconnect to the new leader) and forgets its fleet view."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+
+import grpc
+from aiohttp import web
+
+from meridian.v1 import capacity_pb2_grpc, routing_pb2_grpc
+from scheduler import clock as clock_mod
+from scheduler import config as config_mod
+from scheduler import metrics as metrics_mod
+from scheduler import reconciler, state
+from scheduler.admin import api as admin_api
+from scheduler.control import events as events_mod
+from scheduler.control import fleet as fleet_mod
+from scheduler.control import intake as intake_mod
+from scheduler.control import loop as loop_mod
+from scheduler.control import routes
+from scheduler.server import agents, auth, capacity, routing
+from scheduler.state import election, records
+
+log = logging.getLogger("meridian.scheduler.service")
+
+
+class SchedulerService:
+    def __init__(self, config: config_mod.SchedulerConfig, *, clock: clock_mod.Clock | None = None,
+                 store: state.StateStore | None = None, env: Mapping[str, str] | None = None,
+                 tokens: auth.TokenBook | None = None, admin_auth: auth.AdminAuth | None = None):
+        self.config = config
+        self.clock = clock or clock_mod.SystemClock()
+        self.env = env
+        self.metrics = metrics_mod.SchedulerMetrics()
+        self.store = store or state.open_store(config.state_url, namespace=config.namespace, clock=self.clock)
+        tokens_file = auth.TokensFile.load(config.tokens_file) if config.tokens_file else None
+        self.tokens = tokens or auth.TokenBook(tokens_file, env=env)
+        self.admin_auth = admin_auth or auth.AdminAuth.load(token_file=config.admin_token_file, env=env)
+        self.spec_store = records.SpecStore(self.store)
+        self.traffic = records.TrafficLog(self.store)
+        self.routing_store = records.RoutingStore(self.store)
+        self.hub = agents.AgentHub()
+        self.route_hub = routing.RouteHub()
+        self.fleet = fleet_mod.FleetView(config.lost_after_s)
+        self.events = events_mod.EventTracker(base_s=config.stock_out_backoff_s, max_s=config.stock_out_backoff_max_s)
+        self.executor = reconciler.Executor(
+            log_store=records.DirectiveLog(self.store), transport=self.hub, clock=self.clock, metrics=self.metrics,
+            timeouts=reconciler.Timeouts(ack_s=config.ack_timeout_s, start_s=config.start_timeout_s))
+        self.publisher = routes.RoutePublisher(store=self.routing_store, hub=self.route_hub, clock=self.clock,
+                                               scheduler_id=config.scheduler_id,
+                                               load_refresh_s=config.routes_load_refresh_s, metrics=self.metrics)
+        self.loop = loop_mod.ControlLoop(
+            config=config, clock=self.clock, spec_store=self.spec_store, traffic=self.traffic, fleet=self.fleet,
+            events=self.events, executor=self.executor, publisher=self.publisher, metrics=self.metrics,
+            tokens=self.tokens, fence=lambda: self.token, on_fenced=self._fenced, env=env)
+        self.intake = intake_mod.Intake(fleet=self.fleet, executor=self.executor, events=self.events,
+                                        metrics=self.metrics, fence=lambda: self.token, wake=self.loop.wake,
+                                        on_fenced=self._fenced)
+        advertise = config.advertise_grpc_address or config.grpc_address
+        self.elector = election.LeaderElector(
+            self.store, config.scheduler_id, ttl_s=config.lease_ttl_s, renew_interval_s=config.lease_renew_interval_s,
+            poll_interval_s=config.standby_poll_interval_s, clock=self.clock,
+            meta={"grpc": advertise, "admin": config.admin_address}, on_elected=self._elected,
+            on_deposed=self._deposed)
+        self._term_token = 0
+        self._leader: state.Lease | None = None
+        self._grpc: grpc.aio.Server | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task] = []
+        self.grpc_port = 0
+        self.admin_port = 0
+        self._started_at = time.time()
+
+    # ------------------------------------------------------------ leadership (for the gRPC edge)
+
+    @property
+    def token(self) -> int:
+        """Fencing token while this node leads *and* has finished taking over; else 0."""
+        return self._term_token if self.elector.token == self._term_token else 0
+
+    def leader_hint(self) -> str:
+        lease = self._leader
+        return lease.meta.get("grpc", "") if lease is not None else ""
+
+    async def _elected(self, lease: state.Lease) -> None:
+        self.metrics.leader_changes.labels("leader").inc()
+        try:
+            await self.loop.start_term()
+        except state.StateError as exc:
+            self.metrics.errors.labels("term_start").inc()
+            log.error("event=term_start_failed error=%r; resigning", str(exc))
+            await self.elector.resign()
+            return
+        self._term_token = lease.token
+        self._leader = lease
+        self.metrics.is_leader.set(1)
+        self.metrics.fencing_token.set(lease.token)
+        self.loop.wake("elected")
+        log.info("event=leading scheduler=%s token=%d", self.config.scheduler_id, lease.token)
+
+    async def _deposed(self, lease: state.Lease) -> None:
+        self._term_token = 0
+        self.metrics.is_leader.set(0)
+        self.metrics.fencing_token.set(0)
+        self.metrics.leader_changes.labels("standby").inc()
+        self.hub.close_all("this scheduler is no longer the leader")
+        self.loop.end_term()
+        log.warning("event=standing_down scheduler=%s token=%d", self.config.scheduler_id, lease.token)
+
+    def _fenced(self) -> None:
+        """The store refused a fenced write: another node leads. Stop acting at once; the elector
+        confirms on its next round."""
+        if self._term_token:
+            log.warning("event=fenced scheduler=%s token=%d", self.config.scheduler_id, self._term_token)
+            self._term_token = -1  # never equal to a real token
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._grpc = grpc.aio.server(options=[("grpc.keepalive_time_ms", 20_000),
+                                              ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+                                              ("grpc.keepalive_permit_without_calls", 1)])
+        capacity_pb2_grpc.add_CapacityServiceServicer_to_server(capacity.CapacityServicer(
+            scheduler_id=self.config.scheduler_id, leadership=self, tokens=self.tokens, hub=self.hub,
+            sink=self.intake, metrics=self.metrics, clock=self.clock,
+            heartbeat_interval_s=self.config.heartbeat_interval_s), self._grpc)
+        routing_pb2_grpc.add_RoutingServiceServicer_to_server(routing.RoutingServicer(
+            hub=self.route_hub, tokens=self.tokens, traffic=self, metrics=self.metrics, clock=self.clock), self._grpc)
+        self.grpc_port = self._grpc.add_insecure_port(self.config.grpc_address)
+        if not self.grpc_port:
+            raise OSError(f"cannot listen on grpc_address {self.config.grpc_address}")
+        await self._grpc.start()
+        app = admin_api.build_app(admin_api.AdminContext(
+            spec_store=self.spec_store, traffic=self.traffic, loop=self.loop, tokens=self.tokens,
+            admin_auth=self.admin_auth, metrics=self.metrics, clock=self.clock, status=self.status,
+            is_leader=lambda: bool(self.token), solve_time_limit_s=self.config.solve_time_limit_s, env=self.env))
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        host, port = self.config.admin_address.rsplit(":", 1)
+        site = web.TCPSite(self._runner, host, int(port))
+        await site.start()
+        self.admin_port = self._runner.addresses[0][1]  # the real port when 0 was asked
+        stored = await self.routing_store.load()
+        if stored is not None:
+            self.route_hub.publish(stored)
+        self._tasks = [asyncio.create_task(self.elector.run(), name="elector"),
+                       asyncio.create_task(self.loop.run(), name="control-loop"),
+                       asyncio.create_task(self._standby_duties(), name="standby")]
+        log.info("event=started scheduler=%s grpc_port=%d admin_port=%d state=%s", self.config.scheduler_id,
+                 self.grpc_port, self.admin_port, self.config.state_url.split("@")[-1])
+
+    async def _standby_duties(self) -> None:
+        """Learn who leads (for redirects and status) and, while standing by, follow the routing
+        table the leader stores so routers connected here stay current."""
+        while True:
+            try:
+                self._leader = await self.store.lease()
+                if not self.token:
+                    await self.publisher.follow()
+            except state.StateError as exc:
+                self.metrics.errors.labels("standby").inc()
+                log.warning("event=standby_error error=%r", str(exc))
+            await self.clock.sleep(self.config.standby_poll_interval_s)
+
+    async def stop(self, grace_s: float = 2.0) -> None:
+        self.loop.stop()
+        try:
+            await self.elector.resign()
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self.hub.close_all("scheduler shutting down")
+            if self._grpc is not None:
+                await self._grpc.stop(grace_s)
+            if self._runner is not None:
+                await self._runner.cleanup()
+            await self.store.close()
+        log.info("event=stopped scheduler=%s", self.config.scheduler_id)
+
+    # ------------------------------------------------------------ traffic sink, status
+
+    async def record_traffic(self, report, now_s: float) -> int:
+        return await self.traffic.record(report, now_s)
+
+    async def status(self) -> dict:
+        now = self.clock.now()
+        snap = self.fleet.snapshot(now)
+        plan = self.loop.plan
+        tick = self.loop.last_tick
+        lease = self._leader
+        return {
+            "scheduler_id": self.config.scheduler_id,
+            "leader": bool(self.token),
+            "fencing_token": self.token,
+            "current_leader": {"id": lease.holder, "token": lease.token, **dict(lease.meta)} if lease else None,
+            "adopting": bool(self.token) and now < self.loop.adopt_until_s,
+            "spec_generation": self.loop.specs.generation,
+            "routing_version": self.route_hub.version,
+            "clusters": [{"cluster_id": c.cluster_id, "cloud": c.identity.cloud.value, "region": c.identity.region,
+                          "connected": c.connected, "lost": c.lost, "reported": c.reported,
+                          "silent_s": round(now - c.last_seen_s, 1), "pools": len(c.pools),
+                          "replicas": _count_states(c)} for c in sorted(snap.clusters.values(),
+                                                                        key=lambda c: c.cluster_id)],
+            "plan": None if plan is None else {
+                "status": plan.result.status.value, "at": plan.at_s, "trigger": plan.trigger,
+                "cost_per_hour_usd": round(plan.result.cost_per_hour_usd, 4),
+                "solve_time_s": round(plan.result.solve_time_s, 4), "placement": plan.result.placement.to_dict(),
+                "unplaced": [{"deployment": u.deployment, "client_region": u.client_region,
+                              "replicas": round(u.replicas, 3), "constraint": u.constraint, "reason": u.reason}
+                             for u in plan.result.unplaced]},
+            "open_directives": [{"id": r.directive_id, "cluster_id": r.cluster_id, "status": r.status.value,
+                                 "action": records.action_name(r.directive.action), "age_s": round(now - r.created_at, 1)}
+                                for r in self.executor.open_records()[:100]],
+            "held": [{"cluster_id": h.cluster_id, "what": h.what, "reason": h.reason}
+                     for h in (tick.held[:100] if tick else ())],
+            "stocked_out_pools": self.events.no_growth(now),
+            "doomed_replicas": {k: round(v - now, 1) for k, v in self.events.doomed.items()},
+            "cluster_token_problems": dict(self.tokens.problems),
+        }
+
+
+def _count_states(c: fleet_mod.ClusterView) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in c.replicas.values():
+        out[r.state.value] = out.get(r.state.value, 0) + 1
+    return out
