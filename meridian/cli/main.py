@@ -16,6 +16,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("meridian.cli.schema", "print the JSON Schema of every spec kind"),
     "emulator": ("runtime_adapter.emulator.cli", "run an SGLang-compatible emulator (no GPU needed)"),
     "agent": ("agents.cli", "run one cluster's agent (--cluster FILE [--name CLUSTER])"),
+    "scheduler": ("meridian.cli.scheduler", "run a scheduler node (gRPC, admin API, control loop)"),
+    "apply": ("meridian.cli.apply", "apply spec files to the scheduler (-f FILE)"),
+    "get": ("meridian.cli.get", "list applied specs or print one (get [KIND [NAME]])"),
+    "delete": ("meridian.cli.delete", "delete an applied spec (delete KIND NAME)"),
+    "plan": ("meridian.cli.plan", "dry run: placement, diff, cost before/after, SLA risks (-f FILE)"),
 }
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
