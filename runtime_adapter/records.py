@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import tempfile
 from typing import Any
 
 from meridian import fleet
+
+log = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
 
@@ -91,7 +94,8 @@ def load_all(state_dir: str) -> list[ReplicaRecord]:
         if name.endswith(".replica.json"):
             try:
                 out.append(load(os.path.join(state_dir, name)))
-            except (OSError, ValueError, TypeError, KeyError):
+            except (OSError, ValueError, TypeError, KeyError) as exc:
+                log.warning("event=record_unreadable path=%s error=%r", name, str(exc))
                 continue
     return out
 

@@ -1,0 +1,67 @@
+"""Emulator settings from SGLang flags, emulator flags and MERIDIAN_EMULATOR_* variables."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from runtime_adapter import emulator
+from runtime_adapter.emulator import config
+
+
+def test_env_supplies_emulator_settings():
+    """MERIDIAN_EMULATOR_* variables set emulator-only settings and faults."""
+    env = {"MERIDIAN_EMULATOR_GPU_TYPE": "L4", "MERIDIAN_EMULATOR_SPEEDUP": "20", "MERIDIAN_EMULATOR_HANG": "1",
+           "MERIDIAN_EMULATOR_CRASH_AFTER_REQUESTS": "3"}
+    cfg = config.parse_args(["--model-path", "m", "--port", "1"], env=env)
+    assert (cfg.gpu_type, cfg.speedup) == ("L4", 20.0)
+    assert cfg.faults.hang and cfg.faults.crash_after_requests == 3
+
+
+def test_flags_take_precedence_over_env():
+    """An explicit flag wins over the environment."""
+    cfg = config.parse_args(["--model-path", "m", "--gpu-type", "H200"], env={"MERIDIAN_EMULATOR_GPU_TYPE": "L4"})
+    assert cfg.gpu_type == "H200"
+
+
+def test_unknown_sglang_flags_are_ignored():
+    """Other SGLang flags (passed through extra_args) do not stop the emulator."""
+    cfg = config.parse_args(["--model-path", "m", "--trust-remote-code", "--kv-cache-dtype", "fp8_e5m2",
+                             "--some-future-flag", "7"], env={})
+    assert cfg.model_path == "m"
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["--model-path", "m", "--gpu-type", "X100"], "gpu_type"),
+    (["--model-path", "m", "--served-model-name", "a:b"], "served_model_name"),
+    (["--model-path", "m", "--error-rate", "2"], "error_rate"),
+    (["--model-path", "m", "--speedup", "0"], "speedup"),
+])
+def test_bad_values_name_the_field(argv, field):
+    """Invalid settings fail with an error naming the field."""
+    with pytest.raises(pydantic.ValidationError, match=field):
+        config.parse_args(argv, env={})
+
+
+def test_model_path_is_required():
+    """Without --model-path the emulator refuses to start, saying so."""
+    with pytest.raises(ValueError, match="--model-path"):
+        config.parse_args([], env={})
+
+
+def test_environment_helper_round_trips():
+    """environment() produces variables that parse back to the same settings."""
+    env = emulator.environment(gpu_type="A10G", speedup=5, startup_delay_s=0.1, error_rate=0.5, fail_startup=True)
+    cfg = config.parse_args(["--model-path", "m"], env=env)
+    assert (cfg.gpu_type, cfg.speedup, cfg.startup_delay_s) == ("A10G", 5.0, 0.1)
+    assert cfg.faults.error_rate == 0.5 and cfg.faults.fail_startup
+    with pytest.raises(pydantic.ValidationError, match="gpu_type"):
+        emulator.environment(gpu_type="nope")
+
+
+def test_unknown_model_uses_a_small_default_architecture():
+    """A model path outside the known table gets the small default architecture."""
+    cfg = config.parse_args(["--model-path", "/models/custom"], env={})
+    assert cfg.architecture.parameters_b < 1.0
+    known = config.parse_args(["--model-path", "meta-llama/Llama-3.1-70B-Instruct"], env={})
+    assert known.architecture.parameters_b > 70
