@@ -1,0 +1,17 @@
+"""Meridian agents: one per GPU cluster, the scheduler's eyes (GPU inventory from the cloud's own
+API, replica load) and hands (replicas started and drained through the runtime adapter, pools
+resized), over the ``meridian.v1.CapacityService.Connect`` stream.
+
+    cluster = agents.config.load_cluster(["cluster.yaml"], "aws-use1")
+    agent = agents.build(cluster, token=..., state_dir=..., replica_settings=agents.config.replica_settings(cluster))
+    await agent.run(stop_event)
+
+Providers (``sim``, ``aws``, ``gcp``, ``azure``) live in ``agents.providers``; fakes of the cloud
+APIs and a small test scheduler in ``agents.testing``."""
+
+from agents import allocation, backoff, config, directives, metrics, outbox, providers, replicas, state, stream
+from agents.agent import AGENT_VERSION, Agent, AgentOptions, build
+from agents.config import ConfigError
+
+__all__ = ["AGENT_VERSION", "Agent", "AgentOptions", "ConfigError", "allocation", "backoff", "build", "config",
+           "directives", "metrics", "outbox", "providers", "replicas", "state", "stream"]

@@ -1,0 +1,321 @@
+"""The replica manager: runs replicas through the runtime adapter on the cluster's GPUs, remembers
+where each one sits, re-adopts running engines after an agent restart, and turns their states into
+reports and crash notices.
+
+Engines run in the adapter's adoptable mode (``survive_supervisor_exit``): they outlive the agent,
+so a crashed or upgraded agent does not take serving capacity down (static stability). What the
+adapter's record lacks (deployment, revision, pool, node) the agent keeps in a placement file per
+replica; a running engine without a placement, or a placement without an engine, is cleaned up at
+adoption, so a restart leaves neither duplicates nor orphans."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import pathlib
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import aiohttp
+import runtime_adapter
+from runtime_adapter import records as adapter_records
+from runtime_adapter.emulator import settings as emulator_settings
+
+from meridian.fleet import models
+
+from agents import allocation, state
+
+log = logging.getLogger(__name__)
+
+LIVE_STATES = (models.ReplicaState.STARTING, models.ReplicaState.READY, models.ReplicaState.DRAINING)
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when nothing listens on host:port (a bind test; SO_REUSEADDR as servers use it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def bind_host_for(advertise_host: str) -> str:
+    """Engines bind the advertised address when it is loopback (one-box setups), every interface
+    otherwise (the advertised name may be a DNS name or a NAT'd address)."""
+    return advertise_host if advertise_host.startswith("127.") or advertise_host == "localhost" else "0.0.0.0"
+
+
+def is_emulator(engine_command: Sequence[str]) -> bool:
+    return "runtime_adapter.emulator" in engine_command
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """The agent's own record of a replica, beside the adapter's engine record."""
+
+    replica_id: str
+    deployment: str
+    revision: str
+    pool_id: str
+    node_id: str
+    gpu_count: int
+    gpu_type: str = ""
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Placement:
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+
+@dataclasses.dataclass
+class Managed:
+    handle: runtime_adapter.Replica
+    placement: Placement
+    port: int
+    gpu_ids: tuple[int, ...]
+    last_state: models.ReplicaState
+    last_restarts: int = 0
+    ended_at: float | None = None  # wall time it reached STOPPED or FAILED
+    note: str = ""  # why the agent ended it, when it did (lost node)
+
+    @property
+    def state(self) -> models.ReplicaState:
+        return self.handle.state
+
+    @property
+    def holding(self) -> allocation.Holding:
+        p = self.placement
+        return allocation.Holding(p.replica_id, p.pool_id, p.node_id, self.gpu_ids, self.port)
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """A replica state transition seen by ``poll``; ``crashed`` when the engine failed by itself."""
+
+    replica_id: str
+    old: models.ReplicaState
+    new: models.ReplicaState
+    crashed: bool
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaSettings:
+    """How replicas are launched (from the Cluster spec's agent settings, plus adapter tuning)."""
+
+    advertise_host: str = "127.0.0.1"
+    port_range: tuple[int, int] = (31000, 31999)
+    engine_command: tuple[str, ...] = tuple(runtime_adapter.SGLANG_COMMAND)
+    cache_dir: str | None = None
+    engine_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    api_key: str | None = None
+    supervisor: runtime_adapter.SupervisorConfig = runtime_adapter.SupervisorConfig(survive_supervisor_exit=True)
+    ended_linger_s: float = 120.0  # how long STOPPED/FAILED replicas stay in reports
+
+
+class ReplicaManager:
+    def __init__(self, settings: ReplicaSettings, state_dir: pathlib.Path, *,
+                 adapter_metrics: runtime_adapter.AdapterMetrics | None = None,
+                 clock: Callable[[], float] = time.time,
+                 is_port_free: Callable[[int], bool] | None = None):
+        if not settings.supervisor.survive_supervisor_exit:
+            raise ValueError("the agent runs engines in the adapter's adoptable mode: "
+                             "settings.supervisor.survive_supervisor_exit must be True")
+        self.settings = settings
+        self._bind_host = bind_host_for(settings.advertise_host)
+        self._engine_dir = state_dir / "replicas"
+        self._placement_dir = state_dir / "placements"
+        self._adapter_metrics = adapter_metrics or runtime_adapter.AdapterMetrics()
+        self._clock = clock
+        self._is_port_free = is_port_free or (lambda port: port_is_free(self._bind_host, port))
+        self._replicas: dict[str, Managed] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._reserved_ports: set[int] = set()
+
+    # ------------------------------------------------------------------ views
+
+    def get(self, replica_id: str) -> Managed | None:
+        return self._replicas.get(replica_id)
+
+    def all(self) -> list[Managed]:
+        return list(self._replicas.values())
+
+    def holdings(self) -> list[allocation.Holding]:
+        """GPUs and ports held by replicas whose engine may be running."""
+        return [m.holding for m in self._replicas.values() if m.state in LIVE_STATES]
+
+    def used_ports(self) -> set[int]:
+        return {h.port for h in self.holdings()} | self._reserved_ports
+
+    def choose_port(self) -> int | None:
+        return allocation.choose_port(self.settings.port_range, self.used_ports(), self._is_port_free)
+
+    def reports(self) -> list[models.ReplicaReport]:
+        out = []
+        for m in self._replicas.values():
+            p = m.placement
+            report = m.handle.report(p.deployment, p.revision, p.pool_id, p.gpu_count)
+            if m.note and report.state in (models.ReplicaState.FAILED, models.ReplicaState.STOPPED):
+                report = dataclasses.replace(report, message=m.note + (f"; {report.message}" if report.message else ""))
+            out.append(report)
+        return out
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _ensure_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    def _replica_kwargs(self) -> dict:
+        s = self.settings
+        return dict(api_key=s.api_key, cache_dir=s.cache_dir, config=s.supervisor, session=self._ensure_session(),
+                    state_dir=str(self._engine_dir), metrics=self._adapter_metrics, advertise_host=s.advertise_host)
+
+    def _engine_env(self, gpu_type: str) -> dict[str, str]:
+        env = dict(self.settings.engine_env)
+        if is_emulator(self.settings.engine_command) and gpu_type:
+            try:
+                env = {**emulator_settings.environment(gpu_type=gpu_type), **env}
+            except ValueError:
+                log.warning("emulator does not model gpu_type=%s; using its default", gpu_type)
+        return env
+
+    def prepare(self, action: models.StartReplica, *, node_id: str, gpu_ids: tuple[int, ...], port: int,
+                gpu_type: str) -> Managed:
+        """Build (not start) the replica; raises ``runtime_adapter.LaunchError`` for a spec the engine
+        cannot run, before anything is reserved or spawned."""
+        handle = runtime_adapter.Replica(
+            action.runtime, action.replica_id, port=port, host=self._bind_host, gpu_ids=gpu_ids,
+            engine_command=self.settings.engine_command, env=self._engine_env(gpu_type), **self._replica_kwargs())
+        placement = Placement(action.replica_id, action.deployment, action.revision, action.pool_id, node_id,
+                              action.gpu_count, gpu_type)
+        return Managed(handle=handle, placement=placement, port=port, gpu_ids=gpu_ids,
+                       last_state=models.ReplicaState.STARTING)
+
+    async def launch(self, managed: Managed) -> None:
+        """Record the placement, then start the engine under supervision."""
+        rid = managed.placement.replica_id
+        if rid in self._replicas:
+            raise ValueError(f"replica {rid!r} is already managed")
+        state.write_json_atomic(self._placement_dir / f"{rid}.json", managed.placement.to_json())
+        self._replicas[rid] = managed
+        try:
+            await managed.handle.start()
+        except BaseException:
+            self._replicas.pop(rid, None)
+            (self._placement_dir / f"{rid}.json").unlink(missing_ok=True)
+            raise
+        log.info("replica started replica=%s pool=%s node=%s gpus=%s port=%d", rid, managed.placement.pool_id,
+                 managed.placement.node_id, list(managed.gpu_ids), managed.port)
+
+    async def wait_ready(self, replica_id: str, timeout_s: float) -> None:
+        await self._replicas[replica_id].handle.wait_ready(timeout_s)
+
+    async def drain(self, replica_id: str, deadline_s: float) -> runtime_adapter.DrainResult:
+        m = self._replicas[replica_id]
+        result = await m.handle.drain(deadline_s)
+        self._ended(m)
+        return result
+
+    async def stop(self, replica_id: str, note: str = "") -> None:
+        m = self._replicas[replica_id]
+        m.note = note or m.note
+        await m.handle.stop()
+        self._ended(m)
+
+    def _ended(self, m: Managed) -> None:
+        if m.ended_at is None:
+            m.ended_at = self._clock()
+        (self._placement_dir / f"{m.placement.replica_id}.json").unlink(missing_ok=True)
+
+    def forget(self, replica_id: str) -> None:
+        m = self._replicas.pop(replica_id, None)
+        if m is not None:
+            self._ended(m)
+
+    async def adopt_all(self) -> tuple[list[str], list[str]]:
+        """Re-attach engines left running by a previous agent. Returns (adopted ids, cleaned-up ids):
+        an engine without a placement is stopped (an orphan), a placement without a live engine is
+        dropped (the scheduler sees the replica gone from the next complete report)."""
+        placements: dict[str, Placement] = {}
+        if self._placement_dir.is_dir():
+            for path in sorted(self._placement_dir.glob("*.json")):
+                try:
+                    p = Placement.from_json(json.loads(path.read_text()))
+                    placements[p.replica_id] = p
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    log.error("unreadable placement path=%s error=%s; removing it", path, exc)
+                    path.unlink(missing_ok=True)
+        adopted, cleaned = [], []
+        for record in adapter_records.load_all(str(self._engine_dir)):
+            placement = placements.pop(record.replica_id, None)
+            try:
+                handle = await runtime_adapter.Replica.adopt(record, engine_command=self.settings.engine_command,
+                                                             **self._replica_kwargs())
+            except runtime_adapter.AdoptError as exc:
+                log.warning("cannot re-adopt replica=%s error=%s; dropping it", record.replica_id, exc)
+                adapter_records.remove(str(self._engine_dir), record.replica_id)
+                if placement is not None:
+                    (self._placement_dir / f"{record.replica_id}.json").unlink(missing_ok=True)
+                cleaned.append(record.replica_id)
+                continue
+            if placement is None:
+                log.warning("engine without placement replica=%s pid=%s: stopping the orphan", record.replica_id, record.pid)
+                await handle.stop()
+                cleaned.append(record.replica_id)
+                continue
+            self._replicas[record.replica_id] = Managed(handle=handle, placement=placement, port=record.port,
+                                                        gpu_ids=tuple(record.gpu_ids), last_state=handle.state,
+                                                        last_restarts=handle.restarts)
+            adopted.append(record.replica_id)
+            log.info("replica re-adopted replica=%s pid=%s port=%d", record.replica_id, record.pid, record.port)
+        for rid in placements:
+            log.warning("placement without engine replica=%s: dropping it", rid)
+            (self._placement_dir / f"{rid}.json").unlink(missing_ok=True)
+            cleaned.append(rid)
+        return adopted, cleaned
+
+    def poll(self) -> list[Change]:
+        """State transitions since the last poll; drops ended replicas after ``ended_linger_s``."""
+        changes = []
+        now = self._clock()
+        for rid, m in list(self._replicas.items()):
+            st = m.state
+            restarted = m.handle.restarts > m.last_restarts
+            if st != m.last_state or restarted:
+                crashed = (st == models.ReplicaState.FAILED and not m.note) or restarted or (
+                    m.last_state == models.ReplicaState.READY and st == models.ReplicaState.STARTING)
+                changes.append(Change(rid, m.last_state, st, crashed, m.handle.message))
+                m.last_state, m.last_restarts = st, m.handle.restarts
+            if st in (models.ReplicaState.STOPPED, models.ReplicaState.FAILED):
+                self._ended(m)
+                if m.ended_at is not None and now - m.ended_at >= self.settings.ended_linger_s:
+                    del self._replicas[rid]
+        return changes
+
+    async def close(self, *, stop_replicas: bool) -> None:
+        """Agent shutdown: stop every engine, or detach them so the next agent re-adopts them."""
+        for m in list(self._replicas.values()):
+            if m.state not in LIVE_STATES:
+                continue
+            try:
+                if stop_replicas:
+                    await m.handle.stop()
+                    self._ended(m)
+                else:
+                    await m.handle.detach()
+            except Exception as exc:  # one replica must not keep the others running/attached
+                log.error("replica shutdown failed replica=%s error=%s", m.placement.replica_id, exc)
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+
+
+__all__ = ["Change", "LIVE_STATES", "Managed", "Placement", "ReplicaManager", "ReplicaSettings", "bind_host_for",
+           "is_emulator", "port_is_free"]

@@ -1,0 +1,204 @@
+"""The agent's side of ``meridian.v1.CapacityService.Connect``: one long-lived bidirectional
+stream, re-established with jittered exponential backoff whenever it breaks.
+
+Per connection: Hello (cluster identity, the per-cluster token, recently completed directive ids)
+-> Welcome (scheduler id, fencing token, heartbeat interval) -> complete inventory and replica
+reports -> then, concurrently, directives in and acks/events/reports/heartbeats out. Protobuf stays
+in this module: everything crossing it is converted by ``meridian.fleet.wire``."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import pathlib
+import time
+from collections.abc import Awaitable, Callable
+
+import grpc
+
+from meridian.fleet import models, wire
+from meridian.spec import cluster as cluster_spec
+from meridian.v1 import capacity_pb2 as cap
+from meridian.v1 import capacity_pb2_grpc as cap_grpc
+
+from agents import backoff as backoff_mod
+from agents import metrics as metrics_mod
+from agents import outbox as outbox_mod
+from agents import state
+
+log = logging.getLogger(__name__)
+
+HELLO_COMPLETED_LIMIT = 256
+
+
+class StreamRejected(Exception):
+    """The scheduler closed the stream before welcoming the agent (bad token, unknown cluster)."""
+
+
+def make_channel(address: str, tls: cluster_spec.Tls | None,
+                 options: tuple[tuple[str, object], ...] = ()) -> grpc.aio.Channel:
+    """An aio channel to the scheduler: TLS (server-verified, optionally mutual) when configured."""
+    if tls is None:
+        return grpc.aio.insecure_channel(address, options=options)
+    root = pathlib.Path(tls.ca_file).expanduser().read_bytes()
+    key = pathlib.Path(tls.key_file).expanduser().read_bytes() if tls.key_file else None
+    chain = pathlib.Path(tls.cert_file).expanduser().read_bytes() if tls.cert_file else None
+    creds = grpc.ssl_channel_credentials(root_certificates=root, private_key=key, certificate_chain=chain)
+    return grpc.aio.secure_channel(address, creds, options=options)
+
+
+class StreamClient:
+    """Keeps a stream to the scheduler open and moves messages across it.
+
+    ``on_directive`` is awaited for each directive in arrival order; it must not block for long
+    (it validates, acts or starts background work, and acknowledges through the outbox)."""
+
+    def __init__(self, *, address: str, tls: cluster_spec.Tls | None, token: str, identity: models.ClusterIdentity,
+                 journal: state.DirectiveJournal, outbox: outbox_mod.Outbox,
+                 on_directive: Callable[[models.Directive], Awaitable[None]], metrics: metrics_mod.AgentMetrics,
+                 backoff: backoff_mod.Backoff, heartbeat_interval_s: float = 5.0, welcome_timeout_s: float = 15.0,
+                 clock: Callable[[], float] = time.time, channel_options: tuple[tuple[str, object], ...] = ()):
+        if not token:
+            raise ValueError("token must not be empty: the scheduler refuses an agent without its cluster token")
+        self._address = address
+        self._tls = tls
+        self._token = token
+        self._identity = identity
+        self._journal = journal
+        self._outbox = outbox
+        self._on_directive = on_directive
+        self._metrics = metrics
+        self._backoff = backoff
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._welcome_timeout_s = welcome_timeout_s
+        self._clock = clock
+        self._channel_options = channel_options
+        self.connected = False
+        self.scheduler_id = ""
+        self.sessions = 0
+        self.last_error = ""
+
+    async def run(self) -> None:
+        """Connect, serve, reconnect: until cancelled."""
+        attempt = 0
+        while True:
+            if attempt > 0:
+                self._metrics.reconnects.labels(self._metrics.cluster).inc()
+            attempt += 1
+            try:
+                await self._session()
+                self.last_error = "stream ended by the scheduler"
+            except asyncio.CancelledError:
+                raise
+            except StreamRejected as exc:
+                self.last_error = str(exc)
+                log.error("stream rejected cluster=%s error=%s", self._identity.cluster_id, exc)
+            except grpc.aio.AioRpcError as exc:
+                self.last_error = f"{exc.code().name}: {exc.details()}"
+                log.warning("stream broken cluster=%s code=%s details=%s", self._identity.cluster_id,
+                            exc.code().name, exc.details())
+            except (OSError, TimeoutError, wire.WireError) as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("stream failed cluster=%s error=%s", self._identity.cluster_id, self.last_error)
+            delay_s = self._backoff.next_delay_s()
+            log.info("reconnecting cluster=%s in_s=%.2f attempt=%d", self._identity.cluster_id, delay_s, attempt)
+            await asyncio.sleep(delay_s)
+
+    def _message(self, seq: itertools.count, **payload) -> cap.AgentMessage:
+        return cap.AgentMessage(sequence=next(seq), sent_at=wire.ts(self._clock()), **payload)
+
+    async def _session(self) -> None:
+        channel = make_channel(self._address, self._tls, self._channel_options)
+        try:
+            stub = cap_grpc.CapacityServiceStub(channel)
+            call = stub.Connect(metadata=(("authorization", f"Bearer {self._token}"),))
+            seq = itertools.count(1)
+            hello = wire.hello_to_pb(self._identity, self._token, self._journal.recent(HELLO_COMPLETED_LIMIT))
+            await call.write(self._message(seq, hello=hello))
+            first = await asyncio.wait_for(call.read(), timeout=self._welcome_timeout_s)
+            if first is grpc.aio.EOF:
+                status = await call.code()
+                details = await call.details()
+                raise StreamRejected(f"scheduler closed the stream before Welcome: {status.name}: {details}")
+            if first.WhichOneof("payload") != "welcome":
+                raise StreamRejected(f"expected Welcome first, got {first.WhichOneof('payload')}")
+            self._welcomed(first.welcome)
+            try:
+                reader = asyncio.create_task(self._read(call), name="agent-stream-read")
+                writer = asyncio.create_task(self._write(call, seq), name="agent-stream-write")
+                done, pending = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                for task in done:
+                    task.result()
+            finally:
+                self.connected = False
+                self._metrics.connected.labels(self._metrics.cluster).set(0)
+                call.cancel()
+        finally:
+            await channel.close(grace=None)
+
+    def _welcomed(self, welcome: cap.Welcome) -> None:
+        self.scheduler_id = welcome.scheduler_id
+        if welcome.heartbeat_interval_s:
+            self._heartbeat_interval_s = float(welcome.heartbeat_interval_s)
+        if not self._journal.observe_fencing_token(welcome.fencing_token):
+            log.warning("scheduler welcomed with a stale fencing token scheduler=%s token=%d highest=%d; "
+                        "its directives will be refused", welcome.scheduler_id, welcome.fencing_token,
+                        self._journal.fencing_token)
+        self.connected = True
+        self.sessions += 1
+        self._backoff.reset()
+        self._metrics.connected.labels(self._metrics.cluster).set(1)
+        self._outbox.mark_all_dirty()
+        log.info("stream up cluster=%s scheduler=%s fencing_token=%d session=%d", self._identity.cluster_id,
+                 welcome.scheduler_id, welcome.fencing_token, self.sessions)
+
+    async def _read(self, call) -> None:
+        while True:
+            msg = await call.read()
+            if msg is grpc.aio.EOF:
+                return
+            if msg.WhichOneof("payload") != "directive":
+                log.debug("ignoring scheduler message kind=%s", msg.WhichOneof("payload"))
+                continue
+            try:
+                directive = wire.directive_from_pb(msg.directive)
+            except wire.WireError as exc:
+                self._outbox.put_ack(models.DirectiveAck(msg.directive.directive_id, models.DirectiveOutcome.REFUSED,
+                                                         f"malformed directive: {exc}"))
+                self._metrics.directive("malformed", models.DirectiveOutcome.REFUSED)
+                continue
+            await self._on_directive(directive)
+
+    async def _write(self, call, seq: itertools.count) -> None:
+        last_sent = time.monotonic()
+        while True:
+            due_s = max(0.0, self._heartbeat_interval_s - (time.monotonic() - last_sent))
+            await self._outbox.wait(due_s)
+            batch = self._outbox.take()
+            messages = self._encode(batch, seq)
+            if not messages and time.monotonic() - last_sent >= self._heartbeat_interval_s:
+                messages = [("heartbeat", self._message(seq, heartbeat=cap.Heartbeat()))]
+            try:
+                for kind, msg in messages:
+                    await call.write(msg)
+                    self._metrics.messages.labels(self._metrics.cluster, kind).inc()
+            except BaseException:
+                self._outbox.requeue(batch)
+                raise
+            if messages:
+                last_sent = time.monotonic()
+
+    def _encode(self, batch: outbox_mod.Batch, seq: itertools.count) -> list[tuple[str, cap.AgentMessage]]:
+        out = [("ack", self._message(seq, ack=wire.ack_to_pb(a))) for a in batch.acks]
+        out += [("event", self._message(seq, event=wire.event_to_pb(e))) for e in batch.events]
+        if batch.inventory is not None:
+            inv = cap.Inventory(pools=[wire.pool_to_pb(p) for p in batch.inventory], complete=True)
+            out.append(("inventory", self._message(seq, inventory=inv)))
+        if batch.replicas is not None:
+            reps = cap.ReplicaReports(replicas=[wire.report_to_pb(r) for r in batch.replicas], complete=True)
+            out.append(("replicas", self._message(seq, replicas=reps)))
+        return out
