@@ -131,9 +131,9 @@ class FakeReplica:
         if self.fail_status:
             return web.json_response({"object": "error", "message": f"{self.name} failing", "type": "Error",
                                       "param": None, "code": self.fail_status}, status=self.fail_status)
+        if body.get("stream"):
+            return await self._stream(request, body)
         try:
-            if body.get("stream"):
-                return await self._stream(request, body)
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
             n = min(int(body.get("max_tokens") or self.tokens), self.tokens)

@@ -14,6 +14,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("meridian.cli.validate", "validate spec files (all errors at once)"),
     "schema": ("meridian.cli.schema", "print the JSON Schema of every spec kind"),
+    "router": ("router.cli", "run the global OpenAI-compatible router (latency-aware, failing over)"),
     "emulator": ("runtime_adapter.emulator.cli", "run an SGLang-compatible emulator (no GPU needed)"),
     "agent": ("agents.cli", "run one cluster's agent (--cluster FILE [--name CLUSTER])"),
     "scheduler": ("meridian.cli.scheduler", "run a scheduler node (gRPC, admin API, control loop)"),
