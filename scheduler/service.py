@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
 
 import grpc
@@ -78,7 +77,7 @@ class SchedulerService:
         self._tasks: list[asyncio.Task] = []
         self.grpc_port = 0
         self.admin_port = 0
-        self._started_at = time.time()
+        self._stopping = False
 
     # ------------------------------------------------------------ leadership (for the gRPC edge)
 
@@ -139,6 +138,10 @@ class SchedulerService:
         if not self.grpc_port:
             raise OSError(f"cannot listen on grpc_address {self.config.grpc_address}")
         await self._grpc.start()
+        advertise = self.config.advertise_grpc_address or self.config.grpc_address
+        host, port = advertise.rsplit(":", 1)
+        if port == "0":  # asked for any free port: advertise the one bound
+            self.elector.meta["grpc"] = f"{host}:{self.grpc_port}"
         app = admin_api.build_app(admin_api.AdminContext(
             spec_store=self.spec_store, traffic=self.traffic, loop=self.loop, tokens=self.tokens,
             admin_auth=self.admin_auth, metrics=self.metrics, clock=self.clock, status=self.status,
@@ -149,6 +152,8 @@ class SchedulerService:
         site = web.TCPSite(self._runner, host, int(port))
         await site.start()
         self.admin_port = self._runner.addresses[0][1]  # the real port when 0 was asked
+        if int(port) == 0:
+            self.elector.meta["admin"] = f"{host}:{self.admin_port}"
         stored = await self.routing_store.load()
         if stored is not None:
             self.route_hub.publish(stored)
@@ -172,6 +177,10 @@ class SchedulerService:
             await self.clock.sleep(self.config.standby_poll_interval_s)
 
     async def stop(self, grace_s: float = 2.0) -> None:
+        """Resign the lease (a standby takes over at once), then close everything. Idempotent."""
+        if self._stopping:
+            return
+        self._stopping = True
         self.loop.stop()
         try:
             await self.elector.resign()

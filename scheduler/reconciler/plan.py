@@ -11,7 +11,8 @@ Rules (all pure; the executor sends what this returns):
   of READY replicas without it; replicas that serve nothing (STARTING, FAILED) are drained freely.
   Order: doomed spot replicas, outdated revisions, then surplus (least loaded first).
 - A spot interruption notice makes the replica not count, so its replacement starts in the same
-  round; such starts are *urgent*: they pass the rate limit (and use its tokens).
+  round (or, without free GPUs, its pool is resized in that round); such directives are *urgent*:
+  they pass the rate limit (and use its tokens).
 - Rate limit per cluster: a token bucket of ``directives_per_min`` with ``burst``; what does not fit
   waits for the next round (``held``).
 - Idle nodes (beyond what replicas use and the plan needs) are released after
@@ -30,6 +31,7 @@ from scheduler.reconciler import types as t
 
 _URGENT, _RESIZE_UP, _START, _DRAIN_IDLE, _DRAIN_READY, _RESIZE_DOWN = range(6)
 _LIVE = (fm.ReplicaState.STARTING, fm.ReplicaState.READY)
+_URGENT_KEY = "urgent:"
 
 
 @dataclasses.dataclass
@@ -134,6 +136,8 @@ def _deployment(name: str, inp: t.ReconcileInput, pending_starts: dict, draining
                 urgent_left -= 1 if urgent else 0
                 if free[pool_key] < gpus:
                     waiting[pool_key] = waiting.get(pool_key, 0) + gpus
+                    if urgent:
+                        waiting[_URGENT_KEY + pool_key] = 1  # the resize serves a spot replacement
                     held.append(t.Held(pool.cluster_id, f"start {name} on {pool_key}",
                                        f"waiting for {gpus} free GPU(s) in the pool"))
                     continue
@@ -194,8 +198,10 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_starts: dic
         elif key in resizing or p.nodes_pending > 0:
             held.append(t.Held(info.cluster_id, f"grow {key}", "a resize is already under way"))
         elif nodes > have_nodes:
-            candidates.append(_Candidate(_RESIZE_UP, info.cluster_id, fm.ResizePool(p.pool_id, nodes),
-                                         f"{need} GPU(s) wanted beyond the {p.gpus_free} free"))
+            urgent = _URGENT_KEY + key in waiting
+            candidates.append(_Candidate(_URGENT if urgent else _RESIZE_UP, info.cluster_id,
+                                         fm.ResizePool(p.pool_id, nodes),
+                                         f"{need} GPU(s) wanted beyond the {p.gpus_free} free", urgent))
         else:
             held.append(t.Held(info.cluster_id, f"grow {key}", f"pool is at nodes_max ({p.nodes_max})"))
         return

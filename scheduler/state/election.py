@@ -37,7 +37,7 @@ class LeaderElector:
         self._renew_s = renew_interval_s
         self._poll_s = poll_interval_s
         self._clock = clock or clock_mod.SystemClock()
-        self._meta = dict(meta or {})
+        self.meta = dict(meta or {})
         self._on_elected = on_elected
         self._on_deposed = on_deposed
         self._lease: base.Lease | None = None
@@ -66,7 +66,7 @@ class LeaderElector:
         started = self._clock.now()
         if self._lease is None:
             try:
-                got = await self._store.acquire_lease(self.holder, self._ttl_s, self._meta)
+                got = await self._store.acquire_lease(self.holder, self._ttl_s, self.meta)
             except base.StateError as exc:
                 log.warning("event=lease_acquire_error holder=%s error=%r", self.holder, str(exc))
                 return

@@ -178,6 +178,9 @@ class SqliteStore(base.StateStore):
         return await self._run(fn)
 
     async def close(self) -> None:
+        if self._db is None:
+            return
+
         def fn():
             if self._db is not None:
                 self._db.close()

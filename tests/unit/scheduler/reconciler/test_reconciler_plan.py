@@ -207,3 +207,14 @@ def test_replicas_already_draining_are_not_drained_twice():
     opened = (t.OpenDirective("c1", fm.Directive("x-1", fm.DrainReplica("d2", 90))),)
     out = run(t.ReconcileInput(NOW, target(), {"chat-8b": dep}, pools, reps, opened))
     assert out.directives == ()
+
+
+def test_spot_replacement_without_free_gpus_resizes_at_once_past_the_rate_limit():
+    """When the replacement does not fit, the pool resize it needs is urgent too (not rate limited)."""
+    dep = deployment()
+    pools = {"c1/spot": pool("c1", "spot", free=0, nodes=1, tier=fm.Tier.SPOT)}
+    doomed = replica("c1", "spot", "s1", dep, doomed_at_s=NOW + 120)
+    empty = t.ReconcileState(buckets={"c1": (0.0, NOW)})
+    out = run(t.ReconcileInput(NOW, target(("chat-8b", "c1/spot", 1)), {"chat-8b": dep}, pools, (doomed,)), empty)
+    resizes = of_kind(out, fm.ResizePool)
+    assert [(p.directive.action.target_nodes, p.urgent) for p in resizes] == [(2, True)]

@@ -1,0 +1,225 @@
+"""The control loop on a simulated clock: plan -> directives, re-adoption after a restart, failover
+without resending, spot replacement, stock-out backoff, lost clusters."""
+
+from __future__ import annotations
+
+import pytest
+from control_harness import Harness, SimCluster, apply_specs
+
+from meridian.fleet import models as fm
+from scheduler import clock as clock_mod
+from scheduler import state
+
+
+@pytest.fixture
+async def store():
+    s = state.open_store("sqlite://:memory:", clock=CLOCK)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+CLOCK = clock_mod.ManualClock(1_800_000_000.0)
+
+
+async def lead(store, clock, ttl_s: float = 3600.0, **overrides) -> Harness:
+    lease = None
+    while lease is None:
+        lease = await store.acquire_lease(f"node-{clock.now()}", ttl_s, {})
+        if lease is None:
+            clock.advance(5.0)
+    h = Harness(store, clock, lease.token, **overrides)
+    await h.loop.start_term()
+    return h
+
+
+async def converge(h: Harness, clusters: list[SimCluster], rounds: int = 6) -> None:
+    """Tick, carry out, promote, until nothing more is sent."""
+    index = 0
+    for _ in range(rounds):
+        h.clock.advance(2.0)
+        await h.loop.tick()
+        for c in clusters:
+            await c.carry_out(h, index)
+        index = len(h.transport.sent)
+        for c in clusters:
+            await c.promote(h)
+
+
+async def test_first_round_plans_and_starts_min_replicas_near_the_clients(store):
+    """After the adoption grace, the loop plans min_replicas of the deployment on the cluster nearest
+    its clients and sends the starts with the leader's fencing token."""
+    await apply_specs(store)
+    h = await lead(store, CLOCK)
+    c1, c2 = SimCluster("c1"), SimCluster("c2")
+    await c1.hello(h)
+    await c2.hello(h)
+    report = await h.loop.tick()
+    assert report.stage == "reconciled" and report.planned
+    starts = h.directives(fm.StartReplica)
+    assert [c for c, _ in starts] == ["c1", "c1"]
+    assert all(d.fencing_token == h.token for _, d in starts)
+    await converge(h, [c1, c2])
+    assert len(c1.ready()) == 2 and not c2.replicas
+    assert h.metrics.registry.get_sample_value("meridian_scheduler_plan_cost_per_hour_usd") == pytest.approx(1.6096)
+
+
+async def test_nothing_is_sent_while_adopting(store):
+    """During the adoption grace, with a Cluster spec's agent not yet reported, no directive is sent."""
+    await apply_specs(store)
+    h = await lead(store, CLOCK)
+    await SimCluster("c1").hello(h)
+    report = await h.loop.tick()
+    assert report.stage == "adopting" and h.transport.sent == []
+
+
+async def test_restarted_scheduler_adopts_running_replicas(store):
+    """A new term on the same store, told by agents what runs, restarts nothing and drains nothing."""
+    await apply_specs(store)
+    h1 = await lead(store, CLOCK)
+    c1, c2 = SimCluster("c1"), SimCluster("c2")
+    for c in (c1, c2):
+        await c.hello(h1)
+    await converge(h1, [c1, c2])
+    running = set(c1.replicas)
+    await store.release_lease(*(lambda lease: (lease.holder, lease.token))(await store.lease()))
+
+    h2 = await lead(store, CLOCK)
+    assert h2.token > h1.token
+    for c in (c1, c2):
+        await c.hello(h2)
+    for _ in range(3):
+        CLOCK.advance(2.0)
+        await h2.loop.tick()
+    assert h2.transport.sent == []
+    assert set(c1.replicas) == running
+
+
+async def test_failover_does_not_resend_what_the_old_leader_sent(store):
+    """The old leader sent starts and died before they showed in reports; the new leader takes over the
+    open directives (and the agent's completed ids) and sends no second start for them."""
+    await apply_specs(store)
+    h1 = await lead(store, CLOCK, ttl_s=30.0)
+    c1, c2 = SimCluster("c1"), SimCluster("c2")
+    for c in (c1, c2):
+        await c.hello(h1)
+    CLOCK.advance(2.0)
+    await h1.loop.tick()
+    first = h1.directives(fm.StartReplica)
+    assert len(first) == 2
+    await c1.carry_out(h1)  # the agent started them; the old leader dies before seeing the report
+    CLOCK.advance(31.0)  # its lease (30 s) lapses
+
+    h2 = await lead(store, CLOCK)
+    for c in (c1, c2):
+        await c.hello(h2)
+    await converge(h2, [c1, c2])
+    assert not h2.directives(fm.StartReplica)
+    assert len(c1.replicas) == 2
+    ids = [d.directive_id for _, d in h1.transport.sent + h2.transport.sent]
+    assert len(ids) == len(set(ids))
+
+
+async def test_new_leader_counts_the_old_leaders_open_starts_before_reports_show_them(store):
+    """Starts the old leader sent, which the agent lists as done in its Hello but does not report yet,
+    count as on their way for the new leader: it sends no second start."""
+    await apply_specs(store)
+    h1 = await lead(store, CLOCK, ttl_s=10.0)
+    c1, c2 = SimCluster("c1"), SimCluster("c2")
+    for c in (c1, c2):
+        await c.hello(h1)
+    CLOCK.advance(2.0)
+    await h1.loop.tick()
+    sent = [d.directive_id for _, d in h1.directives(fm.StartReplica)]
+    assert len(sent) == 2
+    c1.done.extend(sent)  # carried out, but the replicas are not in a report yet
+    CLOCK.advance(11.0)
+    h2 = await lead(store, CLOCK)
+    for c in (c1, c2):
+        await c.hello(h2)
+    for _ in range(3):
+        CLOCK.advance(2.0)
+        await h2.loop.tick()
+    assert h2.directives(fm.StartReplica) == []
+    assert {r.directive_id for r in h2.executor.open_records()} == set(sent)
+
+
+async def test_deposed_leader_cannot_send(store):
+    """Once another node holds the lease, the old leader's directive claims are refused by the store."""
+    await apply_specs(store)
+    h1 = await lead(store, CLOCK, ttl_s=30.0)
+    c1, c2 = SimCluster("c1"), SimCluster("c2")
+    for c in (c1, c2):
+        await c.hello(h1)
+    CLOCK.advance(31.0)
+    await lead(store, CLOCK)
+    with pytest.raises(state.FencedOut):
+        await h1.loop.tick()
+    assert h1.transport.sent == []
+
+
+async def test_spot_notice_starts_a_replacement_in_the_same_round(store):
+    """A spot interruption notice for a running replica starts its replacement in the next tick, and the
+    doomed replica is drained once the replacement is ready."""
+    await apply_specs(store)
+    h = await lead(store, CLOCK)
+    c1, c2 = SimCluster("c1", nodes=3), SimCluster("c2")
+    for c in (c1, c2):
+        await c.hello(h)
+    await converge(h, [c1, c2])
+    victim = sorted(c1.ready())[0]
+    before = len(h.transport.sent)
+    await h.intake.on_event("c1", fm.Event(fm.EventKind.SPOT_INTERRUPTION, "l4", victim, "2 minutes",
+                                           CLOCK.now() + 120), CLOCK.now())
+    await h.loop.tick()
+    new = [d for _, d in h.transport.sent[before:] if isinstance(d.action, fm.StartReplica)]
+    assert len(new) == 1
+    assert not any(isinstance(d.action, fm.DrainReplica) for _, d in h.transport.sent[before:])
+    await converge(h, [c1, c2], rounds=3)
+    assert victim not in c1.replicas and len(c1.ready() | c2.ready()) == 2
+
+
+async def test_stock_out_replans_without_growing_that_pool_and_backs_off(store):
+    """When the preferred pool reports a stock-out, the plan grows elsewhere at once; the pool is offered
+    for growth again only after the backoff."""
+    await apply_specs(store)
+    h = await lead(store, CLOCK)
+    c1, c2 = SimCluster("c1", nodes=0), SimCluster("c2", nodes=0)
+    c1.stocked_out = True
+    for c in (c1, c2):
+        await c.hello(h)
+    CLOCK.advance(2.0)
+    await h.loop.tick()
+    assert [(c, d.action.pool_id) for c, d in h.directives(fm.ResizePool)] == [("c1", "l4")]
+    await h.intake.on_event("c1", fm.Event(fm.EventKind.STOCK_OUT, "l4", message="InsufficientInstanceCapacity"),
+                            CLOCK.now())
+    await converge(h, [c1, c2], rounds=4)
+    assert len(c2.ready()) == 2 and not c1.replicas
+    assert "c1/l4" in h.events.no_growth(CLOCK.now())
+    CLOCK.advance(61.0)
+    assert h.events.no_growth(CLOCK.now()) == {}
+
+
+async def test_lost_cluster_is_replanned_elsewhere(store):
+    """When a cluster's agent goes silent past the liveness limit, its replicas stop counting and the
+    plan places them on another cluster."""
+    await apply_specs(store)
+    h = await lead(store, CLOCK)
+    c1, c2 = SimCluster("c1"), SimCluster("c2")
+    for c in (c1, c2):
+        await c.hello(h)
+    await converge(h, [c1, c2])
+    assert len(c1.ready()) == 2
+    CLOCK.advance(16.0)
+    await c2.report(h)  # c2 keeps talking; c1 is silent
+    index = len(h.transport.sent)
+    await h.loop.tick()
+    assert h.fleet.snapshot(CLOCK.now()).clusters["c1"].lost
+    for _ in range(3):
+        await c2.carry_out(h, index)
+        index = len(h.transport.sent)
+        await c2.promote(h)
+        CLOCK.advance(2.0)
+        await h.loop.tick()
+    assert len(c2.ready()) == 2
