@@ -9,12 +9,23 @@ from scheduler import state
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-async def store(request, tmp_path):
-    if request.param == "sqlite":
-        s = state.open_store(f"sqlite://{tmp_path}/state.db", namespace="t", clock=clock_mod.SystemClock())
-    else:
-        s = state.open_store(request.getfixturevalue("redis_url"), namespace="t")
+async def open_store(request, tmp_path):
+    """A factory of stores on this test's backend, one per namespace; all closed afterwards."""
+    url = f"sqlite://{tmp_path}/state.db" if request.param == "sqlite" else request.getfixturevalue("redis_url")
+    opened: list[state.StateStore] = []
+
+    def make(namespace: str = "t") -> state.StateStore:
+        s = state.open_store(url, namespace=namespace, clock=clock_mod.SystemClock())
+        opened.append(s)
+        return s
+
     try:
-        yield s
+        yield make
     finally:
-        await s.close()
+        for s in opened:
+            await s.close()
+
+
+@pytest.fixture
+def store(open_store) -> state.StateStore:
+    return open_store()
