@@ -106,8 +106,7 @@ class ConcurrencyPolicy:
         if abs(target - current) <= cfg.tolerance * current and target != 0 and current != 0:
             target = current
 
-        history = tuple(r for r in state.recommendations
-                        if r[0] > now - max(scaling.scale_up_delay_s, scaling.scale_down_delay_s))
+        history = _trim(state.recommendations, now - max(scaling.scale_up_delay_s, scaling.scale_down_delay_s))
         history += ((now, target),)
         decided, how = _stabilise(history, current, target, now, scaling.scale_up_delay_s,
                                   scaling.scale_down_delay_s, in_panic or current == 0 or target == 0)
@@ -171,6 +170,13 @@ def _slo_breach(ctx: types.AutoscaleContext, cfg: ConcurrencySettings) -> str:
     if kv > cfg.kv_usage_high:
         return f"KV cache {kv:.0%} > {cfg.kv_usage_high:.0%}"
     return ""
+
+
+def _trim(history: Sequence[tuple[float, int]], cutoff_s: float) -> tuple[tuple[float, int], ...]:
+    """Recommendations since ``cutoff_s``, plus the last one before it: that one shows whether a
+    run of recommendations began before the delay window (decisions need not land on its edge)."""
+    older = [r for r in history if r[0] < cutoff_s]
+    return tuple(older[-1:]) + tuple(r for r in history if r[0] >= cutoff_s)
 
 
 def _stabilise(history: Sequence[tuple[float, int]], current: int, target: int, now: float,

@@ -1,0 +1,213 @@
+"""The concurrency autoscaling policy, driven with an injected clock (no real time passes)."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from meridian import fleet
+from meridian.spec import deployment as deployment_spec
+from scheduler import autoscaler
+
+T0 = 1_700_000_000.0
+
+
+def make_spec(**scaling: object) -> deployment_spec.ModelDeploymentSpec:
+    base = {"min_replicas": 1, "max_replicas": 20, "target_concurrency_per_replica": 10,
+            "target_utilization": 1.0, "scale_up_delay_s": 30, "scale_down_delay_s": 120}
+    base.update(scaling)
+    return deployment_spec.ModelDeploymentSpec.model_validate({
+        "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "served_name": "chat"},
+        "resources": {"gpu_types": ["L4"]},
+        "sla": {"ttft_p99_ms": 800, "tpot_p99_ms": 100, "client_regions": ["na-east", "eu-west"]},
+        "scaling": base,
+    })
+
+
+class Driver:
+    """Steps a policy the way the scheduler does: the decided count becomes the current count,
+    and every current replica reports the load the test sets."""
+
+    def __init__(self, spec: deployment_spec.ModelDeploymentSpec, replicas: int = 1, **settings: object):
+        self.spec = spec
+        self.policy = autoscaler.get("concurrency", **settings)
+        self.state = autoscaler.AutoscaleState()
+        self.replicas = replicas
+        self.now = T0
+        self.history: list[int] = []
+
+    def step(self, dt_s: float, in_flight: dict[str, int], ttft_p99_ms: float = 100.0,
+             kv: float = 0.3) -> autoscaler.Decision:
+        self.now += dt_s
+        total = sum(in_flight.values())
+        per = total // self.replicas if self.replicas else 0
+        loads = tuple(fleet.ReplicaLoad(running_requests=per, kv_cache_usage=kv,
+                                        ttft=fleet.LatencyPercentiles(p99_ms=ttft_p99_ms))
+                      for _ in range(self.replicas))
+        traffic = tuple(autoscaler.RegionTraffic(r, requests_per_s=n / 2.0, in_flight=n) for r, n in in_flight.items())
+        ctx = autoscaler.AutoscaleContext("chat", self.spec, self.now, self.replicas, loads, traffic)
+        decision, self.state = self.policy.decide(ctx, self.state)
+        self.replicas = decision.replicas
+        self.history.append(decision.replicas)
+        return decision
+
+
+def test_steady_load_reaches_concurrency_target_after_the_up_delay():
+    """50 in flight at 10 per replica asks for 5 of 3 replicas (no panic), applied once the 30 s delay held."""
+    drv = Driver(make_spec(), replicas=3)
+    first = drv.step(5, {"na-east": 50})
+    assert first.replicas == 3 and "waits" in first.reason and not first.panic
+    for _ in range(6):
+        decision = drv.step(5, {"na-east": 50})
+    assert decision.replicas == 5
+    assert decision.replicas_by_region == {"na-east": 5, "eu-west": 0}
+
+
+def test_spike_enters_panic_and_scales_up_at_once():
+    """A sudden 10x spike scales up within one step (panic window), without waiting for the delay."""
+    drv = Driver(make_spec(), replicas=2)
+    for _ in range(12):
+        drv.step(5, {"na-east": 15})
+    assert drv.replicas == 2
+    spike = drv.step(5, {"na-east": 150})
+    assert spike.panic
+    assert spike.replicas >= 8  # the 6 s panic window averages the spike with the sample before it
+    assert "panic" in spike.reason
+    assert drv.step(5, {"na-east": 150}).replicas >= 15
+
+
+def test_no_scale_down_while_in_panic():
+    """Right after a spike ends, panic mode holds the count instead of dropping it."""
+    drv = Driver(make_spec(), replicas=2)
+    for _ in range(12):
+        drv.step(5, {"na-east": 15})
+    peak = drv.step(5, {"na-east": 150}).replicas
+    after = drv.step(5, {"na-east": 5})
+    assert after.replicas == peak
+
+
+def test_noisy_signal_does_not_flap():
+    """Load alternating around the threshold (35..45 in flight) changes the count at most once."""
+    drv = Driver(make_spec(), replicas=4)
+    for i in range(120):
+        drv.step(5, {"na-east": 45 if i % 2 else 35})
+    changes = sum(1 for a, b in zip(drv.history, drv.history[1:], strict=False) if a != b)
+    assert changes <= 1
+    assert 4 <= drv.replicas <= 5
+
+
+def test_scale_down_waits_for_the_down_delay_and_takes_the_largest_recent_figure():
+    """After load drops, replicas stay for scale_down_delay_s (120 s), then go down."""
+    drv = Driver(make_spec(), replicas=8)
+    for _ in range(20):
+        drv.step(5, {"na-east": 80})
+    assert drv.replicas == 8
+    times_at_8 = 0
+    for _ in range(60):
+        decision = drv.step(5, {"na-east": 20})
+        if decision.replicas == 8:
+            times_at_8 += 1
+    assert times_at_8 * 5 >= 120  # held for at least the delay
+    assert drv.replicas == 2
+
+
+def test_slo_breach_scales_up_although_concurrency_is_fine():
+    """TTFT p99 above the SLA adds replicas even when concurrency asks for none."""
+    drv = Driver(make_spec(), replicas=4)
+    for _ in range(15):
+        drv.step(5, {"na-east": 20})
+    assert drv.replicas == 4
+    for _ in range(8):
+        decision = drv.step(5, {"na-east": 20}, ttft_p99_ms=2500)
+    assert decision.slo_breach
+    assert drv.replicas > 4
+    assert "SLO" in decision.reason
+
+
+def test_kv_pressure_counts_as_a_breach():
+    """KV cache usage above kv_usage_high asks for more replicas."""
+    drv = Driver(make_spec(), replicas=3)
+    for _ in range(10):
+        decision = drv.step(5, {"na-east": 10}, kv=0.97)
+    assert drv.replicas > 3
+    assert "KV" in decision.reason
+
+
+def test_scale_to_zero_after_idle_and_back_to_one_on_first_request():
+    """Idle past scale_to_zero_after_s goes to 0; the first request brings 1 replica at once."""
+    drv = Driver(make_spec(min_replicas=0, scale_to_zero=True, scale_to_zero_after_s=300), replicas=2)
+    drv.step(5, {"na-east": 10})
+    for _ in range(100):
+        drv.step(5, {})
+        if drv.replicas == 0:
+            break
+    assert drv.replicas == 0
+    assert drv.now - T0 >= 300
+    zero = drv.step(5, {})
+    assert zero.replicas == 0 and zero.replicas_by_region == {"na-east": 0, "eu-west": 0}
+    back = drv.step(1, {"eu-west": 1})
+    assert back.replicas == 1
+    assert back.replicas_by_region == {"na-east": 0, "eu-west": 1}
+
+
+def test_without_scale_to_zero_one_replica_stays():
+    """min_replicas 0 without scale_to_zero keeps one replica through a long idle period."""
+    drv = Driver(make_spec(min_replicas=0), replicas=3)
+    for _ in range(200):
+        drv.step(5, {})
+    assert drv.replicas == 1
+
+
+def test_min_max_and_warm_pool_bound_the_count():
+    """Demand beyond max_replicas is capped; the warm pool adds spares within max."""
+    drv = Driver(make_spec(max_replicas=6, warm_pool=2), replicas=1)
+    for _ in range(20):
+        decision = drv.step(5, {"na-east": 1000})
+    assert decision.replicas == 6
+    drv2 = Driver(make_spec(min_replicas=2, warm_pool=1), replicas=1)
+    for _ in range(10):
+        low = drv2.step(5, {"na-east": 1})
+    assert low.replicas == 3 and low.demand_replicas == 2
+
+
+def test_every_region_with_traffic_gets_a_replica_and_counts_add_up():
+    """Per-region replicas add up to the total, split by demand share, one at least per active region."""
+    drv = Driver(make_spec(), replicas=1)
+    for _ in range(10):
+        decision = drv.step(5, {"na-east": 90, "eu-west": 2})
+    assert sum(decision.replicas_by_region.values()) == decision.replicas
+    assert decision.replicas_by_region["eu-west"] >= 1
+    assert decision.replicas_by_region["na-east"] > decision.replicas_by_region["eu-west"]
+
+
+def test_request_rate_signal_with_replica_capacity():
+    """With replica_capacity_rps set, request rate alone (low concurrency) asks for replicas."""
+    policy = autoscaler.get("concurrency")
+    spec = make_spec(scale_up_delay_s=0)
+    state = autoscaler.AutoscaleState()
+    ctx = autoscaler.AutoscaleContext("chat", spec, T0, 1, (fleet.ReplicaLoad(running_requests=1),),
+                                      (autoscaler.RegionTraffic("na-east", requests_per_s=20.0, in_flight=1),),
+                                      replica_capacity_rps=4.0)
+    decision, _ = policy.decide(ctx, state)
+    assert decision.replicas == 5
+
+
+def test_registry_rejects_unknown_policy_and_bad_settings():
+    """Unknown policy names list the registered ones; bad settings name the field."""
+    with pytest.raises(autoscaler.UnknownPolicy, match="concurrency"):
+        autoscaler.get("nope")
+    with pytest.raises(pydantic.ValidationError, match="panic_window_s"):
+        autoscaler.get("concurrency", stable_window_s=5, panic_window_s=10)
+    assert "concurrency" in autoscaler.names()
+
+
+def test_traffic_by_region_aggregates_routers():
+    """Samples of several routers add up per region for the chosen model; TTFT takes the worst."""
+    samples = [fleet.TrafficSample("chat", "na-east", requests=100, in_flight=3, ttft_p99_ms=200),
+               fleet.TrafficSample("chat", "na-east", requests=50, in_flight=2, ttft_p99_ms=400),
+               fleet.TrafficSample("other", "na-east", requests=999),
+               fleet.TrafficSample("chat", "eu-west", requests=10)]
+    out = autoscaler.traffic_by_region(samples, window_s=10, model="chat")
+    assert out == (autoscaler.RegionTraffic("eu-west", 1.0, 0, 0.0), autoscaler.RegionTraffic("na-east", 15.0, 5, 400.0))
+    with pytest.raises(ValueError, match="window_s"):
+        autoscaler.traffic_by_region(samples, window_s=0)
