@@ -212,8 +212,11 @@ class Engine:
             waiting_uncached_tokens=sum(r.prompt_tokens for r in self._waiting),
         )
 
-    def close(self) -> None:
+    def close(self, reason: str = "server shutting down") -> None:
+        """Stop the loop and abort every outstanding request (their handlers answer at once)."""
         self._closed = True
+        for req in [*self._waiting, *self._prefilling, *self._running]:
+            self.abort(req, reason)
         self._wake.set()
 
     def flush_cache(self) -> None:

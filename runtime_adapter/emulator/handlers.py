@@ -40,6 +40,8 @@ def _openai_error(message: str, err_type: str, code: int) -> web.Response:
 
 
 def _finish_reason(req: engine_mod.GenRequest) -> dict[str, Any]:
+    if req.abort_reason:
+        return {"type": "abort", "message": req.abort_reason}
     if req.finish_type == "stop":
         return {"type": "stop", "matched": tokens.EOS_TOKEN_ID}
     return {"type": "length", "length": req.max_new_tokens}

@@ -38,6 +38,8 @@ LOAD_BYTES_PER_S = 2.0 * 1024**3
 LOAD_FIXED_S = 3.0
 OPEN_PATH_PREFIXES = ("/health", "/ready", "/metrics")
 FATAL_EXIT_CODE = 134
+# Handlers still open at shutdown get this long to finish (their requests are aborted first).
+SHUTDOWN_TIMEOUT_S = 5.0
 
 
 class ConfigError(ValueError):
@@ -140,7 +142,8 @@ class EmulatorServer:
                  "max_running_requests=%d, context_len=%d", cfg.model_path, self.perf.weights_gib,
                  self.perf.kv_budget_tokens, self.max_running_requests, self.context_len)
         self._engine_task = asyncio.create_task(self.engine.run(), name="emulator-engine")
-        self._runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False,
+                                      shutdown_timeout=SHUTDOWN_TIMEOUT_S)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
         await site.start()
