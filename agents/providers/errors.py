@@ -68,7 +68,8 @@ _MESSAGE_RULES: tuple[tuple[re.Pattern[str], CloudErrorKind], ...] = (
                 r"resource_pool_exhausted|does not have enough resources|allocationfailed|"
                 r"zonalallocationfailed|skunotavailable|overconstrainedallocation|"
                 r"stockout|out of capacity", re.I), CloudErrorKind.INSUFFICIENT_CAPACITY),
-    (re.compile(r"rate exceeded|throttl|too many requests|rate limit|requests per", re.I),
+    (re.compile(r"rate exceeded|throttl|too many requests|rate limit|requests per|per (minute|second|100 seconds)",
+                re.I),
      CloudErrorKind.THROTTLED),
     (re.compile(r"quota|limitexceeded|limit exceeded|vcpulimit|exceed\w* .*limit", re.I),
      CloudErrorKind.QUOTA_EXCEEDED),

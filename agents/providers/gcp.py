@@ -70,11 +70,12 @@ def classify(exc: Exception, operation: str = "") -> CloudError:
     if isinstance(exc, (google.auth.exceptions.DefaultCredentialsError, google.auth.exceptions.RefreshError,
                         gexc.PermissionDenied, gexc.Unauthenticated, gexc.Forbidden, gexc.Unauthorized)):
         return CloudError(CloudErrorKind.AUTH_FAILURE, str(exc), code=type(exc).__name__, operation=operation)
-    if isinstance(exc, gexc.TooManyRequests):
-        return CloudError(CloudErrorKind.THROTTLED, str(exc), code="429", operation=operation)
     if isinstance(exc, gexc.ResourceExhausted):
         return CloudError(classify_message(exc.message or "") or CloudErrorKind.THROTTLED, exc.message or str(exc),
                           code="RESOURCE_EXHAUSTED", operation=operation)
+    # ResourceExhausted is a TooManyRequests in api-core: it is told apart above, by its message.
+    if isinstance(exc, gexc.TooManyRequests):
+        return CloudError(CloudErrorKind.THROTTLED, str(exc), code="429", operation=operation)
     if isinstance(exc, gexc.NotFound):
         return CloudError(CloudErrorKind.NOT_FOUND, str(exc), code="NOT_FOUND", operation=operation)
     if isinstance(exc, (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError, gexc.RetryError)):

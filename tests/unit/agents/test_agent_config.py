@@ -1,0 +1,74 @@
+"""From Cluster files to the agent's configuration, with errors that say what to fix."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from agents import config
+
+TWO = """
+apiVersion: meridian/v1
+kind: Cluster
+metadata: {name: one}
+spec:
+  cloud: local
+  region: us-east-1
+  auth: {token_env: ONE_TOKEN}
+  pools: [{name: p, instance_type: g6.xlarge, max_nodes: 2}]
+  agent: {engine_command: [python, -m, runtime_adapter.emulator], replica_ports: 32000-32010}
+---
+apiVersion: meridian/v1
+kind: Cluster
+metadata: {name: two}
+spec:
+  cloud: local
+  region: us-east-1
+  auth: {token_file: TOKEN_FILE}
+  pools: [{name: p, instance_type: g6.xlarge, max_nodes: 2}]
+"""
+
+
+@pytest.fixture
+def files(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("  file-secret\n")
+    path = tmp_path / "clusters.yaml"
+    path.write_text(TWO.replace("TOKEN_FILE", str(token)))
+    return path, token
+
+
+def test_name_picks_one_of_several_clusters(files):
+    """--name selects a Cluster; without it several documents are an error listing the names."""
+    path, _ = files
+    assert config.load_cluster([str(path)], "two").metadata.name == "two"
+    with pytest.raises(config.ConfigError, match="one, two"):
+        config.load_cluster([str(path)])
+    with pytest.raises(config.ConfigError, match="did you mean 'two'"):
+        config.load_cluster([str(path)], "twoo")
+
+
+def test_tokens_come_from_env_or_file(files):
+    """The token is read from the named variable or file, stripped; a missing one names the field."""
+    path, token = files
+    one = config.load_cluster([str(path)], "one")
+    two = config.load_cluster([str(path)], "two")
+    assert config.read_token(one, {"ONE_TOKEN": "s3cret"}) == "s3cret"
+    with pytest.raises(config.ConfigError, match="spec.auth.token_env: environment variable ONE_TOKEN"):
+        config.read_token(one, {})
+    assert config.read_token(two) == "file-secret"
+    token.unlink()
+    with pytest.raises(config.ConfigError, match="spec.auth.token_file"):
+        config.read_token(two)
+
+
+def test_replica_settings_and_state_dir(files, tmp_path):
+    """A bare `python` in engine_command is this interpreter; the state dir is per cluster."""
+    path, _ = files
+    one = config.load_cluster([str(path)], "one")
+    settings = config.replica_settings(one)
+    assert settings.engine_command[0] == sys.executable and settings.port_range == (32000, 32010)
+    assert config.state_dir(one, str(tmp_path)) == tmp_path / "one"
+    with pytest.raises(config.ConfigError, match="engine_command is empty"):
+        config.engine_command([])
