@@ -4,11 +4,11 @@ simulator, the tests and the service run the same decision code."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Mapping
 
 from meridian.fleet import models as fm
-from meridian.fleet import runtime
 from meridian.spec import deployment as deployment_spec
 from scheduler.solver import problem
 
@@ -27,6 +27,18 @@ class ReconcileSettings:
             raise ValueError(f"burst must be >= 1, got {self.burst}")
 
 
+def replica_revision(doc: deployment_spec.ModelDeployment) -> str:
+    """A content hash of what a replica runs: the model, the runtime and the GPUs per replica.
+
+    Unlike ``meridian.fleet.runtime.revision_of`` (the whole spec), a change of SLA, scaling or
+    placement keeps this revision, so it re-plans capacity without restarting every replica; a
+    change of model, engine flags or GPUs per replica rolls them (make-before-break)."""
+    s = doc.spec
+    what = {"model": s.model.model_dump(mode="json"), "runtime": s.runtime.model_dump(mode="json"),
+            "gpus_per_replica": s.resources.gpus_per_replica, "gpus_by_type": s.resources.gpus_by_type}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+
+
 @dataclasses.dataclass(frozen=True)
 class DeploymentInfo:
     """An applied deployment with what its replicas are started from."""
@@ -41,7 +53,7 @@ class DeploymentInfo:
 
     @classmethod
     def of(cls, doc: deployment_spec.ModelDeployment) -> DeploymentInfo:
-        return cls(doc, runtime.revision_of(doc),
+        return cls(doc, replica_revision(doc),
                    json.dumps(doc.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":")))
 
     def gpus_on(self, gpu_type: str) -> int:

@@ -218,3 +218,15 @@ def test_spot_replacement_without_free_gpus_resizes_at_once_past_the_rate_limit(
     out = run(t.ReconcileInput(NOW, target(("chat-8b", "c1/spot", 1)), {"chat-8b": dep}, pools, (doomed,)), empty)
     resizes = of_kind(out, fm.ResizePool)
     assert [(p.directive.action.target_nodes, p.urgent) for p in resizes] == [(2, True)]
+
+
+def test_scaling_change_keeps_the_replica_revision_but_a_runtime_change_rolls():
+    """Changing scaling or SLA leaves running replicas alone; changing what a replica runs makes the
+    old ones outdated."""
+    dep = deployment()
+    scaled = t.DeploymentInfo.of(dep.doc.model_copy(update={"spec": dep.doc.spec.model_copy(update={
+        "scaling": dep.doc.spec.scaling.model_copy(update={"min_replicas": 5})})}))
+    assert scaled.revision == dep.revision
+    flags = t.DeploymentInfo.of(dep.doc.model_copy(update={"spec": dep.doc.spec.model_copy(update={
+        "runtime": dep.doc.spec.runtime.model_copy(update={"mem_fraction_static": 0.8})})}))
+    assert flags.revision != dep.revision
