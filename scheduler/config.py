@@ -21,7 +21,8 @@ def default_scheduler_id() -> str:
 class SchedulerConfig(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
 
-    scheduler_id: str = pydantic.Field(default_factory=default_scheduler_id, min_length=1, max_length=200)
+    scheduler_id: str = pydantic.Field(default_factory=default_scheduler_id, min_length=1, max_length=200,
+                              description="This node's id in the lease and in routing tables.")
     grpc_address: str = pydantic.Field(default="127.0.0.1:7070", pattern=ADDRESS,
                                        description="host:port of the gRPC server (agents, routers).")
     admin_address: str = pydantic.Field(default="127.0.0.1:7071", pattern=ADDRESS,
@@ -35,11 +36,12 @@ class SchedulerConfig(pydantic.BaseModel):
     tokens_file: str | None = pydantic.Field(default=None, description="YAML/JSON file of cluster and router tokens.")
     admin_token_file: str | None = pydantic.Field(default=None, description="Admin bearer token file.")
 
-    heartbeat_interval_s: float = pydantic.Field(default=5.0, gt=0, le=300)
+    heartbeat_interval_s: float = pydantic.Field(default=5.0, gt=0, le=300, description="Told to agents in Welcome.")
     lost_after_intervals: int = pydantic.Field(default=3, ge=2, le=100,
                                                description="Silent heartbeat intervals before an agent is lost.")
-    lease_ttl_s: float = pydantic.Field(default=5.0, gt=0.5, le=120)
-    lease_renew_interval_s: float = pydantic.Field(default=1.5, gt=0.05, le=60)
+    lease_ttl_s: float = pydantic.Field(default=5.0, gt=0.5, le=120,
+                                       description="The lease lapses this long after its last renewal.")
+    lease_renew_interval_s: float = pydantic.Field(default=1.5, gt=0.05, le=60, description="At most half the TTL.")
     standby_poll_interval_s: float = pydantic.Field(default=1.0, gt=0.05, le=60,
                                                     description="How often a standby tries the lease.")
     adopt_grace_s: float = pydantic.Field(
@@ -48,19 +50,22 @@ class SchedulerConfig(pydantic.BaseModel):
 
     tick_interval_s: float = pydantic.Field(default=2.0, gt=0, le=300, description="Reconcile period.")
     plan_interval_s: float = pydantic.Field(default=30.0, gt=0, le=3600, description="Re-plan at least this often.")
-    solve_time_limit_s: float = pydantic.Field(default=5.0, gt=0, le=600)
+    solve_time_limit_s: float = pydantic.Field(default=5.0, gt=0, le=600,
+                                              description="Solver time limit; the best plan found is used.")
 
     ack_timeout_s: float = pydantic.Field(default=30.0, gt=0, le=3600,
                                           description="A directive not acknowledged by then expires.")
     start_timeout_s: float = pydantic.Field(default=1200.0, gt=0, le=86_400,
                                             description="An accepted start whose replica never shows expires.")
-    drain_deadline_s: int = pydantic.Field(default=120, ge=0, le=86_400)
+    drain_deadline_s: int = pydantic.Field(default=120, ge=0, le=86_400,
+                                          description="In-flight requests get this long when a replica drains.")
     cluster_directives_per_min: float = pydantic.Field(default=30.0, gt=0, le=100_000,
                                                        description="Directive rate limit per cluster.")
-    cluster_directive_burst: int = pydantic.Field(default=10, ge=1, le=100_000)
+    cluster_directive_burst: int = pydantic.Field(default=10, ge=1, le=100_000, description="Rate limit bucket size.")
     stock_out_backoff_s: float = pydantic.Field(default=60.0, gt=0, le=86_400,
                                                 description="First wait before a stocked-out pool is tried again.")
-    stock_out_backoff_max_s: float = pydantic.Field(default=1800.0, gt=0, le=604_800)
+    stock_out_backoff_max_s: float = pydantic.Field(default=1800.0, gt=0, le=604_800,
+                                                   description="Cap of the doubling stock-out backoff.")
     pool_scale_down_delay_s: float = pydantic.Field(default=300.0, ge=0, le=86_400,
                                                     description="A pool's idle nodes are released after this.")
 
@@ -68,7 +73,8 @@ class SchedulerConfig(pydantic.BaseModel):
                                              description="Traffic reports older than this are ignored.")
     routes_load_refresh_s: float = pydantic.Field(default=5.0, gt=0, le=3600,
                                                   description="Load-only routing changes are published this often.")
-    directive_retention_s: float = pydantic.Field(default=86_400.0, gt=0, le=30 * 86_400)
+    directive_retention_s: float = pydantic.Field(default=86_400.0, gt=0, le=30 * 86_400,
+                                                 description="Closed directives are forgotten after this.")
 
     @property
     def lost_after_s(self) -> float:

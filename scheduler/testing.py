@@ -102,11 +102,11 @@ class FakeAgent:
                     d = wire.directive_from_pb(msg.directive)
                     self.received.append(d)
                     self.directives.put_nowait(d)
-        except grpc.aio.AioRpcError:
-            pass
+        except grpc.aio.AioRpcError as exc:
+            log.info("event=fake_agent_stream_ended cluster=%s code=%s", self.identity.cluster_id, exc.code())
         try:
             self.ended = Refused(await self._call.code(), await self._call.details() or "")
-        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+        except grpc.aio.AioRpcError:
             self.ended = Refused(grpc.StatusCode.UNKNOWN, "stream broke")
 
     @property

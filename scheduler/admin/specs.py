@@ -27,7 +27,7 @@ ALIASES.update({
 
 
 class UnknownKind(ValueError):
-    pass
+    """A kind name (or alias) that is not a spec kind; the message lists the valid ones."""
 
 
 def canonical_kind(word: str) -> str:

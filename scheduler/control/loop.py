@@ -40,6 +40,7 @@ from scheduler.solver import problem, throughput
 from scheduler.state import base, records
 
 log = logging.getLogger("meridian.scheduler.loop")
+PRUNE_EVERY_S = 600.0  # closed directives older than directive_retention_s are forgotten this often
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +96,7 @@ class ControlLoop:
         self.last_tick: TickReport | None = None
         self._wake = asyncio.Event()
         self._stopped = False
+        self._pruned_at = 0.0
 
     # ------------------------------------------------------------ term
 
@@ -165,6 +167,11 @@ class ControlLoop:
             {c.cluster_id for c in reported}, {r.replica_id: r for c in reported for r in c.replicas.values()},
             {problem.pool_key(c.cluster_id, p.pool_id): p for c in reported for p in c.pools.values()})
         await self.executor.resolve(observed, fence)
+        if now - self._pruned_at >= PRUNE_EVERY_S:
+            self._pruned_at = now
+            gone = await self.executor.prune(now - self.config.directive_retention_s, fence)
+            if gone:
+                log.info("event=directives_pruned count=%d", gone)
 
         if now < self.adopt_until_s and not self._all_reported(snapshot):
             report = TickReport(now, "adopting")

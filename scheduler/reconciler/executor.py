@@ -127,6 +127,10 @@ class Executor:
             await self._store(rec, fence)
         return changed
 
+    async def prune(self, before_s: float, fence: int) -> int:
+        """Forget closed directives last updated before ``before_s`` (open ones are kept whatever their age)."""
+        return await self._log.prune(before_s, fence)
+
     async def _store(self, rec: records.DirectiveRecord, fence: int) -> None:
         if rec.is_open:
             self._open[rec.directive_id] = rec
