@@ -59,16 +59,43 @@ class Rejections:
     errors: list[str] = dataclasses.field(default_factory=list)
 
 
+# Verdicts of one filter for one plugin key over every group: the groups that pass, and the
+# statuses of those that do not.
+Verdicts = tuple[frozenset[int], dict[int, framework.Status]]
+
+
 @dataclasses.dataclass
 class Candidates:
     views: list[framework.DeploymentView]
     groups: list[Group]
     arcs: list[Arc]
     arcs_by_d: list[list[int]]
-    rejections: list[Rejections]
     pair_survivors: list[list[int]]  # d -> group indices that passed every pair filter
     cycle: framework.Cycle
     excluded: list[problem.PoolOffer]
+    # d -> [(failing group set, verdicts)] per pair filter; d -> region -> same for region filters;
+    # d -> [(pool key, status)] for excluded pools. Reasons are read from the verdicts on demand.
+    pair_failed: list[list[tuple[frozenset[int], Verdicts]]]
+    region_failed: list[dict[str, list[tuple[frozenset[int], Verdicts]]]]
+    excluded_failed: list[list[tuple[str, framework.Status]]]
+
+    def rejections(self, d: int) -> Rejections:
+        """Why candidates of deployment ``d`` were pruned, by constraint (for explanations)."""
+        rej = Rejections()
+        for key, status in self.excluded_failed[d]:
+            _status_into(rej, key, status)
+        for failed, (_, statuses) in self.pair_failed[d]:
+            for g in sorted(failed):
+                _status_into(rej, self.groups[g].key, statuses[g])
+        for region, items in self.region_failed[d].items():
+            for failed, (_, statuses) in items:
+                for g in sorted(failed):
+                    status = statuses[g]
+                    if status.code is framework.Code.ERROR:
+                        rej.errors.append(status.reason)
+                    rej.region.setdefault(region, []).append(
+                        (self.groups[g].key, status.reason, _rtt(self.cycle, region, self.groups[g].offer.region)))
+        return rej
 
 
 def spot_rules(spec_placement_spot_allowed: bool, spec_share: float,
@@ -124,6 +151,14 @@ def packed_gpus(gpus: int, gpus_per_node: int) -> int:
     return math.ceil(gpus_per_node / per_node) if per_node else gpus
 
 
+def plugin_key(plugin: object, view: framework.DeploymentView) -> object:
+    """The deployment facts a plugin's verdict depends on (its ``key(view)``); deployments with
+    equal keys share verdicts, so a fleet of many deployments of a few models filters fast. A
+    plugin without ``key`` is asked once per deployment."""
+    key = getattr(plugin, "key", None)
+    return key(view) if key is not None else ("deployment", view.name)
+
+
 def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
           only: Sequence[int] | None = None) -> Candidates:
     """Views for every deployment; arcs for the deployments in ``only`` (default: all)."""
@@ -134,61 +169,84 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
     views = [make_view(d, prob.policy) for d in prob.deployments]
     excluded = [p for p in prob.pools if p.key in prob.excluded_pools]
     groups = group_pools([p for p in prob.pools if p.key not in prob.excluded_pools], settings.aggregate_pools)
+    every = frozenset(range(len(groups)))
     arcs: list[Arc] = []
     arcs_by_d: list[list[int]] = [[] for _ in views]
-    rejections = [Rejections() for _ in views]
     survivors: list[list[int]] = [[] for _ in views]
+    pair_failed: list[list[tuple[frozenset[int], Verdicts]]] = [[] for _ in views]
+    region_failed: list[dict[str, list[tuple[frozenset[int], Verdicts]]]] = [{} for _ in views]
+    excluded_failed: list[list[tuple[str, framework.Status]]] = [[] for _ in views]
+    memo: dict[tuple, Verdicts] = {}
+    scores: dict[tuple, float] = {}
+
+    def verdicts(i: int, plugin: framework.Filter, view: framework.DeploymentView, region: str) -> Verdicts:
+        key = (i, region, plugin_key(plugin, view))
+        hit = memo.get(key)
+        if hit is None:
+            passed, failed = set(), {}
+            for group in groups:
+                status = plugin.filter(framework.Candidate(cycle, view, group.offer, region))
+                if status.ok:
+                    passed.add(group.index)
+                else:
+                    failed[group.index] = status
+                    if status.code is framework.Code.ERROR:
+                        log.warning("filter error plugin=%s pool=%s reason=%s", plugin.name, group.key, status.reason)
+            hit = memo[key] = (frozenset(passed), failed)
+        return hit
+
     chosen = range(len(views)) if only is None else only
     for d in chosen:
-        view, rej = views[d], rejections[d]
+        view = views[d]
         if view.demand.demand_replicas == 0:
             continue
         for pool in excluded:
             for plugin in pair_filters:
                 status = plugin.filter(framework.Candidate(cycle, view, pool))
                 if not status.ok:
-                    _status_into(rej, pool.key, status)
+                    excluded_failed[d].append((pool.key, status))
                     break
-        for group in groups:
-            status = framework.OK
-            for plugin in pair_filters:
-                status = plugin.filter(framework.Candidate(cycle, view, group.offer))
-                if not status.ok:
-                    break
-            if not status.ok:
-                _status_into(rej, group.key, status)
-                continue
-            survivors[d].append(group.index)
-            gpus = view.gpus_for(group.offer.gpu_type)
-            units = view.units_by_type.get(group.offer.gpu_type, 1.0)
-            if group.offer.tier is fleet.Tier.SPOT:
-                units *= settings.spot_capacity_credit
-            for region, wanted in sorted(view.demand.replicas_by_region.items()):
-                if wanted <= 0:
-                    continue
-                cand = framework.Candidate(cycle, view, group.offer, region)
-                status = framework.OK
-                for plugin in region_filters:
-                    status = plugin.filter(cand)
-                    if not status.ok:
-                        break
-                rtt_ms = _rtt(cycle, region, group.offer.region)
-                if not status.ok:
-                    if status.code is framework.Code.ERROR:
-                        rej.errors.append(status.reason)
-                    rej.region.setdefault(region, []).append((group.key, status.reason, rtt_ms))
-                    continue
-                score = sum(plugin.score(cand) for plugin in score_plugins)
+        alive = every
+        for i, plugin in enumerate(pair_filters):
+            found = verdicts(i, plugin, view, "")
+            gone = alive - found[0]
+            if gone:
+                pair_failed[d].append((gone, found))
+            alive = alive & found[0]
+        survivors[d] = sorted(alive)
+        skeys = [plugin_key(plugin, view) for plugin in score_plugins]
+        for region in sorted(r for r, wanted in view.demand.replicas_by_region.items() if wanted > 0):
+            serving = alive
+            for i, plugin in enumerate(region_filters):
+                found = verdicts(len(pair_filters) + i, plugin, view, region)
+                gone = serving - found[0]
+                if gone:
+                    region_failed[d].setdefault(region, []).append((gone, found))
+                serving = serving & found[0]
+            for g in sorted(serving):
+                group = groups[g]
+                offer = group.offer
+                gpus = view.gpus_for(offer.gpu_type)
+                units = view.units_by_type.get(offer.gpu_type, 1.0)
+                if offer.tier is fleet.Tier.SPOT:
+                    units *= settings.spot_capacity_credit
+                score = 0.0
+                for j, plugin in enumerate(score_plugins):
+                    skey = (j, region, g, skeys[j])
+                    value = scores.get(skey)
+                    if value is None:
+                        value = scores[skey] = plugin.score(framework.Candidate(cycle, view, offer, region))
+                    score += value
                 arcs_by_d[d].append(len(arcs))
-                arcs.append(Arc(d, region, group.index, gpus, packed_gpus(gpus, group.offer.gpus_per_node),
-                                units, score, rtt_ms))
-    return Candidates(views, groups, arcs, arcs_by_d, rejections, survivors, cycle, excluded)
+                arcs.append(Arc(d, region, g, gpus, packed_gpus(gpus, offer.gpus_per_node), units, score,
+                                _rtt(cycle, region, offer.region)))
+    return Candidates(views, groups, arcs, arcs_by_d, survivors, cycle, excluded, pair_failed, region_failed,
+                      excluded_failed)
 
 
 def _status_into(rej: Rejections, pool: str, status: framework.Status) -> None:
     if status.code is framework.Code.ERROR:
         rej.errors.append(status.reason)
-        log.warning("filter error pool=%s reason=%s", pool, status.reason)
     rej.pair.setdefault(status.constraint, []).append((pool, status.reason))
 
 

@@ -109,9 +109,11 @@ def cost_per_hour(prob: problem.PlacementProblem, placement: problem.Placement) 
 
 def breakdown(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: problem.SolverSettings,
               counts: Mapping[int, int], placement: problem.Placement,
-              current: problem.Placement | None, covered_scaled: Mapping[tuple[int, str], int]) -> Breakdown:
+              current: problem.Placement | None, covered_scaled: Mapping[tuple[int, str], int],
+              scope: set[int]) -> Breakdown:
     """The objective's parts for a solution: member-level cost, arc scores, member-level churn and
-    the penalty of demand left unserved (by ``covered_scaled``)."""
+    the penalty of demand left unserved (by ``covered_scaled``) among demand some candidate can serve,
+    for the deployments the model decided (``scope``)."""
     score = sum(c.arcs[a].score_usd * n for a, n in counts.items())
     churn = 0.0
     if current is not None and settings.churn_usd_per_replica > 0:
@@ -119,10 +121,13 @@ def breakdown(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: 
         churn = settings.churn_usd_per_replica * sum(
             abs(placement.replicas.get(k, 0) - current.replicas.get(k, 0)) for k in keys)
     unplaced = 0.0
-    for d, view in enumerate(c.views):
+    for d in sorted(scope):
+        view = c.views[d]
         weight = settings.unplaced_usd_per_replica * formulation.priority_weight(view.demand.priority)
+        reachable = {c.arcs[a].region for a in c.arcs_by_d[d]}
         for region, wanted in view.demand.replicas_by_region.items():
-            if wanted > 0:
+            # Demand no candidate can serve is unplaced whatever the plan: not part of the objective.
+            if wanted > 0 and region in reachable:
                 short = max(0, wanted * formulation.SCALE - covered_scaled.get((d, region), 0))
                 unplaced += weight * short / formulation.SCALE
     return Breakdown(cost_per_hour(prob, placement), score, churn, unplaced)

@@ -15,14 +15,12 @@ from collections.abc import Collection
 from scheduler.solver import candidates as cand_mod
 from scheduler.solver import filters, ledger, problem
 
-_LIMIT_PHRASE = {
-    "capacity": "free capacity",
-    "team_quota": "team quota",
-    "cloud_quota": "cloud quota",
-    "budget": "budget",
-    "max_replicas": "max_replicas",
-    "spot": "spot share cap",
-}
+def _near(view: object, types: Collection[str], region: str, budget_ms: float) -> str:
+    """ "no H100 within 80 ms of ap-south" when the SLA caps RTT, else "no H100 for ap-south"."""
+    sla = view.demand.spec.sla  # type: ignore[attr-defined]
+    if sla.max_rtt_ms is not None or budget_ms < 200:
+        return f"no {_types(types)} within {budget_ms:.0f} ms of {region}"
+    return f"no {_types(types)} for {region}"
 
 
 def _types(view_types: Collection[str]) -> str:
@@ -31,7 +29,7 @@ def _types(view_types: Collection[str]) -> str:
 
 def no_candidates(c: cand_mod.Candidates, d: int, region: str) -> tuple[str, str]:
     """Explain a (deployment, region) with no arc left after filtering."""
-    view, rej = c.views[d], c.rejections[d]
+    view, rej = c.views[d], c.rejections(d)
     types = [t for t in view.units_by_type]
     if not c.pair_survivors[d]:
         if rej.errors:
@@ -49,7 +47,11 @@ def no_candidates(c: cand_mod.Candidates, d: int, region: str) -> tuple[str, str
     survivors = [c.groups[g].offer for g in c.pair_survivors[d]]
     near = sorted(rej.region.get(region, []), key=lambda it: it[2])
     budget = max(filters.rtt_budget_ms(view, o.gpu_type) for o in survivors)
-    where = f"; nearest is {near[0][0]} at {near[0][2]:g} ms" if near else ""
+    where = ""
+    if near:
+        key = near[0][0]
+        region_of = next((c.groups[g].offer.region for g in c.pair_survivors[d] if c.groups[g].key == key), "")
+        where = f"; nearest is {key} in {region_of} at {near[0][2]:g} ms"
     return "latency", (f"no {_types({o.gpu_type for o in survivors})} within {budget:.0f} ms of {region} "
                        f"(SLA: RTT + prefill <= TTFT p99 {view.demand.spec.sla.ttft_p99_ms:g} ms"
                        f"{', max_rtt_ms ' + format(view.demand.spec.sla.max_rtt_ms, 'g') if view.demand.spec.sla.max_rtt_ms else ''})"
@@ -63,7 +65,7 @@ def blocked(c: cand_mod.Candidates, book: ledger.Ledger, d: int, region: str,
     arcs = [a for a in c.arcs_by_d[d] if c.arcs[a].region == region]
     types = {c.groups[c.arcs[a].g].offer.gpu_type for a in arcs}
     budget = max((filters.rtt_budget_ms(view, t) for t in types), default=0.0)
-    head = f"no {_types(types)} within {budget:.0f} ms of {region}"
+    head = _near(view, types, region, budget)
     if isolation_off:
         p = view.demand.spec.placement
         return "isolation", (f"{head} meets isolation: it needs {p.min_distinct_clouds} clouds and "
@@ -78,9 +80,9 @@ def blocked(c: cand_mod.Candidates, book: ledger.Ledger, d: int, region: str,
     if constraint == "capacity":
         holders = _higher_priority_holders(c, book, d, arcs)
         if holders:
-            detail += f"; held by higher-priority {', '.join(holders[:3])}"
+            detail += f", held by higher-priority {', '.join(holders[:3])}"
             constraint = "priority"
-    return constraint, f"{head} under {_LIMIT_PHRASE.get(constraint, constraint)}: {detail}"
+    return constraint, f"{head} under {detail}"
 
 
 def _higher_priority_holders(c: cand_mod.Candidates, book: ledger.Ledger, d: int, arcs: list[int]) -> list[str]:

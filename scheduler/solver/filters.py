@@ -17,6 +17,9 @@ class ExcludedPools:
 
     name, per_region = "excluded", False
 
+    def key(self, view: framework.DeploymentView) -> object:
+        return ()
+
     def filter(self, c: framework.Candidate) -> framework.Status:
         why = c.cycle.excluded_pools.get(c.pool.key)
         if why is not None:
@@ -29,6 +32,9 @@ class CapacityPolicyRules:
     """The capacity policy's clouds (enabled, listed) and allowed/blocked regions."""
 
     name, per_region = "policy", False
+
+    def key(self, view: framework.DeploymentView) -> object:
+        return ()
 
     def filter(self, c: framework.Candidate) -> framework.Status:
         policy = c.cycle.policy
@@ -52,6 +58,10 @@ class DeploymentPlacement:
 
     name, per_region = "placement", False
 
+    def key(self, view: framework.DeploymentView) -> object:
+        p = view.demand.spec.placement
+        return tuple(p.clouds), tuple(p.regions)
+
     def filter(self, c: framework.Candidate) -> framework.Status:
         placement = c.view.demand.spec.placement
         if placement.clouds and c.pool.cloud not in placement.clouds:
@@ -67,6 +77,9 @@ class SpotAllowed:
 
     name, per_region = "spot", False
 
+    def key(self, view: framework.DeploymentView) -> object:
+        return view.spot_allowed
+
     def filter(self, c: framework.Candidate) -> framework.Status:
         if c.pool.tier is fleet.Tier.SPOT and not c.view.spot_allowed:
             return framework.unschedulable("spot", "spot is not allowed for this deployment")
@@ -79,6 +92,11 @@ class GpuTypeCompatible:
     and a replica's GPUs fit on one node."""
 
     name, per_region = "gpu_type", False
+
+    def key(self, view: framework.DeploymentView) -> object:
+        res = view.demand.spec.resources
+        return (tuple(res.gpu_types), res.min_gpu_memory_gib, res.gpus_per_replica, tuple(sorted(res.gpus_by_type.items())),
+                tuple(sorted(view.unfit_by_type.items())))
 
     def filter(self, c: framework.Candidate) -> framework.Status:
         gpu_type = c.pool.gpu_type
@@ -107,6 +125,10 @@ class PoolCapacity:
 
     name, per_region = "capacity", False
 
+    def key(self, view: framework.DeploymentView) -> object:
+        res = view.demand.spec.resources
+        return res.gpus_per_replica, tuple(sorted(res.gpus_by_type.items()))
+
     def filter(self, c: framework.Candidate) -> framework.Status:
         need = c.view.gpus_for(c.pool.gpu_type)
         if c.pool.gpus_capacity < need:
@@ -121,6 +143,10 @@ class LatencySla:
     prefill within the TTFT p99 target."""
 
     name, per_region = "latency", True
+
+    def key(self, view: framework.DeploymentView) -> object:
+        sla = view.demand.spec.sla
+        return sla.max_rtt_ms, sla.ttft_p99_ms, tuple(sorted(view.prefill_ms_by_type.items()))
 
     def filter(self, c: framework.Candidate) -> framework.Status:
         sla = c.view.demand.spec.sla

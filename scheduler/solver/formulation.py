@@ -12,7 +12,7 @@ Minimise  sum_g price_g * nodes_g                       (hourly cost; nodes_min 
         + W_d / 100 * u_dr                              (unserved demand, W_d grows with priority)
         + P_d / 100 * s_d                               (displacing a class its betters may not preempt)
 subject to
-  demand        sum_a cov_a x_a + u_dr >= 100 * wanted_dr         (cov: capacity in reference replicas x 100)
+  demand        sum_a min(cov_a, D) x_a + u_dr >= D = 100 * wanted_dr   (cov: capacity in reference replicas x 100)
   pool GPUs     sum_a packed_a x_a <= capacity_g;  gpus_per_node * nodes_g >= sum_a packed_a x_a
   quotas        team GPUs (all and per type) <= quota; cloud nodes' GPUs (all, per type) <= quota
   budgets       team: sum price_per_gpu * gpus * x <= budget; fleet: sum price_g nodes_g <= budget
@@ -64,9 +64,12 @@ def coverage(units: float) -> int:
 
 def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: problem.SolverSettings,
           current: Mapping[tuple[int, int], int] | None, fixed: Mapping[int, list[tuple[str, int, int]]],
-          active: list[int]) -> Built:
+          active: list[int], subset: set[int] | None = None) -> Built:
     """The model for the ``active`` deployments; ``current`` (deployment, group) -> replicas now, or
-    None for a first placement (no churn to count)."""
+    None for a first placement (no churn to count); ``subset``: the arcs to use (default: all).
+
+    Demand of a region with no arc at all gets no variable: it is unplaced whatever the plan, so it
+    is left out of the objective (and of the bound) rather than added to both as a constant."""
     with_churn = current is not None and settings.churn_usd_per_replica > 0
     current = current or {}
     m = linear.LinearModel()
@@ -92,12 +95,14 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
         placement = view.demand.spec.placement
         iso_extra = max(placement.min_distinct_clouds, placement.min_distinct_regions)
         weight = settings.unplaced_usd_per_replica * priority_weight(view.demand.priority) / SCALE
+        mine = [a for a in c.arcs_by_d[d] if subset is None or a in subset]
+        reachable = {arcs[a].region for a in c.arcs_by_d[d]}
         for region, wanted in sorted(view.demand.replicas_by_region.items()):
-            if wanted > 0:
+            if wanted > 0 and region in reachable:
                 b.wanted[(d, region)] = wanted * SCALE
                 b.u[(d, region)] = m.var(0, wanted * SCALE, weight)
         current_groups = {g for (dd, g), n in current.items() if dd == d and n > 0}
-        for a in c.arcs_by_d[d]:
+        for a in mine:
             arc = arcs[a]
             wanted = view.demand.replicas_by_region.get(arc.region, 0)
             group = groups[arc.g]
@@ -105,19 +110,23 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
             ub = min(scaling.max_replicas, cap, math.ceil(wanted / arc.units) + iso_extra)
             churn_new = settings.churn_usd_per_replica if with_churn and arc.g not in current_groups else 0.0
             b.x[a] = m.var(0, max(0, ub), arc.score_usd + churn_new)
-        xs = [b.x[a] for a in c.arcs_by_d[d]]
+        xs = [b.x[a] for a in mine]
         by_region: dict[str, list[int]] = {}
-        for a in c.arcs_by_d[d]:
+        for a in mine:
             by_region.setdefault(arcs[a].region, []).append(a)
         for region, wanted in sorted(view.demand.replicas_by_region.items()):
-            if wanted <= 0:
+            if (d, region) not in b.u:
                 continue
             chosen = by_region.get(region, [])
-            m.row([b.x[a] for a in chosen] + [b.u[(d, region)]], [coverage(arcs[a].units) for a in chosen] + [1],
-                  lo=b.wanted[(d, region)])
+            need = b.wanted[(d, region)]
+            # Coefficients capped at the demand: valid for integer replicas (one replica that covers
+            # it all is enough) and it closes most of the LP's gap (no tenth of a big replica).
+            covs = [min(need, coverage(arcs[a].units)) for a in chosen]
+            m.row([b.x[a] for a in chosen] + [b.u[(d, region)]], covs + [1], lo=need)
+            _mir_cuts(m, [b.x[a] for a in chosen], covs, b.u[(d, region)], need)
         if xs:
             m.row(xs, [1] * len(xs), hi=scaling.max_replicas)
-        spot = [b.x[a] for a in c.arcs_by_d[d] if groups[arcs[a].g].offer.tier is fleet.Tier.SPOT]
+        spot = [b.x[a] for a in mine if groups[arcs[a].g].offer.tier is fleet.Tier.SPOT]
         if spot and view.spot_max_share < 1.0:
             share = math.floor(view.spot_max_share * SCALE + 1e-9)
             coef = {x: -share for x in xs}
@@ -151,6 +160,26 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
     return b
 
 
+def _mir_cuts(m: linear.LinearModel, xs: list[int], covs: list[int], u: int, need: int,
+              most: int = 4) -> None:
+    """Mixed-integer rounding cuts of one demand row ``sum cov_j x_j + u >= need`` (x integer, u
+    continuous), one per divisor delta among the row's coverages: with b = need/delta,
+    f = ceil(b) - b > 0 and f_j = ceil(cov_j/delta) - cov_j/delta,
+        sum_j (ceil(cov_j/delta) - max(0, f_j - f)/(1 - f)) x_j + u/(delta (1 - f)) >= ceil(b).
+    Example: 3 units from replicas worth 2.36 each -> at least 2 replicas, not 1.27."""
+    for delta in sorted(set(covs), reverse=True)[:most]:
+        b = need / delta
+        f = math.ceil(b) - b
+        if f < 1e-6 or f > 1 - 1e-6:
+            continue
+        coef = []
+        for cov in covs:
+            q = cov / delta
+            fj = math.ceil(q) - q
+            coef.append(math.ceil(q) - max(0.0, fj - f) / (1 - f))
+        m.cut(xs + [u], coef + [1.0 / (delta * (1 - f))], math.ceil(b))
+
+
 def _arcs_of(b: Built, c: cand_mod.Candidates, d: int) -> list[int]:
     return [a for a in c.arcs_by_d[d] if a in b.x]
 
@@ -171,12 +200,17 @@ def _isolation(b: Built, c: cand_mod.Candidates, d: int) -> None:
             members.setdefault(offer.cloud if kind == "cloud" else offer.region, []).append(b.x[a])
         for place, idx in members.items():
             y = m.var(0, 1)
-            big = sum(m.ub[i] for i in idx)
+            big = min(sum(m.ub[i] for i in idx), c.views[d].demand.spec.scaling.max_replicas)
             m.row(idx + [y], [1] * len(idx) + [-big], hi=0)  # any replica here -> y = 1
             m.row(idx + [y], [1] * len(idx) + [-1], lo=0)  # y = 1 -> a replica here
             m.row([y, z], [1, -1], hi=0)  # y -> z
             ys[kind][place] = y
         m.row(list(ys[kind].values()) + [z], [1] * len(ys[kind]) + [-need], lo=0)
+    # Not placed (z = 0) means all its demand is unserved; this cut keeps the LP from serving the
+    # demand while ignoring isolation (z fractional).
+    for (dd, region), u in b.u.items():
+        if dd == d:
+            m.row([u, z], [1, b.wanted[(dd, region)]], lo=b.wanted[(dd, region)])
     b.iso[d] = (z, ys["cloud"], ys["region"])
 
 
@@ -226,7 +260,7 @@ def _protect(b: Built, c: cand_mod.Candidates, d: int, current: Mapping[tuple[in
         return
     m = b.model
     s = m.var(0, keep, usd_per_unit)
-    m.row([b.x[a] for a in arcs] + [s], [coverage(c.arcs[a].units) for a in arcs] + [1], lo=keep)
+    m.row([b.x[a] for a in arcs] + [s], [min(keep, coverage(c.arcs[a].units)) for a in arcs] + [1], lo=keep)
     b.protect[d] = (s, keep)
 
 

@@ -87,7 +87,11 @@ class Candidate:
 
 class Filter(Protocol):
     """Prunes candidates. ``per_region`` filters run once per (deployment, region, pool) triple;
-    the others once per (deployment, pool) pair."""
+    the others once per (deployment, pool) pair.
+
+    A plugin may define ``key(view) -> hashable``: the deployment facts its verdict depends on.
+    Deployments with equal keys then share its verdicts (a fleet runs many deployments of a few
+    models); without ``key`` it is asked for every deployment."""
 
     name: str
     per_region: bool
@@ -96,7 +100,8 @@ class Filter(Protocol):
 
 
 class Score(Protocol):
-    """Weighs a surviving (deployment, region, pool) triple: extra USD/h per replica placed there."""
+    """Weighs a surviving (deployment, region, pool) triple: extra USD/h per replica placed there.
+    ``key(view)`` as for filters."""
 
     name: str
 

@@ -72,8 +72,8 @@ class Ledger:
         view = self.c.views[arc.d]
         team = view.demand.team
         if self.packed[arc.g] + arc.gpus_packed > offer.gpus_capacity:
-            return "capacity", (f"pool {offer.key if len(group.members) == 1 else offer.cloud + '/' + offer.region + ' ' + offer.pool.instance_type} "
-                                f"full ({self.packed[arc.g]}/{offer.gpus_capacity} GPUs)")
+            where = offer.key if len(group.members) == 1 else f"{offer.cloud}/{offer.region} {offer.pool.instance_type}"
+            return "capacity", f"free capacity ({where} full, {self.packed[arc.g]}/{offer.gpus_capacity} GPUs)"
         quota = self.teams.get(team)
         if quota is not None:
             if quota.max_gpus is not None and self.team_gpus.get((team, ""), 0) + arc.gpus > quota.max_gpus:

@@ -266,4 +266,9 @@ class SolverSettings(pydantic.BaseModel):
         description="auto: with a current placement and few changed deployments, re-solve only those first.")
     incremental_max_share: float = pydantic.Field(default=0.1, gt=0, le=1)
     lp_hint: bool = pydantic.Field(default=True, description="Solve the LP relaxation first for a bound and a hint.")
+    restrict_above_arcs: int = pydantic.Field(
+        default=4000, ge=0, description="Above this many candidate arcs, CP-SAT sees only the LP's support, the "
+                                        "cheapest arcs per region, current arcs and isolation alternatives.")
+    arcs_per_region: int = pydantic.Field(default=6, ge=1, le=1000,
+                                          description="Cheapest arcs kept per (deployment, region) when restricting.")
     seed: int = 0

@@ -25,6 +25,9 @@ class LatencyPenalty:
     def __init__(self, **args: float) -> None:
         self.args = _LatencyArgs(**args)
 
+    def key(self, view: framework.DeploymentView) -> object:
+        return ()
+
     def score(self, c: framework.Candidate) -> float:
         return self.args.usd_per_ms_hour * c.cycle.latency_map.rtt_ms(c.client_region, c.pool.region)
 
@@ -42,6 +45,9 @@ class SpotRisk:
 
     def __init__(self, **args: float) -> None:
         self.args = _SpotArgs(**args)
+
+    def key(self, view: framework.DeploymentView) -> object:
+        return ()
 
     def score(self, c: framework.Candidate) -> float:
         return self.args.usd_per_replica_hour if c.pool.tier is fleet.Tier.SPOT else 0.0

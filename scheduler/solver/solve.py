@@ -162,9 +162,15 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
             lower = lp.objective
             stats["lp_bound"] = lp.objective
             if hint_counts is None:
-                hint_counts = _round_lp(c, built, lp.values)
+                hint_counts = _best_start(prob, c, settings, active, _round_lp(c, built, lp.values))
+            if len(built.x) > settings.restrict_above_arcs:
+                t = time.perf_counter()
+                keep = _restrict(c, built, lp.values, hint_counts, settings.arcs_per_region)
+                built = formulation.build(c, prob, settings, current_g if current is not None else None, fixed,
+                                          active, keep)
+                stats.update(restrict_s=time.perf_counter() - t, sat_variables=built.model.size, sat_arcs=len(built.x))
     if hint_counts is None:
-        hint_counts = greedy.place(prob, c, active)
+        hint_counts = _best_start(prob, c, settings, active, None)
     hint = _complete(c, built, hint_counts, current_g, fixed)
 
     t = time.perf_counter()
@@ -225,7 +231,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
             short = wanted * formulation.SCALE - covered.get((d, region), 0)
             if wanted > 0 and short > 0:
                 unplaced.append(explain.unplaced(c, book, d, region, short / formulation.SCALE, d in iso_off))
-    parts = evaluate.breakdown(prob, c, settings, counts, placement, current, covered)
+    parts = evaluate.breakdown(prob, c, settings, counts, placement, current, covered, set(active))
     elapsed = time.perf_counter() - start
     stats.update(cost_usd=parts.cost_usd, score_usd=parts.score_usd, churn_usd=parts.churn_usd,
                  unplaced_usd=parts.unplaced_usd, sat_bound=sat.bound)
@@ -241,6 +247,8 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
 def _isolation_impossible(c: cand_mod.Candidates, d: int) -> str:
     p = c.views[d].demand.spec.placement
     offers = [c.groups[c.arcs[a].g].offer for a in c.arcs_by_d[d]]
+    if not offers:
+        return ""  # nothing passed the filters: the filters explain it
     clouds = sorted({o.cloud for o in offers})
     regions = sorted({o.region for o in offers})
     if len(clouds) < p.min_distinct_clouds:
@@ -250,6 +258,44 @@ def _isolation_impossible(c: cand_mod.Candidates, d: int) -> str:
         return (f"isolation needs {p.min_distinct_regions} regions but only {len(regions)} "
                 f"({', '.join(regions) or 'none'}) have a compatible pool within the SLA")
     return ""
+
+
+def _best_start(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: problem.SolverSettings,
+                active: list[int], prefer: dict[int, int] | None) -> dict[int, int]:
+    """The better (by objective) of two feasible greedy repairs of ``prefer``: priority order and
+    most-constrained-first order."""
+    best, best_value = {}, math.inf
+    for order_by in ("constrained", "priority"):
+        counts = greedy.place(prob, c, active, prefer=prefer, order_by=order_by)
+        placement = evaluate.split(c, counts, None)
+        if placement is None:
+            continue
+        value = evaluate.breakdown(prob, c, settings, counts, placement, None, evaluate.covered(c, counts),
+                                   set(active)).objective
+        if value < best_value:
+            best, best_value = counts, value
+    return best
+
+
+def _restrict(c: cand_mod.Candidates, built: formulation.Built, lp_values: list[float],
+              hint_counts: dict[int, int], per_region: int) -> set[int]:
+    """Arcs CP-SAT keeps on a large instance: every arc the LP optimum uses (so the restricted LP
+    is as good as the full one), the hint's arcs, the ``per_region`` cheapest per (deployment,
+    region), and the cheapest arc per cloud and per region for deployments that need isolation."""
+    keep = {a for a, v in built.x.items() if lp_values[v] > 1e-6 or hint_counts.get(a, 0) > 0}
+    by_key: dict[tuple[int, str], list[int]] = {}
+    for a in built.x:
+        by_key.setdefault((c.arcs[a].d, c.arcs[a].region), []).append(a)
+    for arcs in by_key.values():
+        keep.update(sorted(arcs, key=lambda a: (greedy.unit_price(c, a), a))[:per_region])
+    for d in built.iso:
+        cheapest: dict[tuple[str, str], int] = {}
+        for a in sorted((a for a in c.arcs_by_d[d] if a in built.x), key=lambda a: (greedy.unit_price(c, a), a)):
+            offer = c.groups[c.arcs[a].g].offer
+            for key in (("cloud", offer.cloud), ("region", offer.region)):
+                cheapest.setdefault(key, a)
+        keep.update(cheapest.values())
+    return keep
 
 
 def _hint_from_current(c: cand_mod.Candidates, built: formulation.Built, current: problem.Placement,

@@ -1,0 +1,183 @@
+"""Builders for small placement problems in solver tests, and an independent checker of every hard
+constraint (written from the spec, not from the solver's own ledger)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from meridian import capacity, fleet, latency
+from meridian.spec import deployment as deployment_spec
+from meridian.spec import policy as policy_spec
+from scheduler import solver
+from scheduler.solver import throughput
+
+CHAT = "meta-llama/Llama-3.1-8B-Instruct"
+BIG = "meta-llama/Llama-3.1-70B-Instruct"
+
+
+def dep(name: str, *, regions: dict[str, int], gpu_types: Iterable[str] = ("L4",), ttft_ms: float = 2000,
+        max_rtt_ms: float | None = None, clouds: int = 1, distinct_regions: int = 1, spot: bool = False,
+        spot_share: float = 0.5, team: str = "", priority_class: str = "standard", priority: int = 100,
+        source: str = CHAT, gpus: int = 1, gpus_by_type: dict[str, int] | None = None, max_replicas: int = 50,
+        profile: dict[str, float] | None = None, placement_clouds: Iterable[str] = (),
+        min_memory_gib: int | None = None) -> solver.DeploymentDemand:
+    spec = deployment_spec.ModelDeploymentSpec.model_validate({
+        "model": {"source": source, "served_name": name},
+        "resources": {"gpus_per_replica": gpus, "gpu_types": list(gpu_types), "gpus_by_type": gpus_by_type or {},
+                      "min_gpu_memory_gib": min_memory_gib,
+                      "throughput_profile": profile or {}},
+        "sla": {"ttft_p99_ms": ttft_ms, "tpot_p99_ms": 200, "client_regions": list(regions),
+                "max_rtt_ms": max_rtt_ms},
+        "scaling": {"min_replicas": 0, "max_replicas": max_replicas},
+        "placement": {"min_distinct_clouds": clouds, "min_distinct_regions": distinct_regions,
+                      "clouds": list(placement_clouds), "spot": {"allowed": spot, "max_share": spot_share}},
+        "priority_class": priority_class,
+    })
+    return solver.DeploymentDemand(name, spec, dict(regions), team, priority_class, priority)
+
+
+def pool(cluster: str, cloud: str, region: str, gpu_type: str, price_per_node: float, *, gpus_per_node: int = 1,
+         nodes_max: int = 4, nodes_min: int = 0, tier: str = "on_demand", pool_id: str | None = None) -> solver.PoolOffer:
+    gpool = fleet.GpuPool(
+        pool_id=pool_id or f"{gpu_type.lower()}-{tier.replace('_', '-')}", gpu_type=gpu_type, gpu_memory_gib=80,
+        gpus_per_node=gpus_per_node, instance_type=f"{gpu_type}x{gpus_per_node}", nodes_current=nodes_min,
+        nodes_min=nodes_min, nodes_max=nodes_max, gpus_free=nodes_min * gpus_per_node, tier=fleet.Tier(tier),
+        price_per_node_hour_usd=price_per_node, quota_headroom_gpus=10_000)
+    return solver.PoolOffer.of(cluster, cloud, region, gpool)
+
+
+def policy(**spec: object) -> policy_spec.CapacityPolicySpec:
+    base: dict[str, object] = {"clouds": [{"name": "aws"}, {"name": "gcp"}, {"name": "azure"}],
+                               "priority_classes": [{"name": "critical", "value": 1000, "preempts": ["batch", "standard"]},
+                                                    {"name": "standard", "value": 100, "preempts": ["batch"]},
+                                                    {"name": "batch", "value": 10}]}
+    base.update(spec)
+    return policy_spec.CapacityPolicySpec.model_validate(base)
+
+
+def problem(deployments: Iterable[solver.DeploymentDemand], pools: Iterable[solver.PoolOffer],
+            pol: policy_spec.CapacityPolicySpec | None = None, excluded: dict[str, str] | None = None
+            ) -> solver.PlacementProblem:
+    return solver.PlacementProblem(tuple(deployments), tuple(pools), pol if pol is not None else policy(),
+                                   latency.default(), excluded or {})
+
+
+def prefill_ms(spec: deployment_spec.ModelDeploymentSpec, gpu_type: str) -> float:
+    arch = spec.architecture()
+    perf = capacity.replica_perf(arch, gpu_type, spec.resources.gpus_for(gpu_type), None,
+                                 spec.runtime.mem_fraction_static)
+    return perf.prefill_s(spec.workload.prompt_tokens_mean) * 1000.0
+
+
+def violations(prob: solver.PlacementProblem, result: solver.PlacementResult) -> list[str]:
+    """Every hard constraint the placement breaks, checked from first principles."""
+    out: list[str] = []
+    offers = {p.key: p for p in prob.pools}
+    deps = {d.name: d for d in prob.deployments}
+    placement = result.placement
+    lat = prob.latency_map
+    packed: dict[str, int] = {}
+    team_gpus: dict[tuple[str, str], int] = {}
+    team_usd: dict[str, float] = {}
+    for (name, key), n in placement.replicas.items():
+        if n <= 0:
+            continue
+        offer, d = offers.get(key), deps.get(name)
+        if offer is None or d is None:
+            out.append(f"unknown deployment or pool {(name, key)}")
+            continue
+        if key in prob.excluded_pools:
+            out.append(f"{name} placed on excluded pool {key}")
+        g = d.spec.resources.gpus_for(offer.gpu_type)
+        per_node = offer.gpus_per_node // g
+        if per_node == 0:
+            out.append(f"{name}: replica of {g} GPUs on {offer.gpus_per_node}-GPU nodes")
+            continue
+        packed[key] = packed.get(key, 0) + n * math.ceil(offer.gpus_per_node / per_node)
+        res = d.spec.resources
+        if res.gpu_types and offer.gpu_type not in res.gpu_types:
+            out.append(f"{name} on {offer.gpu_type}, not in {res.gpu_types}")
+        if offer.tier is fleet.Tier.SPOT and not d.spec.placement.spot.allowed:
+            out.append(f"{name} on spot pool {key} without spot allowed")
+        for k in ((d.team, ""), (d.team, offer.gpu_type)):
+            team_gpus[k] = team_gpus.get(k, 0) + n * g
+        team_usd[d.team] = team_usd.get(d.team, 0.0) + n * g * offer.price_per_gpu_hour_usd
+    nodes = {}
+    for key, offer in offers.items():
+        if key in prob.excluded_pools:
+            continue
+        if packed.get(key, 0) > offer.gpus_capacity:
+            out.append(f"pool {key} holds {packed[key]} GPUs > capacity {offer.gpus_capacity}")
+        nodes[key] = max(offer.pool.nodes_min, math.ceil(packed.get(key, 0) / offer.gpus_per_node))
+    pol = prob.policy
+    if pol is not None:
+        for team in pol.teams:
+            if team.max_gpus is not None and team_gpus.get((team.name, ""), 0) > team.max_gpus:
+                out.append(f"team {team.name} uses {team_gpus[(team.name, '')]} GPUs > quota {team.max_gpus}")
+            for t, q in team.max_gpus_by_type.items():
+                if team_gpus.get((team.name, t), 0) > q:
+                    out.append(f"team {team.name} uses {team_gpus[(team.name, t)]} {t} > quota {q}")
+            if team.budget_per_hour_usd is not None and team_usd.get(team.name, 0.0) > team.budget_per_hour_usd + 1e-6:
+                out.append(f"team {team.name} spends {team_usd[team.name]:.2f} > budget {team.budget_per_hour_usd}")
+        for cloud in pol.clouds:
+            for t, q in [("", cloud.max_gpus), *cloud.max_gpus_by_type.items()]:
+                if q is None:
+                    continue
+                chosen = [k for k, o in offers.items() if k in nodes and o.cloud == cloud.name and t in ("", o.gpu_type)]
+                used = sum(nodes[k] * offers[k].gpus_per_node for k in chosen)
+                floor = sum(offers[k].pool.nodes_min * offers[k].gpus_per_node for k in chosen)
+                if used > max(q, floor):
+                    out.append(f"cloud {cloud.name} {t} uses {used} GPUs > quota {q}")
+        if pol.budget_per_hour_usd is not None:
+            total = sum(n * offers[k].price_per_node_hour_usd for k, n in nodes.items())
+            floor = sum(o.pool.nodes_min * o.price_per_node_hour_usd for k, o in offers.items() if k in nodes)
+            if total > max(pol.budget_per_hour_usd, floor) + 1e-6:
+                out.append(f"fleet spends {total:.2f} > budget {pol.budget_per_hour_usd}")
+    for name, d in deps.items():
+        mine = placement.of(name)
+        total = sum(mine.values())
+        if total > d.spec.scaling.max_replicas:
+            out.append(f"{name}: {total} replicas > max_replicas")
+        if total:
+            clouds = {offers[k].cloud for k in mine}
+            regions = {offers[k].region for k in mine}
+            p = d.spec.placement
+            if len(clouds) < p.min_distinct_clouds:
+                out.append(f"{name}: {len(clouds)} clouds < {p.min_distinct_clouds}")
+            if len(regions) < p.min_distinct_regions:
+                out.append(f"{name}: {len(regions)} regions < {p.min_distinct_regions}")
+            spot = sum(n for k, n in mine.items() if offers[k].tier is fleet.Tier.SPOT)
+            share = min(p.spot.max_share, pol.spot.max_share if pol is not None else 1.0)
+            if spot > share * total + 1e-9:
+                out.append(f"{name}: {spot} spot of {total} > share {share}")
+    for (name, region, key), n in placement.serving.items():
+        if n <= 0:
+            continue
+        d, offer = deps[name], offers[key]
+        rtt = lat.rtt_ms(region, offer.region)
+        sla = d.spec.sla
+        if sla.max_rtt_ms is not None and rtt > sla.max_rtt_ms:
+            out.append(f"{name} serves {region} from {offer.region} at {rtt} ms > max_rtt {sla.max_rtt_ms}")
+        if rtt + prefill_ms(d.spec, offer.gpu_type) > sla.ttft_p99_ms:
+            out.append(f"{name} serves {region} from {offer.region}: RTT + prefill > TTFT")
+    for (name, key), n in placement.replicas.items():
+        served = sum(v for (d2, _, k2), v in placement.serving.items() if d2 == name and k2 == key)
+        if served != n:
+            out.append(f"{name} on {key}: serving map has {served} of {n} replicas")
+    return out
+
+
+def served_units(prob: solver.PlacementProblem, result: solver.PlacementResult, name: str, region: str) -> float:
+    """Reference replicas the plan gives ``name`` in ``region`` (spot at the solver's credit)."""
+    d = next(x for x in prob.deployments if x.name == name)
+    ref = throughput.reference_gpu_type(d.spec, d.reference_gpu_type)
+    units = throughput.units_by_type(d.spec, ref)
+    offers = {p.key: p for p in prob.pools}
+    credit = solver.SolverSettings().spot_capacity_credit
+    total = 0.0
+    for (n2, r2, key), n in result.placement.serving.items():
+        if n2 == name and r2 == region:
+            u = units.get(offers[key].gpu_type, 1.0)
+            total += n * u * (credit if offers[key].tier is fleet.Tier.SPOT else 1.0)
+    return total

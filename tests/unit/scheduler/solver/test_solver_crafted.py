@@ -1,0 +1,269 @@
+"""Crafted placement instances whose optimal answer is known by hand."""
+
+from __future__ import annotations
+
+import pytest
+import solver_cases as sc
+
+from scheduler import solver
+
+LIMIT_S = 10.0
+
+
+def solve(prob: solver.PlacementProblem, **kw: object) -> solver.PlacementResult:
+    result = solver.solve(prob, time_limit_s=kw.pop("time_limit_s", LIMIT_S), **kw)
+    assert sc.violations(prob, result) == []
+    return result
+
+
+def test_cheapest_compatible_pool_wins():
+    """Of L4 ($0.80), A10G ($1.00) and a cheaper H100 the spec does not allow, the L4 pool gets both replicas."""
+    prob = sc.problem([sc.dep("chat", regions={"na-east": 2}, gpu_types=["L4", "A10G"], profile={"L4": 1, "A10G": 1})],
+                      [sc.pool("c1", "aws", "us-east-1", "L4", 0.80), sc.pool("c1", "aws", "us-east-1", "A10G", 1.00),
+                       sc.pool("c1", "aws", "us-east-1", "H100", 0.10)])
+    result = solve(prob)
+    assert result.status is solver.SolveStatus.OPTIMAL
+    assert result.placement.to_dict() == {"chat": {"c1/l4-on-demand": 2}}
+    assert result.cost_per_hour_usd == pytest.approx(1.60)
+    assert result.unplaced == ()
+
+
+def test_cheaper_gpu_type_needing_more_replicas_is_weighed_per_capacity():
+    """Melange: 6 units of demand cost $6 on L4 (1 unit each), $4.80 mixed, $3.60 on two L40S (3 units each)."""
+    d = sc.dep("chat", regions={"na-east": 6}, gpu_types=["L4", "L40S"], profile={"L4": 1, "L40S": 3})
+    prob = sc.problem([d], [sc.pool("c1", "aws", "us-east-1", "L4", 1.0, nodes_max=8),
+                            sc.pool("c1", "aws", "us-east-1", "L40S", 1.8)])
+    result = solve(prob)
+    assert result.placement.to_dict() == {"chat": {"c1/l40s-on-demand": 2}}
+    assert result.cost_per_hour_usd == pytest.approx(3.6)
+
+
+def test_latency_sla_forces_a_nearer_pricier_region():
+    """With max_rtt 80 ms from ap-south, Mumbai ($0.90) wins over a cheaper Virginia ($0.50); without it, Virginia."""
+    pools = [sc.pool("use1", "aws", "us-east-1", "L4", 0.50), sc.pool("aps1", "aws", "ap-south-1", "L4", 0.90)]
+    strict = solve(sc.problem([sc.dep("chat", regions={"ap-south": 1}, max_rtt_ms=80)], pools))
+    assert strict.placement.to_dict() == {"chat": {"aps1/l4-on-demand": 1}}
+    assert strict.serving == {("chat", "ap-south", "aps1/l4-on-demand"): 1}
+    loose = solve(sc.problem([sc.dep("chat", regions={"ap-south": 1}, ttft_ms=5000)], pools))
+    assert loose.placement.to_dict() == {"chat": {"use1/l4-on-demand": 1}}
+
+
+def test_isolation_forces_two_clouds():
+    """min_distinct_clouds 2 puts one replica on GCP although AWS is cheaper and has room for both."""
+    prob = sc.problem([sc.dep("chat", regions={"na-east": 2}, clouds=2)],
+                      [sc.pool("aws1", "aws", "us-east-1", "L4", 0.8), sc.pool("gcp1", "gcp", "us-east4", "L4", 1.1)])
+    result = solve(prob)
+    assert result.placement.to_dict() == {"chat": {"aws1/l4-on-demand": 1, "gcp1/l4-on-demand": 1}}
+
+
+def test_isolation_across_regions():
+    """min_distinct_regions 2 spreads replicas over two regions."""
+    prob = sc.problem([sc.dep("chat", regions={"na-east": 2}, distinct_regions=2)],
+                      [sc.pool("a", "aws", "us-east-1", "L4", 0.8), sc.pool("b", "aws", "us-east-2", "L4", 0.9)])
+    result = solve(prob)
+    assert set(result.placement.of("chat")) == {"a/l4-on-demand", "b/l4-on-demand"}
+
+
+def test_team_quota_forces_a_split():
+    """A team quota of 2 L4 GPUs sends the other 2 replicas to the pricier A10G pool."""
+    pol = sc.policy(teams=[{"name": "t1", "max_gpus_by_type": {"L4": 2}}])
+    prob = sc.problem([sc.dep("chat", regions={"na-east": 4}, gpu_types=["L4", "A10G"], team="t1",
+                              profile={"L4": 1, "A10G": 1})],
+                      [sc.pool("c", "aws", "us-east-1", "L4", 0.8), sc.pool("c", "aws", "us-east-1", "A10G", 1.2)], pol)
+    result = solve(prob)
+    assert result.placement.to_dict() == {"chat": {"c/a10g-on-demand": 2, "c/l4-on-demand": 2}}
+
+
+def test_cloud_quota_forces_a_split():
+    """An AWS quota of 3 GPUs puts the fourth replica on GCP."""
+    pol = sc.policy(clouds=[{"name": "aws", "max_gpus": 3}, {"name": "gcp"}])
+    prob = sc.problem([sc.dep("chat", regions={"na-east": 4})],
+                      [sc.pool("a", "aws", "us-east-1", "L4", 0.8), sc.pool("g", "gcp", "us-east4", "L4", 1.0)], pol)
+    result = solve(prob)
+    assert result.placement.to_dict() == {"chat": {"a/l4-on-demand": 3, "g/l4-on-demand": 1}}
+
+
+def test_spot_share_cap_with_on_demand_fallback():
+    """Spot at $0.30 is capped at half the replicas; on-demand covers the rest (spot counts 0.85 each)."""
+    pol = sc.policy(spot={"allowed": True, "max_share": 1.0})
+    prob = sc.problem([sc.dep("chat", regions={"na-east": 4}, spot=True, spot_share=0.5)],
+                      [sc.pool("c", "aws", "us-east-1", "L4", 1.0, nodes_max=8),
+                       sc.pool("c", "aws", "us-east-1", "L4", 0.30, tier="spot", nodes_max=8)], pol)
+    result = solve(prob)
+    # 4 on-demand = $4.00; 3 on-demand + 2 spot (4.7 units, share 2/5) = $3.60; 2 + 2 is 3.7 units (short).
+    assert result.placement.to_dict() == {"chat": {"c/l4-on-demand": 3, "c/l4-spot": 2}}
+    assert result.cost_per_hour_usd == pytest.approx(3.6)
+
+
+def test_policy_forbids_spot():
+    """A policy with spot disallowed keeps a spot-tolerant deployment off spot pools."""
+    pol = sc.policy(spot={"allowed": False})
+    prob = sc.problem([sc.dep("chat", regions={"na-east": 2}, spot=True)],
+                      [sc.pool("c", "aws", "us-east-1", "L4", 1.0), sc.pool("c", "aws", "us-east-1", "L4", 0.3, tier="spot")],
+                      pol)
+    assert solve(prob).placement.to_dict() == {"chat": {"c/l4-on-demand": 2}}
+
+
+def test_reserved_capacity_is_used_first():
+    """A reserved 8-GPU node is paid anyway, so replicas go there before a cheap on-demand L4 pool."""
+    d = sc.dep("chat", regions={"na-east": 4}, gpu_types=["L4", "H100"], profile={"L4": 1, "H100": 1})
+    reserved = sc.pool("r", "aws", "us-east-1", "H100", 30.0, gpus_per_node=8, nodes_min=1, nodes_max=1, tier="reserved")
+    prob = sc.problem([d], [reserved, sc.pool("c", "aws", "us-east-1", "L4", 0.8)])
+    result = solve(prob)
+    assert result.placement.to_dict() == {"chat": {"r/h100-reserved": 4}}
+    assert result.cost_per_hour_usd == pytest.approx(30.0)
+
+
+def test_priority_preempts_only_when_capacity_is_short():
+    """A critical deployment takes a batch replica's GPU only when no other pool can hold it."""
+    low = sc.dep("low", regions={"na-east": 3}, priority_class="batch", priority=10)
+    high = sc.dep("high", regions={"na-east": 2}, priority_class="critical", priority=1000)
+    current = solver.Placement({("low", "c/l4-on-demand"): 3}, {("low", "na-east", "c/l4-on-demand"): 3})
+    short = sc.problem([low, high], [sc.pool("c", "aws", "us-east-1", "L4", 0.8, nodes_max=4)])
+    result = solve(short, current=current)
+    assert result.placement.of("high") == {"c/l4-on-demand": 2}
+    assert result.placement.of("low") == {"c/l4-on-demand": 2}
+    assert [(u.deployment, u.constraint) for u in result.unplaced] == [("low", "priority")]
+    roomy = sc.problem([low, high], [sc.pool("c", "aws", "us-east-1", "L4", 0.8, nodes_max=4),
+                                     sc.pool("d", "aws", "us-east-1", "L4", 0.85, nodes_max=4)])
+    result = solve(roomy, current=current)
+    assert result.placement.of("low") == {"c/l4-on-demand": 3}
+    assert result.placement.total("high") == 2  # the free GPU of c, then d
+    assert result.unplaced == ()
+
+
+def test_no_preemption_of_a_class_the_higher_one_does_not_list():
+    """A class that does not list 'standard' in preempts leaves its current replicas alone."""
+    pol = sc.policy(priority_classes=[{"name": "vip", "value": 500, "preempts": ["batch"]},
+                                      {"name": "standard", "value": 100}, {"name": "batch", "value": 10}])
+    low = sc.dep("std", regions={"na-east": 3}, priority_class="standard", priority=100)
+    high = sc.dep("vip", regions={"na-east": 2}, priority_class="vip", priority=500)
+    current = solver.Placement({("std", "c/l4-on-demand"): 3}, {("std", "na-east", "c/l4-on-demand"): 3})
+    result = solve(sc.problem([low, high], [sc.pool("c", "aws", "us-east-1", "L4", 0.8, nodes_max=4)], pol),
+                   current=current)
+    assert result.placement.of("std") == {"c/l4-on-demand": 3}
+    assert result.placement.of("vip") == {"c/l4-on-demand": 1}
+    assert [(u.deployment, u.replicas) for u in result.unplaced] == [("vip", 1.0)]
+
+
+def test_infeasible_latency_is_explained():
+    """No H100 within 80 ms of ap-south: the demand is reported unplaced with that reason, the rest is placed."""
+    big = sc.dep("big", regions={"ap-south": 1}, gpu_types=["H100"], gpus=4, source=sc.BIG, max_rtt_ms=80)
+    small = sc.dep("chat", regions={"na-east": 1})
+    prob = sc.problem([big, small], [sc.pool("use1", "aws", "us-east-1", "H100", 60.0, gpus_per_node=8),
+                                     sc.pool("use1", "aws", "us-east-1", "L4", 0.8)])
+    result = solve(prob)
+    assert result.placement.to_dict() == {"chat": {"use1/l4-on-demand": 1}}
+    [u] = result.unplaced
+    assert (u.deployment, u.client_region, u.constraint) == ("big", "ap-south", "latency")
+    assert "no H100 within 80 ms of ap-south" in u.reason
+    assert "nearest is use1/h100-on-demand in us-east-1" in u.reason
+
+
+def test_team_quota_blocking_is_explained():
+    """An H100 near ap-south exists but the team's H100 quota is spent: the reason names the team quota."""
+    pol = sc.policy(teams=[{"name": "research", "max_gpus_by_type": {"H100": 4}}])
+    first = sc.dep("first", regions={"ap-south": 1}, gpu_types=["H100"], gpus=4, source=sc.BIG, team="research",
+                   priority_class="critical", priority=1000)
+    second = sc.dep("second", regions={"ap-south": 1}, gpu_types=["H100"], gpus=4, source=sc.BIG, team="research",
+                    max_rtt_ms=80)
+    prob = sc.problem([first, second], [sc.pool("aps1", "aws", "ap-south-1", "H100", 60.0, gpus_per_node=8)], pol)
+    result = solve(prob)
+    assert result.placement.to_dict() == {"first": {"aps1/h100-on-demand": 1}}
+    [u] = result.unplaced
+    assert u.constraint == "team_quota"
+    assert "no H100 within 80 ms of ap-south under team quota (research H100: 4/4 GPUs)" in u.reason
+
+
+def test_gpu_type_that_cannot_hold_the_model_is_explained():
+    """A 70B model on GPUs with >= 24 GiB, where only 1-GPU L4 replicas are offered: unplaced, constraint gpu_type."""
+    d = sc.dep("big", regions={"na-east": 1}, gpu_types=[], min_memory_gib=24, source=sc.BIG)
+    result = solve(sc.problem([d], [sc.pool("c", "aws", "us-east-1", "L4", 0.8)]))
+    [u] = result.unplaced
+    assert u.constraint == "gpu_type" and "does not fit" in u.reason
+
+
+def test_isolation_impossible_is_explained():
+    """Two clouds asked, only AWS offers a compatible pool: the whole deployment is unplaced, naming isolation."""
+    d = sc.dep("chat", regions={"na-east": 2}, clouds=2)
+    result = solve(sc.problem([d], [sc.pool("a", "aws", "us-east-1", "L4", 0.8), sc.pool("g", "gcp", "us-east4", "A10G", 0.8)]))
+    assert result.placement.to_dict() == {}
+    [u] = result.unplaced
+    assert u.constraint == "isolation" and "only aws" in u.reason
+
+
+def test_stocked_out_pool_is_avoided_and_named():
+    """An excluded (stocked-out) pool is skipped; when it was the only one, the reason says so."""
+    pools = [sc.pool("a", "aws", "us-east-1", "L4", 0.8), sc.pool("b", "aws", "us-east-2", "L4", 0.9)]
+    d = sc.dep("chat", regions={"na-east": 2})
+    result = solve(sc.problem([d], pools, excluded={"a/l4-on-demand": "stock-out at 12:00"}))
+    assert result.placement.to_dict() == {"chat": {"b/l4-on-demand": 2}}
+    only = solve(sc.problem([d], pools[:1], excluded={"a/l4-on-demand": "stock-out at 12:00"}))
+    [u] = only.unplaced
+    assert u.constraint == "excluded" and "stock-out at 12:00" in u.reason
+
+
+def test_budget_limits_the_plan_and_is_explained():
+    """A $2/h team budget buys 2 of 4 wanted replicas at $0.80; the rest is unplaced for the budget."""
+    pol = sc.policy(teams=[{"name": "t", "budget_per_hour_usd": 2.0}])
+    result = solve(sc.problem([sc.dep("chat", regions={"na-east": 4}, team="t")],
+                              [sc.pool("c", "aws", "us-east-1", "L4", 0.8)], pol))
+    assert result.placement.total("chat") == 2
+    [u] = result.unplaced
+    assert u.constraint == "budget" and u.replicas == pytest.approx(2.0)
+
+
+def test_identical_pools_merge_and_split_back_within_capacity():
+    """Two identical pools of one region act as one in the model and the split fills each within its GPUs."""
+    pools = [sc.pool("z1", "aws", "us-east-1", "L4", 0.8, nodes_max=2), sc.pool("z2", "aws", "us-east-1", "L4", 0.8, nodes_max=2)]
+    result = solve(sc.problem([sc.dep("chat", regions={"na-east": 3})], pools))
+    assert result.stats["groups"] == 1
+    assert sum(result.placement.of("chat").values()) == 3
+    assert max(result.placement.of("chat").values()) <= 2
+
+
+def test_warm_start_keeps_the_plan_and_incremental_resolve_changes_one_deployment():
+    """Re-solving an unchanged problem from its own plan changes nothing; one changed demand is solved alone."""
+    pools = [sc.pool("a", "aws", "us-east-1", "L4", 0.8, nodes_max=16), sc.pool("b", "gcp", "europe-west4", "L4", 0.9, nodes_max=16)]
+    deps = [sc.dep(f"d{i}", regions={"na-east": 1, "eu-west": 1}) for i in range(12)]
+    first = solve(sc.problem(deps, pools))
+    again = solve(sc.problem(deps, pools), current=first.placement)
+    assert solver.diff(first.placement, again.placement).empty
+    assert again.mode == "incremental"
+    changed = deps[:-1] + [sc.dep("d11", regions={"na-east": 3, "eu-west": 1})]
+    third = solve(sc.problem(changed, pools), current=first.placement)
+    assert third.mode == "incremental"
+    plan = solver.diff(first.placement, third.placement)
+    assert {c.deployment for c in plan.changes} == {"d11"}
+    assert plan.replicas_added == 2 and plan.replicas_removed == 0
+
+
+def test_short_time_limit_still_returns_a_valid_plan():
+    """A 0.3 s limit on a mid-size instance returns a plan (optimal or best found) that breaks nothing."""
+    pools = [sc.pool(f"c{i}", "aws", r, "L4", 0.8 + i / 100, nodes_max=6)
+             for i, r in enumerate(["us-east-1", "us-east-2", "us-west-2", "eu-west-1", "eu-central-1"])]
+    deps = [sc.dep(f"d{i}", regions={"na-east": 1 + i % 3, "eu-west": 1}) for i in range(20)]
+    result = solve(sc.problem(deps, pools), time_limit_s=0.3)
+    assert result.status in (solver.SolveStatus.OPTIMAL, solver.SolveStatus.FEASIBLE)
+
+
+def test_diff_lists_adds_and_removes_per_pool():
+    """diff() pairs current and target counts per (deployment, pool)."""
+    cur = solver.Placement({("a", "p1"): 2, ("a", "p2"): 1, ("b", "p1"): 1})
+    tgt = solver.Placement({("a", "p1"): 3, ("b", "p1"): 1, ("b", "p3"): 2})
+    plan = solver.diff(cur, tgt)
+    assert [(c.deployment, c.pool, c.delta) for c in plan.changes] == [("a", "p1", 1), ("a", "p2", -1), ("b", "p3", 2)]
+    assert plan.replicas_added == 3 and plan.replicas_removed == 1
+    assert plan.by_pool() == {"p1": 1, "p2": -1, "p3": 2}
+    assert solver.diff(cur, cur).empty
+
+
+def test_bad_inputs_are_refused_with_the_parameter_named():
+    """A non-positive time limit, an unknown plugin and duplicate pools fail loudly, naming what is wrong."""
+    prob = sc.problem([sc.dep("chat", regions={"na-east": 1})], [sc.pool("c", "aws", "us-east-1", "L4", 0.8)])
+    with pytest.raises(ValueError, match="time_limit_s"):
+        solver.solve(prob, time_limit_s=0)
+    with pytest.raises(solver.framework.UnknownPlugin, match="latency"):
+        solver.solve(prob, time_limit_s=1, settings=solver.SolverSettings(filters=("latncy",)))
+    with pytest.raises(ValueError, match="pool keys must be unique"):
+        sc.problem([], [sc.pool("c", "aws", "us-east-1", "L4", 0.8), sc.pool("c", "aws", "us-east-1", "L4", 0.8)])
