@@ -98,6 +98,7 @@ class Router:
         self.proxy = Proxy(state=self.state, config=cfg, metrics=self.metrics, traffic=self.traffic,
                            outlier=self.outlier, budget=self.budget, keys=keys, limiter=limiter,
                            known_regions=frozenset(self.latency_map.regions))
+        self.proxy.start()
         lkg = None
         if cfg.lkg_store == "file":
             lkg = store.FileStore(cfg.effective_lkg_path)
@@ -153,6 +154,8 @@ class Router:
             except Exception:  # report, but finish shutting down
                 log.exception("event=task_failed_on_stop task=%s", task.get_name())
         self._tasks.clear()
+        if self.proxy is not None:
+            await self.proxy.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

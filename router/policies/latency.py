@@ -52,7 +52,15 @@ class Latency(base.Policy):
         best = min(s for s, _ in scored)
         bound = max(best * (1.0 + self.args.slack_ratio), best + self.args.slack_ms)
         near = [pair for pair in scored if pair[0] <= bound]
-        if len(near) == 1:
+        n = len(near)
+        if n == 1:
             return near[0][1]
-        a, b = self.rng.sample(near, 2)
-        return a[1] if a[0] <= b[0] else b[1]
+        if n == 2:
+            a, b = near
+        else:  # two distinct draws (cheaper than rng.sample on the hot path)
+            i = int(self.rng.random() * n)
+            j = int(self.rng.random() * (n - 1))
+            a, b = near[i], near[j + 1 if j >= i else j]
+        if a[0] == b[0]:
+            return a[1] if self.rng.random() < 0.5 else b[1]
+        return a[1] if a[0] < b[0] else b[1]

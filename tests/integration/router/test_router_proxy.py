@@ -321,3 +321,14 @@ async def test_metrics_endpoint(replicas, make_router, http):
     assert 'meridian_router_requests_total{code="200",model="m",region="na-east",replica="a"} 1.0' in text
     assert 'meridian_router_ttft_seconds_count{model="m",region="na-east"} 1.0' in text
     assert 'meridian_router_replica_available{model="m",region="us-east-1",replica="a"} 1.0' in text
+
+
+async def test_deadline_mid_stream_ends_with_an_error_event(replicas, make_router, http):
+    """A stream still running at its deadline ends with an SSE error event, and the replica is freed."""
+    (rep,) = await replicas(1, tokens=100, token_delay_s=0.05)
+    router = await make_router(testing.table(1, {"m": [testing.replica("a", rep.port)]}))
+    async with http.post(url(router), json=chat(stream=True), headers={"x-meridian-timeout-s": "0.4"}) as resp:
+        assert resp.status == 200
+        body = await resp.read()
+    assert b'"code":"deadline_exceeded"' in body.rsplit(b"data: ", 1)[-1]
+    await until(lambda: rep.disconnects == 1)

@@ -1,0 +1,266 @@
+"""``python -m bench.router``: Meridian router vs sglang-router (PyPI) vs direct-to-backend.
+
+One run, same backends, same load generator (wrk), on this machine:
+- short: non-streaming chat requests answered by nginx with a static chat.completion (2 nginx
+  "replicas" on two ports), so the proxies, not the backend, are what is measured;
+- stream: LLM-shaped streaming requests (16 SSE chunks each, written separately) from two raw
+  uvloop backends (bench/router/sse_backend.py).
+For each scenario and target: throughput and p50/p99 latency under load (``--connections``), and
+p50/p99 with a single connection (the per-request overhead, "added latency" against direct).
+Targets run interleaved, ``--repeats`` times each; best and median throughput are printed, since
+the machine is shared. Needs wrk and nginx (installed with apt-get when missing and root)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SHORT_JSON = ('{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"m-short","choices":[{"index":0,'
+              '"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],'
+              '"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}')
+LUA = """wrk.method = "POST"
+wrk.body = '{"model":"%s","messages":[{"role":"user","content":"hello there, how are you?"}],"max_tokens":16%s}'
+wrk.headers["Content-Type"] = "application/json"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout_s}s")
+
+
+def ensure_tools() -> None:
+    missing = [t for t in ("wrk", "nginx") if shutil.which(t) is None and not os.path.exists(f"/usr/sbin/{t}")]
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        sys.exit(f"bench.router needs {', '.join(missing)}: apt-get install -y wrk nginx-light")
+    print(f"installing {', '.join(missing)} (Debian packages)", file=sys.stderr)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    pkgs = ["wrk" if t == "wrk" else "nginx-light" for t in missing]
+    if subprocess.run(["apt-get", "install", "-y", "-qq", *pkgs], env=env).returncode != 0:
+        subprocess.run(["apt-get", "install", "-y", "-qq", *[p.replace("nginx-light", "nginx") for p in pkgs]],
+                       check=True, env=env)
+
+
+def nginx_binary() -> str:
+    return shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+class Stack:
+    """Every process the bench starts; stopped by pid at the end."""
+
+    def __init__(self, workdir: str):
+        self.workdir = workdir
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, args: list[str], port: int, timeout_s: float = 30.0) -> None:
+        log = open(os.path.join(self.workdir, f"{name}.log"), "wb")
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append((name, proc))
+        wait_port(port, timeout_s)
+
+    def stop(self) -> None:
+        for _, proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for _, proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+
+def nginx_conf(workdir: str, ports: list[int]) -> str:
+    servers = "\n".join(
+        f"  server {{ listen 127.0.0.1:{p}; location / {{ default_type application/json; return 200 '{SHORT_JSON}'; }} }}"
+        for p in ports)
+    path = os.path.join(workdir, "nginx.conf")
+    with open(path, "w") as fh:
+        fh.write(f"""worker_processes 1;
+daemon off;
+pid {workdir}/nginx.pid;
+error_log {workdir}/nginx.err warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 10000000;
+  keepalive_timeout 300s;
+  client_body_temp_path {workdir}/body;
+{servers}
+}}
+""")
+    return path
+
+
+def parse_wrk(text: str) -> dict:
+    def ms(value: str, unit: str) -> float:
+        return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+    out = {"rps": 0.0, "p50_ms": float("nan"), "p99_ms": float("nan"), "errors": 0}
+    m = re.search(r"Requests/sec:\s+([\d.]+)", text)
+    if m:
+        out["rps"] = float(m.group(1))
+    for pct, key in (("50", "p50_ms"), ("99", "p99_ms")):
+        m = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
+        if m:
+            out[key] = ms(m.group(1), m.group(2))
+    m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    if m:
+        out["errors"] += int(m.group(1))
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    if m:
+        out["errors"] += sum(int(x) for x in m.groups())
+    return out
+
+
+def wrk(url: str, script: str, connections: int, duration_s: float) -> dict:
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration_s))}s", "--latency", "-s", script, url]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s + 60)
+    if done.returncode != 0 or "Requests/sec" not in done.stdout:
+        raise RuntimeError(f"wrk failed against {url}: {done.stdout[-500:]} {done.stderr[-500:]}")
+    return parse_wrk(done.stdout)
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        model = platform.processor() or model
+    load = os.getloadavg()
+    return (f"{os.cpu_count()} cores, {model}, Python {platform.python_version()}, "
+            f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.router", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration-s", type=int, default=6)
+    parser.add_argument("--latency-duration-s", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=32, help="short requests")
+    parser.add_argument("--stream-connections", type=int, default=64)
+    parser.add_argument("--chunks", type=int, default=16, help="SSE chunks per streaming response")
+    parser.add_argument("--token-delay-ms", type=float, default=0.0, help="pause between SSE chunks")
+    parser.add_argument("--meridian-workers", default="1,2", help="comma list of --workers values to bench")
+    parser.add_argument("--policy", default="latency", help="Meridian routing policy")
+    parser.add_argument("--scenarios", default="short,stream")
+    args = parser.parse_args()
+    ensure_tools()
+    py = sys.executable
+    workdir = tempfile.mkdtemp(prefix="meridian-bench-router-")
+    stack = Stack(workdir)
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    try:
+        short_ports, stream_ports = [free_port(), free_port()], [free_port(), free_port()]
+        stack.start("nginx", [nginx_binary(), "-c", nginx_conf(workdir, short_ports)], short_ports[0])
+        wait_port(short_ports[1])
+        for i, p in enumerate(stream_ports):
+            stack.start(f"sse{i}", [py, "-m", "bench.router.sse_backend", "--port", str(p), "--chunks", str(args.chunks),
+                                    "--token-delay-ms", str(args.token_delay_ms)], p)
+        routes = os.path.join(workdir, "routes.yaml")
+        with open(routes, "w") as fh:
+            fh.write("models:\n")
+            for name, ports in (("m-short", short_ports), ("m-stream", stream_ports)):
+                fh.write(f"  - served_model_name: {name}\n    replicas:\n")
+                for i, p in enumerate(ports):
+                    fh.write(f"      - {{replica_id: {name}-{i}, endpoint: 'http://127.0.0.1:{p}', region: us-east-1}}\n")
+        targets: dict[str, dict[str, str]] = {s: {} for s in scenarios}
+        for s in scenarios:
+            ports = short_ports if s == "short" else stream_ports
+            targets[s]["direct"] = f"http://127.0.0.1:{ports[0]}"
+            sp = free_port()
+            stack.start(f"sglang-router-{s}", [py, "-m", "sglang_router.launch_router", "--worker-urls",
+                                               *[f"http://127.0.0.1:{p}" for p in ports], "--policy", "round_robin",
+                                               "--host", "127.0.0.1", "--port", str(sp), "--log-level", "warn",
+                                               "--prometheus-port", str(free_port())],
+                        sp, timeout_s=60)
+            targets[s]["sglang-router"] = f"http://127.0.0.1:{sp}"
+        for w in [int(x) for x in args.meridian_workers.split(",") if x]:
+            mp = free_port()
+            stack.start(f"meridian-w{w}", [py, "-m", "meridian.cli.main", "router", "--listen", f"127.0.0.1:{mp}",
+                                           "--routes-file", routes, "--lkg-store", "none", "--region", "na-east",
+                                           "--workers", str(w), "--policy", args.policy, "--log-level", "warning"], mp)
+            time.sleep(1.0 if w > 1 else 0.2)  # let every worker bind
+            for s in scenarios:
+                targets[s][f"meridian-w{w}"] = f"http://127.0.0.1:{mp}"
+        print(f"machine: {machine()}")
+        print(f"load: wrk -t1, {args.duration_s:g} s runs x {args.repeats} repeats, interleaved; "
+              f"short: {args.connections} connections, nginx static JSON; stream: {args.stream_connections} "
+              f"connections, {args.chunks} SSE chunks/response, {args.token_delay_ms:g} ms between chunks; "
+              f"Meridian policy {args.policy}; sglang-router round_robin")
+        for s in scenarios:
+            run_scenario(s, targets[s], workdir, args)
+    finally:
+        stack.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_scenario(scenario: str, targets: dict[str, str], workdir: str, args) -> None:
+    model = "m-short" if scenario == "short" else "m-stream"
+    script = os.path.join(workdir, f"{scenario}.lua")
+    with open(script, "w") as fh:
+        fh.write(LUA % (model, ',"stream":true' if scenario == "stream" else ""))
+    conns = args.connections if scenario == "short" else args.stream_connections
+    for url in targets.values():  # warm up connections and caches
+        wrk(url + "/v1/chat/completions", script, conns, 1)
+    loaded: dict[str, list[dict]] = {t: [] for t in targets}
+    single: dict[str, list[dict]] = {t: [] for t in targets}
+    for _ in range(args.repeats):
+        for name, url in targets.items():
+            loaded[name].append(wrk(url + "/v1/chat/completions", script, conns, args.duration_s))
+            single[name].append(wrk(url + "/v1/chat/completions", script, 1, args.latency_duration_s))
+    print(f"\n== {scenario}: {'non-streaming chat (nginx backends)' if scenario == 'short' else 'streaming chat (SSE backends)'}")
+    print(f"{'target':<16}{'best rps':>10}{'median rps':>12}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+          f"{'1-conn p50':>12}{'1-conn p99':>12}{'added p50':>11}{'added p99':>11}")
+    med = {}
+    for name in targets:
+        runs = sorted(loaded[name], key=lambda r: r["rps"])
+        mid = runs[len(runs) // 2]
+        one = sorted(single[name], key=lambda r: r["p50_ms"])[len(single[name]) // 2]
+        med[name] = (runs[-1]["rps"], mid, one)
+    direct_one = med["direct"][2]
+    for name, (best, mid, one) in med.items():
+        errors = sum(r["errors"] for r in loaded[name])
+        added50 = one["p50_ms"] - direct_one["p50_ms"]
+        added99 = one["p99_ms"] - direct_one["p99_ms"]
+        print(f"{name:<16}{best:>10.0f}{mid['rps']:>12.0f}{mid['p50_ms']:>9.2f}{mid['p99_ms']:>9.2f}{errors:>8}"
+              f"{one['p50_ms']:>12.3f}{one['p99_ms']:>12.3f}{added50:>11.3f}{added99:>11.3f}")
+    sg = med.get("sglang-router")
+    if sg:
+        for name, (best, mid, _) in med.items():
+            if name.startswith("meridian"):
+                print(f"{name} / sglang-router throughput: best {best / sg[0]:.2f}x, median {mid['rps'] / sg[1]['rps']:.2f}x")
+    print("(added p50/p99: single-connection latency minus direct's; p50/p99 ms: under load, median run)")
+
+
+if __name__ == "__main__":
+    main()
