@@ -56,6 +56,7 @@ class AgentOptions:
     reconnect_max_s: float = 30.0
     welcome_timeout_s: float = 15.0
     ready_timeout_s: float = 3600.0
+    adopt_settle_s: float = 15.0  # longest wait for re-adopted replicas' first probe before connecting
     status_host: str | None = None  # None: loopback when advertising loopback, else all interfaces
     serve_status: bool = True
 
@@ -110,6 +111,7 @@ class Agent:
         self.status_server = status_mod.StatusServer(self.metrics, self.status, host=status_host,
                                                      port=s.agent.metrics_port)
         self._tasks: list[asyncio.Task] = []
+        self._drains: set[asyncio.Task] = set()  # drains started by interruption notices
         self.adopted: list[str] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -126,8 +128,20 @@ class Agent:
             asyncio.create_task(self._discover_loop(), name="agent-discover"),
             asyncio.create_task(self._interruption_loop(), name="agent-interruptions"),
             asyncio.create_task(self._supervise_loop(), name="agent-supervise"),
-            asyncio.create_task(self.stream.run(), name="agent-stream"),
+            asyncio.create_task(self._stream_after_adoption(), name="agent-stream"),
         ]
+
+    async def _stream_after_adoption(self) -> None:
+        """Connect once re-adopted replicas have been probed (bounded by ``adopt_settle_s``), so the
+        first complete report after an agent restart shows them READY rather than STARTING, which
+        would make routers stop sending to replicas that never stopped serving."""
+        deadline = time.monotonic() + self.options.adopt_settle_s
+        while time.monotonic() < deadline and any(
+                (m := self.replicas.get(rid)) is not None and m.state == models.ReplicaState.STARTING
+                for rid in self.adopted):
+            await asyncio.sleep(0.1)
+        self._supervise_once(refresh=True)
+        await self.stream.run()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Start, serve until ``stop`` is set (or a loop dies), then shut down."""
@@ -144,9 +158,9 @@ class Agent:
     async def shutdown(self, *, stop_replicas: bool = False) -> None:
         """Stop the loops; detach the replicas (they keep serving and the next agent re-adopts
         them) or, with ``stop_replicas``, stop them."""
-        for task in self._tasks:
+        for task in [*self._tasks, *self._drains]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._drains, return_exceptions=True)
         self._tasks = []
         await self.executor.close()
         await self.replicas.close(stop_replicas=stop_replicas)
@@ -319,7 +333,9 @@ class Agent:
                     self._event(models.Event(models.EventKind.SPOT_INTERRUPTION, pool_id=notice.pool_id,
                                              replica_id=m.placement.replica_id, message=notice.message,
                                              deadline=notice.deadline))
-                    asyncio.create_task(self._drain_for_notice(m.placement.replica_id, drain_s))
+                    task = asyncio.create_task(self._drain_for_notice(m.placement.replica_id, drain_s))
+                    self._drains.add(task)
+                    task.add_done_callback(self._drains.discard)
         for notice_id in set(self._notices) - set(current):
             del self._notices[notice_id]
         self._wake_supervision.set()

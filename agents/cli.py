@@ -52,7 +52,6 @@ def _setup_logging(level: str, fmt: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    _setup_logging(args.log_level, args.log_format)
     try:
         cluster = config.load_cluster(args.cluster, args.name)
         token = config.read_token(cluster)
@@ -64,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         print(f"meridian agent: {exc}", file=sys.stderr)
         return 1
+    _setup_logging(args.log_level, args.log_format)  # after validation: errors above go to stderr plainly
     state_dir = config.state_dir(cluster, args.state_dir)
     return asyncio.run(_serve(cluster, token, settings, state_dir, stop_replicas=args.on_exit == "stop"))
 

@@ -167,7 +167,8 @@ class DirectiveExecutor:
             self._journal.record(d.directive_id, outcome, reason, self._clock())
         self._outbox.put_ack(models.DirectiveAck(d.directive_id, outcome, reason))
         self._metrics.directive(action_name(d.action), outcome)
-        level = logging.WARNING if outcome in (models.DirectiveOutcome.REFUSED, models.DirectiveOutcome.FAILED) else logging.INFO
+        bad = outcome in (models.DirectiveOutcome.REFUSED, models.DirectiveOutcome.FAILED)
+        level = logging.WARNING if bad else logging.INFO
         log.log(level, "directive id=%s action=%s outcome=%s reason=%r", d.directive_id, action_name(d.action),
                 outcome.value, reason)
 

@@ -30,10 +30,28 @@ from agents import state
 log = logging.getLogger(__name__)
 
 HELLO_COMPLETED_LIMIT = 256
+# Trailing metadata with which a standby scheduler names the leader's address.
+LEADER_METADATA = "meridian-leader"
 
 
 class StreamRejected(Exception):
     """The scheduler closed the stream before welcoming the agent (bad token, unknown cluster)."""
+
+
+class _Redirect(Exception):
+    """A standby scheduler named the leader: connect there next."""
+
+    def __init__(self, address: str, detail: str):
+        super().__init__(detail)
+        self.address = address
+
+
+def leader_hint(metadata) -> str:
+    """The leader's address a standby scheduler put in the trailing metadata, or ""."""
+    for key, value in metadata or ():
+        if key == LEADER_METADATA and value:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return ""
 
 
 def make_channel(address: str, tls: cluster_spec.Tls | None,
@@ -78,19 +96,24 @@ class StreamClient:
         self.scheduler_id = ""
         self.sessions = 0
         self.last_error = ""
+        self._redirect = ""  # a standby's hint: where the leader is, tried once before the configured address
 
     async def run(self) -> None:
         """Connect, serve, reconnect: until cancelled."""
         attempt = 0
+        redirected = False
         while True:
             if attempt > 0:
                 self._metrics.reconnects.labels(self._metrics.cluster).inc()
             attempt += 1
+            hint = ""
             try:
                 await self._session()
                 self.last_error = "stream ended by the scheduler"
             except asyncio.CancelledError:
                 raise
+            except _Redirect as exc:
+                self.last_error, hint = str(exc), exc.address
             except StreamRejected as exc:
                 self.last_error = str(exc)
                 log.error("stream rejected cluster=%s error=%s", self._identity.cluster_id, exc)
@@ -98,9 +121,17 @@ class StreamClient:
                 self.last_error = f"{exc.code().name}: {exc.details()}"
                 log.warning("stream broken cluster=%s code=%s details=%s", self._identity.cluster_id,
                             exc.code().name, exc.details())
+                hint = leader_hint(exc.trailing_metadata()) if exc.code() == grpc.StatusCode.UNAVAILABLE else ""
             except (OSError, TimeoutError, wire.WireError) as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("stream failed cluster=%s error=%s", self._identity.cluster_id, self.last_error)
+            if hint and not redirected:
+                # A standby named the leader: go there at once (once; a second hop waits as usual).
+                log.info("scheduler is a standby; trying the leader cluster=%s leader=%s", self._identity.cluster_id,
+                         hint)
+                self._redirect, redirected = hint, True
+                continue
+            redirected = False
             delay_s = self._backoff.next_delay_s()
             log.info("reconnecting cluster=%s in_s=%.2f attempt=%d", self._identity.cluster_id, delay_s, attempt)
             await asyncio.sleep(delay_s)
@@ -109,7 +140,8 @@ class StreamClient:
         return cap.AgentMessage(sequence=next(seq), sent_at=wire.ts(self._clock()), **payload)
 
     async def _session(self) -> None:
-        channel = make_channel(self._address, self._tls, self._channel_options)
+        address, self._redirect = self._redirect or self._address, ""
+        channel = make_channel(address, self._tls, self._channel_options)
         try:
             stub = cap_grpc.CapacityServiceStub(channel)
             call = stub.Connect(metadata=(("authorization", f"Bearer {self._token}"),))
@@ -120,6 +152,9 @@ class StreamClient:
             if first is grpc.aio.EOF:
                 status = await call.code()
                 details = await call.details()
+                hint = leader_hint(await call.trailing_metadata())
+                if status == grpc.StatusCode.UNAVAILABLE and hint:
+                    raise _Redirect(hint, f"{status.name}: {details}")
                 raise StreamRejected(f"scheduler closed the stream before Welcome: {status.name}: {details}")
             if first.WhichOneof("payload") != "welcome":
                 raise StreamRejected(f"expected Welcome first, got {first.WhichOneof('payload')}")

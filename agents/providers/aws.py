@@ -36,6 +36,7 @@ import botocore.exceptions
 
 from meridian import spec
 from meridian.fleet import models
+from meridian.spec import cluster as cluster_spec
 
 from agents import providers
 from agents.providers import base, common, notices
@@ -261,7 +262,7 @@ class AwsProvider(base.Provider):
             out.append(self._pool_status(decl, groups.get(common.pool_resource(decl)), used_vcpus))
         return out
 
-    def _pool_status(self, decl, group: dict | None, used_vcpus: dict) -> base.PoolStatus:
+    def _pool_status(self, decl: cluster_spec.PoolDecl, group: dict | None, used_vcpus: dict) -> base.PoolStatus:
         info = self._types.get(decl.instance_type)
         zone = decl.zone or self._zone
         if group is None or info is None:

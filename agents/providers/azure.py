@@ -31,6 +31,7 @@ from azure.mgmt.compute import ComputeManagementClient
 
 from meridian import spec
 from meridian.fleet import models
+from meridian.spec import cluster as cluster_spec
 
 from agents import providers
 from agents.providers import base, common, notices
@@ -150,7 +151,7 @@ class AzureProvider(base.Provider):
         self._refresh_usage()
         return [self._pool_status(decl) for decl in self._decls.values()]
 
-    def _pool_status(self, decl) -> base.PoolStatus:
+    def _pool_status(self, decl: cluster_spec.PoolDecl) -> base.PoolStatus:
         name = common.pool_resource(decl)
         offer = common.offer("azure", decl.instance_type, self._region)
         gpu_type = offer.gpu_type if offer else "unknown"

@@ -39,6 +39,7 @@ from google.cloud.container_v1.services.cluster_manager.transports import grpc a
 
 from meridian import spec
 from meridian.fleet import models
+from meridian.spec import cluster as cluster_spec
 
 from agents import providers
 from agents.providers import base, common, notices
@@ -202,7 +203,7 @@ class GcpProvider(base.Provider):
             out.append(await self._pool_status(decl, by_name.get(common.pool_resource(decl)), quotas))
         return out
 
-    def _missing(self, decl, why: str, kind: CloudErrorKind) -> base.PoolStatus:
+    def _missing(self, decl: cluster_spec.PoolDecl, why: str, kind: CloudErrorKind) -> base.PoolStatus:
         offer = common.offer("gcp", decl.instance_type, self._region)
         pool = common.build_pool(
             decl, gpu_type=offer.gpu_type if offer else "unknown", gpus_per_node=offer.gpu_count if offer else 0,
@@ -211,7 +212,8 @@ class GcpProvider(base.Provider):
             quota_headroom_gpus=0, zone=decl.zone or "", state=models.ProvisioningState.ERROR)
         return base.PoolStatus(pool, (), CloudError(kind, why, pool_id=decl.name, operation="discover"))
 
-    async def _pool_status(self, decl, np: container_v1.NodePool | None, quotas: dict) -> base.PoolStatus:
+    async def _pool_status(self, decl: cluster_spec.PoolDecl, np: container_v1.NodePool | None,
+                           quotas: dict) -> base.PoolStatus:
         if np is None:
             return self._missing(decl, f"no node pool {common.pool_resource(decl)!r} in {self._parent}",
                                  CloudErrorKind.NOT_FOUND)

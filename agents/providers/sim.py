@@ -295,7 +295,8 @@ class SimCloud:
 
     def _interruption(self, pool: _Pool, node: _Node) -> base.Interruption:
         return base.Interruption(notice_id=node.notice_id, pool_id=pool.decl.name, deadline=node.notice_deadline or 0.0,
-                                 node_id=node.node_id, message=f"spot preemption of {node.node_id} ({pool.decl.instance_type})")
+                                 node_id=node.node_id,
+                                 message=f"spot preemption of {node.node_id} ({pool.decl.instance_type})")
 
 
 class SimProvider(base.Provider):

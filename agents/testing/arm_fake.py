@@ -262,7 +262,8 @@ class ArmFake:
             if offer.cloud != "azure" or (location and offer.region != location):
                 continue
             out.append({"resourceType": "virtualMachines", "name": offer.instance_type, "tier": "Standard",
-                        "size": offer.instance_type.removeprefix("Standard_"), "family": FAMILIES.get(offer.instance_type, ""),
+                        "size": offer.instance_type.removeprefix("Standard_"),
+                        "family": FAMILIES.get(offer.instance_type, ""),
                         "locations": [offer.region], "restrictions": [],
                         "locationInfo": [{"location": offer.region, "zones": ["1", "2", "3"]}],
                         "capabilities": [{"name": "vCPUs", "value": str(offer.vcpus)},

@@ -127,15 +127,15 @@ class GkeFake:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        handlers = {
-            "ListNodePools": self._rpc("ListNodePools", self._list_node_pools, container_v1.ListNodePoolsRequest,
-                                       container_v1.ListNodePoolsResponse),
-            "GetNodePool": self._rpc("GetNodePool", self._get_node_pool, container_v1.GetNodePoolRequest, container_v1.NodePool),
-            "SetNodePoolSize": self._rpc("SetNodePoolSize", self._set_size, container_v1.SetNodePoolSizeRequest, container_v1.Operation),
-            "SetNodePoolAutoscaling": self._rpc("SetNodePoolAutoscaling", self._set_autoscaling, container_v1.SetNodePoolAutoscalingRequest,
-                                                container_v1.Operation),
-            "GetOperation": self._rpc("GetOperation", self._get_operation, container_v1.GetOperationRequest, container_v1.Operation),
+        c = container_v1
+        methods = {
+            "ListNodePools": (self._list_node_pools, c.ListNodePoolsRequest, c.ListNodePoolsResponse),
+            "GetNodePool": (self._get_node_pool, c.GetNodePoolRequest, c.NodePool),
+            "SetNodePoolSize": (self._set_size, c.SetNodePoolSizeRequest, c.Operation),
+            "SetNodePoolAutoscaling": (self._set_autoscaling, c.SetNodePoolAutoscalingRequest, c.Operation),
+            "GetOperation": (self._get_operation, c.GetOperationRequest, c.Operation),
         }
+        handlers = {name: self._rpc(name, *spec) for name, spec in methods.items()}
         server = grpc.aio.server()
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
         self.grpc_port = server.add_insecure_port(f"{self.host}:0")

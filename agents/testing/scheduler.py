@@ -77,6 +77,9 @@ class TestScheduler:
         self.records: dict[str, ClusterRecord] = {}
         self.connects: dict[str, int] = {}
         self.rejected = 0
+        # Set to an address to act as a standby: streams are refused UNAVAILABLE, naming the leader
+        # in the ``meridian-leader`` trailing metadata (as the real scheduler's standbys do).
+        self.standby_for: str | None = None
 
     @property
     def address(self) -> str:
@@ -129,6 +132,10 @@ class TestScheduler:
             await asyncio.sleep(interval_s)
 
     async def _serve(self, context: grpc.aio.ServicerContext) -> None:
+        if self.standby_for is not None:
+            self.rejected += 1
+            context.set_trailing_metadata((("meridian-leader", self.standby_for),))
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"standby; the leader is at {self.standby_for}")
         first = await context.read()
         if first is grpc.aio.EOF or first.WhichOneof("payload") != "hello":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a Hello")

@@ -142,11 +142,15 @@ async def test_agent_restart_readopts_running_replicas(setup):
             killed_at = poller.ok
             await h.wait_for(lambda: poller.ok >= killed_at + 5, what="serving without an agent")
             connects = sched.connects["it-p"]
+            rec = sched.record("it-p")
+            reports_before = len(rec.reports)
             agent.start()
             await h.wait_for(lambda: sched.connects["it-p"] > connects, timeout_s=60, what="agent back")
             rec = sched.record("it-p")
-            await h.wait_for(lambda: rec.hellos[-1] and len(rec.reports) and rec.replica("r1")
-                             and rec.replica("r1").state == R.READY, timeout_s=60, what="re-adopted replica reported")
+            await h.wait_for(lambda: len(rec.reports) > reports_before, timeout_s=60, what="first report after restart")
+            # Re-adopted replicas are probed before the agent connects: its first report says READY.
+            first = rec.reports[reports_before]
+            assert [(r.replica_id, r.state) for r in first] == [("r1", R.READY)]
         assert poller.failures == [], poller.failures
         assert h.engine_pids(state_dir) == {"r1": pid} and h.alive(pid)
         assert h.processes_listening_on(engine_port) == [pid]

@@ -88,7 +88,14 @@ async def test_directives_round_trip(env, scheduler, tmp_path):
         assert [a.outcome for a in rec.acks_for("d2")] == [models.DirectiveOutcome.ACCEPTED,
                                                            models.DirectiveOutcome.SUCCEEDED]
         assert not any(h.alive(p) for p in pids)
-        metrics = agent.metrics.render().decode()
+        async with aiohttp.ClientSession() as http:
+            base = f"http://127.0.0.1:{agent.status_server.port}"
+            async with http.get(base + "/metrics") as resp:
+                metrics = await resp.text()
+            async with http.get(base + "/status") as resp:
+                status = await resp.json()
+        assert status["scheduler"]["connected"] and status["cloud"]["auth_failure"] == ""
+        assert [p["pool_id"] for p in status["pools"]] == ["l4", "l4-spot"]
         assert 'meridian_agent_directives_total{action="start_replica",cluster="it-a",outcome="refused"} 3.0' in metrics
         assert 'meridian_agent_gpus{cluster="it-a",pool="l4",state="free"} 4.0' in metrics
         assert 'meridian_agent_stream_connected{cluster="it-a"} 1.0' in metrics
@@ -173,3 +180,21 @@ async def test_spot_notice_drains_replicas_on_the_node(env, scheduler, tmp_path)
     finally:
         await agent.shutdown(stop_replicas=True)
         h.kill_engines(pids)
+
+
+async def test_standby_scheduler_redirects_to_the_leader(env, scheduler, tmp_path):
+    """A standby that answers UNAVAILABLE with the leader's address in trailing metadata sends the
+    agent straight to the leader."""
+    standby = test_scheduler.TestScheduler({})
+    standby.standby_for = scheduler.address
+    await standby.start()
+    scheduler.tokens["it-d"] = h.TOKEN
+    cluster = h.cluster_doc("it-d", POOLS, address=standby.address, state_dir=str(tmp_path))
+    agent = h.build_agent(cluster, tmp_path / "state")
+    await agent.start()
+    try:
+        await h.wait_for(lambda: scheduler.record("it-d").inventory, what="inventory at the leader")
+        assert standby.rejected >= 1 and agent.stream.scheduler_id == "test-scheduler"
+    finally:
+        await agent.shutdown()
+        await standby.stop()

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from meridian.cli import main as cli_main
+
 from agents import config
 
 TWO = """
@@ -72,3 +74,13 @@ def test_replica_settings_and_state_dir(files, tmp_path):
     assert config.state_dir(one, str(tmp_path)) == tmp_path / "one"
     with pytest.raises(config.ConfigError, match="engine_command is empty"):
         config.engine_command([])
+
+
+def test_cli_reports_an_unusable_configuration(files, monkeypatch, capsys):
+    """`meridian agent` exits 1 with a message naming the field when the token is missing."""
+    path, _ = files
+    monkeypatch.delenv("ONE_TOKEN", raising=False)
+    assert cli_main.main(["agent", "--cluster", str(path), "--name", "one"]) == 1
+    assert "spec.auth.token_env" in capsys.readouterr().err
+    assert cli_main.main(["agent", "--cluster", str(path)]) == 1
+    assert "pick one with --name" in capsys.readouterr().err
