@@ -4,7 +4,8 @@ Parsing uses prometheus_client's own text parser. Gauges (running/queued request
 cache hit rate, generation throughput) are read as they are; the TTFT and inter-token-latency
 percentiles and the request rate come from the *difference* between the newest scrape and the one
 at the start of a sliding window, so they describe the last ``window_s`` seconds rather than the
-engine's whole life. A counter that went backwards (the engine restarted) restarts the window.
+engine's whole life. Until the scrapes span a full window the percentiles cover everything since
+the engine started. A counter that went backwards (the engine restarted) restarts the window.
 """
 
 from __future__ import annotations
@@ -146,12 +147,13 @@ class LoadWindow:
         if not self._history:
             return fleet.ReplicaLoad()
         t_new, wall_new, new = self._history[-1]
-        base = self._history[0] if len(self._history) >= 2 else None
-        base_snap = base[2] if base else None
-        elapsed_s = (t_new - base[0]) if base else 0.0
+        t_first, _wall, first = self._history[0]
+        # Until the scrapes span a whole window, count everything since the engine started (its
+        # counters begin at zero), so the first minute after start-up is not blind.
+        base_snap = first if len(self._history) >= 2 and t_first <= t_new - self.window_s else None
         requests_per_s = 0.0
-        if base_snap is not None and elapsed_s > 0:
-            requests_per_s = max(0.0, new.total(REQUESTS_TOTAL) - base_snap.total(REQUESTS_TOTAL)) / elapsed_s
+        if len(self._history) >= 2 and t_new > t_first:
+            requests_per_s = max(0.0, new.total(REQUESTS_TOTAL) - first.total(REQUESTS_TOTAL)) / (t_new - t_first)
         return fleet.ReplicaLoad(
             running_requests=int(round(new.total(RUNNING))),
             queued_requests=int(round(new.total(QUEUED))),

@@ -123,6 +123,7 @@ class Replica:
         self.time_to_ready_s = 0.0
         self.started_at = 0.0
         self.message = ""
+        self.last_crash = ""  # the latest crash's reason and log tail; kept after recovery
         self.phases = StartupPhases()
 
     # ----- public surface -------------------------------------------------------------------
@@ -392,7 +393,7 @@ class Replica:
         tail = self._log.lines(self.config.message_log_lines)
         kind = "exit" if "exited" in reason else "unhealthy" if "unhealthy" in reason else "start"
         self._metrics.crashes.labels(self.replica_id, kind).inc()
-        self.message = f"{reason}; last log lines:\n" + "\n".join(tail)
+        self.message = self.last_crash = f"{reason}; last log lines:\n" + "\n".join(tail)
         self._load = fleet.ReplicaLoad()
         if self._scraper is not None:
             self._scraper.window.clear()

@@ -1,0 +1,30 @@
+"""A stand-alone supervisor process for the no-orphan and adoption tests: starts one emulator
+replica through Replica, prints {"pid": ...} once it is ready, then waits to be killed.
+
+Usage: python supervisor_child.py PORT STATE_DIR survive|die"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from meridian import fleet
+from runtime_adapter import Replica, SupervisorConfig, emulator
+
+SPEC = fleet.RuntimeSpec(model_path="meta-llama/Llama-3.1-8B-Instruct", served_model_name="llama")
+ENV = {"MERIDIAN_EMULATOR_STARTUP_DELAY_S": "0", "MERIDIAN_EMULATOR_WARMUP_S": "0", "MERIDIAN_EMULATOR_SPEEDUP": "50"}
+
+
+async def main(port: int, state_dir: str, survive: bool) -> None:
+    config = SupervisorConfig(ready_timeout_s=60, probe_interval_s=0.1, survive_supervisor_exit=survive)
+    replica = Replica(SPEC, "child-1", port=port, engine_command=emulator.command(), env=ENV, config=config,
+                      state_dir=state_dir)
+    await replica.start()
+    await replica.wait_ready(60)
+    print(json.dumps({"pid": replica.pid}), flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]), sys.argv[2], sys.argv[3] == "survive"))
