@@ -177,6 +177,13 @@ class Replica:
         """The latest scraped load (zeros before the first scrape)."""
         return self._load
 
+    async def scrape_now(self) -> fleet.ReplicaLoad:
+        """Scrape /metrics now (between the periodic scrapes); raises scraper.ScrapeError."""
+        if self._scraper is None:
+            raise RuntimeError(f"replica {self.replica_id} is not started")
+        self._load = await self._scraper.scrape()
+        return self._load
+
     def report(self, deployment: str, revision: str, pool_id: str = "", gpu_count: int = 0) -> fleet.ReplicaReport:
         return fleet.ReplicaReport(
             replica_id=self.replica_id, deployment=deployment, revision=revision, endpoint=self.endpoint,
