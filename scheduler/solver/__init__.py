@@ -8,6 +8,7 @@ from scheduler.solver import (
     evaluate,
     explain,
     filters,
+    flows,
     formulation,
     framework,
     greedy,
@@ -16,6 +17,7 @@ from scheduler.solver import (
     plan,
     problem,
     scores,
+    starts,
     throughput,
 )
 from scheduler.solver.framework import FILTERS, SCORES, Code, Status, register_filter, register_score
@@ -36,6 +38,6 @@ from scheduler.solver.solve import changed_deployments, solve
 __all__ = [
     "FILTERS", "SCORES", "Code", "DeploymentDemand", "Placement", "PlacementProblem", "PlacementResult", "PlanDiff",
     "PoolChange", "PoolOffer", "SolveStatus", "SolverSettings", "Status", "Unplaced", "candidates",
-    "changed_deployments", "diff", "evaluate", "explain", "filters", "formulation", "framework", "greedy", "ledger",
-    "linear", "plan", "pool_key", "problem", "register_filter", "register_score", "scores", "solve", "throughput",
+    "changed_deployments", "diff", "evaluate", "explain", "filters", "flows", "formulation", "framework", "greedy", "ledger",
+    "linear", "plan", "pool_key", "problem", "register_filter", "register_score", "scores", "solve", "starts", "throughput",
 ]

@@ -4,7 +4,8 @@ Steps: (1) per deployment, a DeploymentView with per-GPU-type capacity (throughp
 (2) identical pools of one region (same cloud, instance type, tier, price) merge into one group,
 so a fleet of many zones or clusters does not multiply variables; excluded pools leave here;
 (3) pair filters prune (deployment, group), region filters prune (deployment, region, group);
-(4) score plugins price each surviving arc. Every rejection is kept, by constraint, so an unplaced
+(4) score plugins price each surviving arc. A pair (deployment, group) carries the integer replica
+count; an arc (pair, client region) carries the capacity that pair's replicas give that region. Every rejection is kept, by constraint, so an unplaced
 deployment can be explained."""
 
 from __future__ import annotations
@@ -37,16 +38,26 @@ class Group:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Arc:
-    """Deployment ``d`` serving ``region`` from group ``g``: one integer variable of the model."""
+class Pair:
+    """Deployment ``d`` on group ``g``: the integer replica count of the model."""
 
     d: int
-    region: str
     g: int
     gpus: int  # GPUs per replica (quotas)
     gpus_packed: int  # GPUs per replica for node packing (a 3-GPU replica takes 4 of an 8-GPU node)
     units: float  # reference replicas one replica counts for, spot credit included
-    score_usd: float  # USD/h per replica from score plugins
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Arc:
+    """Pair ``p`` serving client ``region``: a flow of capacity (replicas of the pair may serve
+    several regions, as the latency-aware router sends each region to nearby replicas)."""
+
+    p: int
+    d: int
+    region: str
+    g: int
+    score_usd: float  # USD/h per replica's worth of capacity, from score plugins
     rtt_ms: float
 
 
@@ -70,6 +81,9 @@ class Candidates:
     groups: list[Group]
     arcs: list[Arc]
     arcs_by_d: list[list[int]]
+    pairs: list[Pair]
+    pairs_by_d: list[list[int]]
+    arcs_by_p: list[list[int]]
     pair_survivors: list[list[int]]  # d -> group indices that passed every pair filter
     cycle: framework.Cycle
     excluded: list[problem.PoolOffer]
@@ -172,6 +186,10 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
     every = frozenset(range(len(groups)))
     arcs: list[Arc] = []
     arcs_by_d: list[list[int]] = [[] for _ in views]
+    pairs: list[Pair] = []
+    pairs_by_d: list[list[int]] = [[] for _ in views]
+    arcs_by_p: list[list[int]] = []
+    pair_of: dict[tuple[int, int], int] = {}
     survivors: list[list[int]] = [[] for _ in views]
     pair_failed: list[list[tuple[frozenset[int], Verdicts]]] = [[] for _ in views]
     region_failed: list[dict[str, list[tuple[frozenset[int], Verdicts]]]] = [{} for _ in views]
@@ -226,10 +244,16 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
             for g in sorted(serving):
                 group = groups[g]
                 offer = group.offer
-                gpus = view.gpus_for(offer.gpu_type)
-                units = view.units_by_type.get(offer.gpu_type, 1.0)
-                if offer.tier is fleet.Tier.SPOT:
-                    units *= settings.spot_capacity_credit
+                p = pair_of.get((d, g))
+                if p is None:
+                    gpus = view.gpus_for(offer.gpu_type)
+                    units = view.units_by_type.get(offer.gpu_type, 1.0)
+                    if offer.tier is fleet.Tier.SPOT:
+                        units *= settings.spot_capacity_credit
+                    p = pair_of[(d, g)] = len(pairs)
+                    pairs.append(Pair(d, g, gpus, packed_gpus(gpus, offer.gpus_per_node), units))
+                    pairs_by_d[d].append(p)
+                    arcs_by_p.append([])
                 score = 0.0
                 for j, plugin in enumerate(score_plugins):
                     skey = (j, region, g, skeys[j])
@@ -238,10 +262,10 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
                         value = scores[skey] = plugin.score(framework.Candidate(cycle, view, offer, region))
                     score += value
                 arcs_by_d[d].append(len(arcs))
-                arcs.append(Arc(d, region, g, gpus, packed_gpus(gpus, offer.gpus_per_node), units, score,
-                                _rtt(cycle, region, offer.region)))
-    return Candidates(views, groups, arcs, arcs_by_d, survivors, cycle, excluded, pair_failed, region_failed,
-                      excluded_failed)
+                arcs_by_p[p].append(len(arcs))
+                arcs.append(Arc(p, d, region, g, score, _rtt(cycle, region, offer.region)))
+    return Candidates(views, groups, arcs, arcs_by_d, pairs, pairs_by_d, arcs_by_p, survivors, cycle, excluded,
+                      pair_failed, region_failed, excluded_failed)
 
 
 def _status_into(rej: Rejections, pool: str, status: framework.Status) -> None:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 
 from scheduler.solver import candidates as cand_mod
-from scheduler.solver import formulation, problem
+from scheduler.solver import formulation, greedy, problem
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,59 +27,64 @@ class Breakdown:
         return self.cost_usd + self.score_usd + self.churn_usd + self.unplaced_usd
 
 
-def split(c: cand_mod.Candidates, counts: Mapping[int, int],
+def split(c: cand_mod.Candidates, sol: greedy.Solution,
           current: problem.Placement | None) -> problem.Placement | None:
-    """Arc counts -> member-pool placement with serving; None when a group's replicas do not fit
-    its members (fragmentation), so the caller can solve without merging."""
+    """Pair counts and arc flows -> member-pool placement with its serving map (reference
+    replicas of each region's demand per pool, shared over a group's members by their replicas);
+    None when a group's replicas do not fit its members (fragmentation), so the caller can solve
+    without merging."""
     replicas: dict[tuple[str, str], int] = {}
-    serving: dict[tuple[str, str, str], int] = {}
     by_group: dict[int, list[tuple[int, int]]] = {}
-    for a, n in counts.items():
+    for p, n in sol.counts.items():
         if n > 0:
-            by_group.setdefault(c.arcs[a].g, []).append((a, n))
+            by_group.setdefault(c.pairs[p].g, []).append((p, n))
+    share: dict[int, dict[str, int]] = {}  # pair -> member key -> replicas
     for g, items in sorted(by_group.items()):
         group = c.groups[g]
         if len(group.members) == 1:
-            key = group.members[0].key
-            for a, n in items:
-                arc = c.arcs[a]
-                name = c.views[arc.d].name
-                replicas[(name, key)] = replicas.get((name, key), 0) + n
-                serving[(name, arc.region, key)] = serving.get((name, arc.region, key), 0) + n
+            for p, n in items:
+                share[p] = {group.members[0].key: n}
             continue
         free = {m.key: m.gpus_capacity for m in group.members}
         order = [m.key for m in group.members]
         # Largest replicas first (first-fit decreasing), each deployment's current pools first.
-        for a, n in sorted(items, key=lambda it: (-c.arcs[it[0]].gpus_packed, it[0])):
-            arc = c.arcs[a]
-            name = c.views[arc.d].name
+        for p, n in sorted(items, key=lambda it: (-c.pairs[it[0]].gpus_packed, it[0])):
+            pair = c.pairs[p]
+            name = c.views[pair.d].name
             here = current.of(name) if current is not None else {}
-            prefs = sorted(order, key=lambda k: (0 if here.get(k, 0) > replicas.get((name, k), 0) else 1,
-                                                 order.index(k)))
+            got: dict[str, int] = {}
             left = n
-            for key in prefs:
-                if left == 0:
-                    break
-                if here.get(key, 0) > replicas.get((name, key), 0):
-                    room = min(left, here[key] - replicas.get((name, key), 0), free[key] // arc.gpus_packed)
-                else:
-                    room = min(left, free[key] // arc.gpus_packed)
-                if room <= 0:
-                    continue
-                free[key] -= room * arc.gpus_packed
-                replicas[(name, key)] = replicas.get((name, key), 0) + room
-                serving[(name, arc.region, key)] = serving.get((name, arc.region, key), 0) + room
-                left -= room
+            for key in sorted(order, key=lambda k: (0 if here.get(k, 0) else 1, order.index(k))):
+                cap = free[key] // pair.gpus_packed
+                room = min(left, cap, here[key]) if here.get(key, 0) else min(left, cap)
+                if room > 0:
+                    free[key] -= room * pair.gpus_packed
+                    got[key] = got.get(key, 0) + room
+                    left -= room
+            for key in order:
+                room = min(left, free[key] // pair.gpus_packed)
+                if room > 0:
+                    free[key] -= room * pair.gpus_packed
+                    got[key] = got.get(key, 0) + room
+                    left -= room
             if left:
-                for key in order:
-                    room = min(left, free[key] // arc.gpus_packed)
-                    if room > 0:
-                        free[key] -= room * arc.gpus_packed
-                        replicas[(name, key)] = replicas.get((name, key), 0) + room
-                        serving[(name, arc.region, key)] = serving.get((name, arc.region, key), 0) + room
-                        left -= room
-                if left:
-                    return None
+                return None
+            share[p] = got
+    for p, got in share.items():
+        name = c.views[c.pairs[p].d].name
+        for key, n in got.items():
+            replicas[(name, key)] = replicas.get((name, key), 0) + n
+    serving: dict[tuple[str, str, str], float] = {}
+    for a, flow in sol.flows.items():
+        if flow <= 0:
+            continue
+        arc = c.arcs[a]
+        got = share.get(arc.p, {})
+        total = sum(got.values())
+        name = c.views[arc.d].name
+        for key, n in got.items():
+            k = (name, arc.region, key)
+            serving[k] = serving.get(k, 0.0) + flow / formulation.SCALE * n / total
     return problem.Placement(replicas, serving)
 
 
@@ -108,13 +113,14 @@ def cost_per_hour(prob: problem.PlacementProblem, placement: problem.Placement) 
 
 
 def breakdown(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: problem.SolverSettings,
-              counts: Mapping[int, int], placement: problem.Placement,
+              sol: greedy.Solution, placement: problem.Placement,
               current: problem.Placement | None, covered_scaled: Mapping[tuple[int, str], int],
               scope: set[int]) -> Breakdown:
     """The objective's parts for a solution: member-level cost, arc scores, member-level churn and
     the penalty of demand left unserved (by ``covered_scaled``) among demand some candidate can serve,
     for the deployments the model decided (``scope``)."""
-    score = sum(c.arcs[a].score_usd * n for a, n in counts.items())
+    score = sum(c.arcs[a].score_usd * f / formulation.coverage(c.pairs[c.arcs[a].p].units)
+                for a, f in sol.flows.items()) + settings.replica_usd_per_hour * sum(sol.counts.values())
     churn = 0.0
     if current is not None and settings.churn_usd_per_replica > 0:
         keys = set(current.replicas) | set(placement.replicas)
@@ -133,13 +139,13 @@ def breakdown(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: 
     return Breakdown(cost_per_hour(prob, placement), score, churn, unplaced)
 
 
-def covered(c: cand_mod.Candidates, counts: Mapping[int, int]) -> dict[tuple[int, str], int]:
-    """Scaled demand each (deployment, region) gets from arc counts (capped at its demand)."""
+def covered(c: cand_mod.Candidates, flows: Mapping[int, int]) -> dict[tuple[int, str], int]:
+    """Scaled demand each (deployment, region) gets from arc flows (capped at its demand)."""
     out: dict[tuple[int, str], int] = {}
-    for a, n in counts.items():
-        if n > 0:
+    for a, f in flows.items():
+        if f > 0:
             arc = c.arcs[a]
-            out[(arc.d, arc.region)] = out.get((arc.d, arc.region), 0) + n * formulation.coverage(arc.units)
+            out[(arc.d, arc.region)] = out.get((arc.d, arc.region), 0) + f
     for (d, region), v in list(out.items()):
         out[(d, region)] = min(v, c.views[d].demand.replicas_by_region.get(region, 0) * formulation.SCALE)
     return out

@@ -63,6 +63,7 @@ def blocked(c: cand_mod.Candidates, book: ledger.Ledger, d: int, region: str,
     """Explain a (deployment, region) whose candidates the plan could not use enough."""
     view = c.views[d]
     arcs = [a for a in c.arcs_by_d[d] if c.arcs[a].region == region]
+    pairs = sorted({c.arcs[a].p for a in arcs})
     types = {c.groups[c.arcs[a].g].offer.gpu_type for a in arcs}
     budget = max((filters.rtt_budget_ms(view, t) for t in types), default=0.0)
     head = _near(view, types, region, budget)
@@ -70,7 +71,7 @@ def blocked(c: cand_mod.Candidates, book: ledger.Ledger, d: int, region: str,
         p = view.demand.spec.placement
         return "isolation", (f"{head} meets isolation: it needs {p.min_distinct_clouds} clouds and "
                              f"{p.min_distinct_regions} regions with room at once")
-    verdicts = [v for v in (book.blocker(a) for a in arcs) if v is not None]
+    verdicts = [v for v in (book.blocker(p) for p in pairs) if v is not None]
     if not verdicts:
         return "time_limit", f"{head} was placed before the time limit (candidates have room; re-solve)"
     counts = collections.Counter(constraint for constraint, _ in verdicts)
@@ -78,20 +79,21 @@ def blocked(c: cand_mod.Candidates, book: ledger.Ledger, d: int, region: str,
     phrases = sorted({phrase for k, phrase in verdicts if k == constraint})
     detail = "; ".join(phrases[:3]) + (f"; +{len(phrases) - 3} more" if len(phrases) > 3 else "")
     if constraint == "capacity":
-        holders = _higher_priority_holders(c, book, d, arcs)
+        holders = _higher_priority_holders(c, book, d, pairs)
         if holders:
             detail += f", held by higher-priority {', '.join(holders[:3])}"
             constraint = "priority"
     return constraint, f"{head} under {detail}"
 
 
-def _higher_priority_holders(c: cand_mod.Candidates, book: ledger.Ledger, d: int, arcs: list[int]) -> list[str]:
-    groups = {c.arcs[a].g for a in arcs}
+def _higher_priority_holders(c: cand_mod.Candidates, book: ledger.Ledger, d: int, pairs: list[int]) -> list[str]:
+    groups = {c.pairs[p].g for p in pairs}
     mine = c.views[d].demand.priority
     names = set()
-    for a, arc in enumerate(c.arcs):
-        if arc.g in groups and c.views[arc.d].demand.priority > mine and book.counts.get(a, 0) > 0:
-            names.add(c.views[arc.d].name)
+    for p, n in book.counts.items():
+        pair = c.pairs[p]
+        if n > 0 and pair.g in groups and c.views[pair.d].demand.priority > mine:
+            names.add(c.views[pair.d].name)
     return sorted(names)
 
 

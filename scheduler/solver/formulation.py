@@ -1,25 +1,33 @@
-"""The placement as one integer program over the candidate arcs.
+"""The placement as one integer program over the candidate pairs and arcs.
 
-Variables: x[a] replicas on arc a = (deployment, client region, pool group); u[d,r] unserved demand
-(hundredths of a reference replica); nodes[g] nodes running in group g; y/z binaries for isolation;
-v[d,g] replicas changed against the current placement (churn); s[d] shortfall below what a
-deployment serves now (priority protection).
+Variables: x[p] replicas of a deployment on a pool group (pair p); u[d,r] demand left unserved
+(hundredths of a reference replica); a replica may serve several client regions, as the
+latency-aware router sends each region to nearby replicas, so demand is met by Hall's condition
+(below) and ``flows.assign`` finds which replicas serve which region; deployments with more than
+HALL_MAX_REGIONS regions use flow variables f[a] per (pair, region) instead; nodes[g] nodes running in group g; y/z binaries for isolation; v[p] replicas changed
+against the current placement (churn); s[d] shortfall below what a deployment serves now
+(priority protection).
 
 Minimise  sum_g price_g * nodes_g                       (hourly cost; nodes_min are paid anyway, so
                                                           reserved and minimum nodes cost nothing extra)
-        + sum_a score_a * x_a                           (latency, spot risk: score plugins)
-        + churn * (|n_dg - current_dg|)                 (replicas started or stopped)
+        + sum_p score_p * x_p                           (latency, spot risk: score plugins, averaged
+                                                          over the regions a replica can serve)
+        + replica_usd * sum_p x_p                        (no spare replicas on nodes paid anyway)
+        + churn * |x_p - current_p|                     (replicas started or stopped)
         + W_d / 100 * u_dr                              (unserved demand, W_d grows with priority)
         + P_d / 100 * s_d                               (displacing a class its betters may not preempt)
 subject to
-  demand        sum_a min(cov_a, D) x_a + u_dr >= D = 100 * wanted_dr   (cov: capacity in reference replicas x 100)
-  pool GPUs     sum_a packed_a x_a <= capacity_g;  gpus_per_node * nodes_g >= sum_a packed_a x_a
+  demand        for every set S of the deployment's regions (Hall):
+                sum_{p reaching S} min(cov_p, D_S) x_p + sum_{r in S} u_dr >= D_S = 100 * wanted_S
+                (cov: reference replicas per replica x 100; capping at D_S is valid for integer x
+                and tightens the LP), plus mixed-integer rounding cuts of those rows in the LP
+  pool GPUs     sum_p packed_p x_p <= capacity_g;  gpus_per_node * nodes_g >= sum_p packed_p x_p
   quotas        team GPUs (all and per type) <= quota; cloud nodes' GPUs (all, per type) <= quota
   budgets       team: sum price_per_gpu * gpus * x <= budget; fleet: sum price_g nodes_g <= budget
-  replicas      sum_a x_a <= max_replicas
+  replicas      sum_p x_p <= max_replicas
   spot share    100 * spot replicas <= floor(100 * share) * all replicas
   isolation     a deployment with any replica uses >= min_distinct_clouds clouds and
-                >= min_distinct_regions regions (y, z binaries)
+                >= min_distinct_regions regions (y, z binaries; z = 0 leaves all its demand unserved)
 
 Deployments in ``fixed`` (incremental re-solve) get no variables: their usage is subtracted from
 the shared limits."""
@@ -27,6 +35,7 @@ the shared limits."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Mapping
 
@@ -34,19 +43,23 @@ from meridian import fleet
 from scheduler.solver import candidates as cand_mod
 from scheduler.solver import linear, problem
 
-SCALE = 100  # demand and coverage in hundredths of a reference replica
+SCALE = 100  # demand and capacity in hundredths of a reference replica
+# Up to this many client regions a deployment's demand is modelled by Hall's condition (2^k - 1
+# rows, no flow variables); beyond, by flow variables per (pair, region).
+HALL_MAX_REGIONS = 5
 CENTS = 100
 
 
 @dataclasses.dataclass
 class Built:
     model: linear.LinearModel
-    x: dict[int, int]  # arc index -> variable
+    x: dict[int, int]  # pair -> variable
+    f: dict[int, int]  # arc -> variable
     u: dict[tuple[int, str], int]  # (d, region) -> variable
     wanted: dict[tuple[int, str], int]  # (d, region) -> scaled demand
     nodes: dict[int, int]  # group -> variable
     iso: dict[int, tuple[int, dict[str, int], dict[str, int]]]  # d -> (z, y by cloud, y by region)
-    churn: dict[tuple[int, int], tuple[int, int]]  # (d, g) -> (variable, current replicas)
+    churn: dict[int, tuple[int, int]]  # pair -> (variable, current replicas)
     protect: dict[int, tuple[int, int]]  # d -> (variable, scaled units to keep)
     active: list[int]
     fixed_packed: dict[int, int]  # group -> GPUs held by fixed deployments
@@ -63,23 +76,24 @@ def coverage(units: float) -> int:
 
 
 def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: problem.SolverSettings,
-          current: Mapping[tuple[int, int], int] | None, fixed: Mapping[int, list[tuple[str, int, int]]],
+          current: Mapping[tuple[int, int], int] | None, fixed: Mapping[int, list[tuple[int, int]]],
           active: list[int], subset: set[int] | None = None) -> Built:
-    """The model for the ``active`` deployments; ``current`` (deployment, group) -> replicas now, or
-    None for a first placement (no churn to count); ``subset``: the arcs to use (default: all).
+    """The model for the ``active`` deployments. ``current``: (deployment, group) -> replicas now,
+    or None for a first placement (no churn to count); ``fixed``: deployment -> [(group, replicas)]
+    kept as they are; ``subset``: the arcs to use (default: all; pairs follow their arcs).
 
     Demand of a region with no arc at all gets no variable: it is unplaced whatever the plan, so it
     is left out of the objective (and of the bound) rather than added to both as a constant."""
     with_churn = current is not None and settings.churn_usd_per_replica > 0
     current = current or {}
     m = linear.LinearModel()
-    groups, arcs, views = c.groups, c.arcs, c.views
-    b = Built(m, {}, {}, {}, {}, {}, {}, {}, active, {})
+    groups, arcs, pairs, views = c.groups, c.arcs, c.pairs, c.views
+    b = Built(m, {}, {}, {}, {}, {}, {}, {}, {}, active, {})
     fixed_team_gpus: dict[tuple[str, str], int] = {}  # (team, gpu type or "") -> GPUs
     fixed_team_cents: dict[str, float] = {}
     for d, entries in fixed.items():
         team = views[d].demand.team
-        for _, g, n in entries:
+        for g, n in entries:
             gt = groups[g].offer.gpu_type
             gpus = views[d].gpus_for(gt)
             b.fixed_packed[g] = b.fixed_packed.get(g, 0) + n * cand_mod.packed_gpus(gpus, groups[g].offer.gpus_per_node)
@@ -87,72 +101,27 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
                 fixed_team_gpus[key] = fixed_team_gpus.get(key, 0) + n * gpus
             fixed_team_cents[team] = fixed_team_cents.get(team, 0.0) + n * gpus * groups[g].offer.price_per_gpu_hour_usd * CENTS
 
-    # Per-arc variables and per-deployment constraints.
     protect_weight = _protect_weights(prob)
     for d in active:
-        view = views[d]
-        scaling = view.demand.spec.scaling
-        placement = view.demand.spec.placement
-        iso_extra = max(placement.min_distinct_clouds, placement.min_distinct_regions)
-        weight = settings.unplaced_usd_per_replica * priority_weight(view.demand.priority) / SCALE
-        mine = [a for a in c.arcs_by_d[d] if subset is None or a in subset]
-        reachable = {arcs[a].region for a in c.arcs_by_d[d]}
-        for region, wanted in sorted(view.demand.replicas_by_region.items()):
-            if wanted > 0 and region in reachable:
-                b.wanted[(d, region)] = wanted * SCALE
-                b.u[(d, region)] = m.var(0, wanted * SCALE, weight)
-        current_groups = {g for (dd, g), n in current.items() if dd == d and n > 0}
-        for a in mine:
-            arc = arcs[a]
-            wanted = view.demand.replicas_by_region.get(arc.region, 0)
-            group = groups[arc.g]
-            cap = max(0, group.offer.gpus_capacity - b.fixed_packed.get(arc.g, 0)) // arc.gpus_packed
-            ub = min(scaling.max_replicas, cap, math.ceil(wanted / arc.units) + iso_extra)
-            churn_new = settings.churn_usd_per_replica if with_churn and arc.g not in current_groups else 0.0
-            b.x[a] = m.var(0, max(0, ub), arc.score_usd + churn_new)
-        xs = [b.x[a] for a in mine]
-        by_region: dict[str, list[int]] = {}
-        for a in mine:
-            by_region.setdefault(arcs[a].region, []).append(a)
-        for region, wanted in sorted(view.demand.replicas_by_region.items()):
-            if (d, region) not in b.u:
-                continue
-            chosen = by_region.get(region, [])
-            need = b.wanted[(d, region)]
-            # Coefficients capped at the demand: valid for integer replicas (one replica that covers
-            # it all is enough) and it closes most of the LP's gap (no tenth of a big replica).
-            covs = [min(need, coverage(arcs[a].units)) for a in chosen]
-            m.row([b.x[a] for a in chosen] + [b.u[(d, region)]], covs + [1], lo=need)
-            _mir_cuts(m, [b.x[a] for a in chosen], covs, b.u[(d, region)], need)
-        if xs:
-            m.row(xs, [1] * len(xs), hi=scaling.max_replicas)
-        spot = [b.x[a] for a in mine if groups[arcs[a].g].offer.tier is fleet.Tier.SPOT]
-        if spot and view.spot_max_share < 1.0:
-            share = math.floor(view.spot_max_share * SCALE + 1e-9)
-            coef = {x: -share for x in xs}
-            for x in spot:
-                coef[x] += SCALE
-            m.row(list(coef), list(coef.values()), hi=0)
-        _isolation(b, c, d)
-        if with_churn:
-            _churn(b, c, d, current, settings)
+        _deployment(b, c, d, settings, current, with_churn, subset)
         if d in protect_weight:
             _protect(b, c, d, current, settings.unplaced_usd_per_replica * protect_weight[d] / SCALE)
 
     # Shared limits: pool GPUs and nodes.
-    arcs_by_g: dict[int, list[int]] = {}
-    for a in b.x:
-        arcs_by_g.setdefault(arcs[a].g, []).append(a)
+    pairs_by_g: dict[int, list[int]] = {}
+    for p in b.x:
+        pairs_by_g.setdefault(pairs[p].g, []).append(p)
     for g, group in enumerate(groups):
-        idx = [b.x[a] for a in arcs_by_g.get(g, [])]
-        coef = [arcs[a].gpus_packed for a in arcs_by_g.get(g, [])]
+        mine = pairs_by_g.get(g, [])
         held = b.fixed_packed.get(g, 0)
-        if not idx and not held and group.nodes_min == 0:
+        if not mine and not held and group.nodes_min == 0:
             continue
         gpn = group.offer.gpus_per_node
         hi_nodes = max(group.nodes_min, math.ceil(max(group.offer.gpus_capacity, held) / gpn))
         nodes = m.var(group.nodes_min, hi_nodes, group.offer.price_per_node_hour_usd)
         b.nodes[g] = nodes
+        idx = [b.x[p] for p in mine]
+        coef = [pairs[p].gpus_packed for p in mine]
         if idx:
             m.row(idx, coef, hi=max(0, group.offer.gpus_capacity - held))
         m.row(idx + [nodes], [-k for k in coef] + [gpn], lo=held)
@@ -160,12 +129,87 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
     return b
 
 
-def _mir_cuts(m: linear.LinearModel, xs: list[int], covs: list[int], u: int, need: int,
+def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.SolverSettings,
+                current: Mapping[tuple[int, int], int], with_churn: bool, subset: set[int] | None) -> None:
+    m, arcs, pairs, view = b.model, c.arcs, c.pairs, c.views[d]
+    scaling = view.demand.spec.scaling
+    placement = view.demand.spec.placement
+    iso_extra = max(placement.min_distinct_clouds, placement.min_distinct_regions)
+    weight = settings.unplaced_usd_per_replica * priority_weight(view.demand.priority) / SCALE
+    my_pairs = [p for p in c.pairs_by_d[d] if subset is None or p in subset]
+    reachable = {arcs[a].region for a in c.arcs_by_d[d]}
+    for region, wanted in sorted(view.demand.replicas_by_region.items()):
+        if wanted > 0 and region in reachable:
+            b.wanted[(d, region)] = wanted * SCALE
+            b.u[(d, region)] = m.var(0, wanted * SCALE, weight)
+    regions = sorted(r for (dd, r) in b.wanted if dd == d)
+    total = sum(b.wanted[(d, r)] for r in regions)
+    cov = {p: coverage(pairs[p].units) for p in my_pairs}
+    reach = {p: {arcs[a].region for a in c.arcs_by_p[p]} for p in my_pairs}
+    hall = len(regions) <= HALL_MAX_REGIONS
+    for p in my_pairs:
+        pair = pairs[p]
+        cap = max(0, c.groups[pair.g].offer.gpus_capacity - b.fixed_packed.get(pair.g, 0)) // pair.gpus_packed
+        ub = min(scaling.max_replicas, cap, math.ceil(total / cov[p]) + iso_extra)
+        churn_new = settings.churn_usd_per_replica if with_churn and current.get((d, pair.g), 0) == 0 else 0.0
+        # Latency and other scores: per replica, weighed by the demand of the regions it can serve
+        # (with Hall rows the model does not say which region each replica serves).
+        here = [(b.wanted[(d, arcs[a].region)], arcs[a].score_usd) for a in c.arcs_by_p[p]]
+        score = sum(w * sc for w, sc in here) / sum(w for w, _ in here) if hall and here else 0.0
+        b.x[p] = m.var(0, max(0, ub), settings.replica_usd_per_hour + churn_new + score)
+    if hall:
+        # Hall's condition: for every set S of regions, replicas that reach S hold S's demand.
+        # With a few regions this is exact (max-flow min-cut) and needs no flow variables.
+        for size in range(1, len(regions) + 1):
+            for subset_regions in itertools.combinations(regions, size):
+                want = set(subset_regions)
+                need = sum(b.wanted[(d, r)] for r in subset_regions)
+                serving = [p for p in my_pairs if reach[p] & want]
+                us = [b.u[(d, r)] for r in subset_regions]
+                capped = [min(need, cov[p]) for p in serving]
+                m.row([b.x[p] for p in serving] + us, capped + [1] * len(us), lo=need)
+                _mir_cuts(m, [b.x[p] for p in serving], capped, us, need)
+    else:
+        mine = [a for a in c.arcs_by_d[d] if arcs[a].p in cov]
+        by_region: dict[str, list[int]] = {}
+        for a in mine:
+            arc = arcs[a]
+            b.f[a] = m.var(0, min(b.wanted[(d, arc.region)], cov[arc.p] * m.ub[b.x[arc.p]]), arc.score_usd / cov[arc.p])
+            by_region.setdefault(arc.region, []).append(a)
+        for p in my_pairs:
+            flows = [b.f[a] for a in c.arcs_by_p[p] if a in b.f]
+            m.row(flows + [b.x[p]], [1] * len(flows) + [-cov[p]], hi=0)
+        for region, chosen in sorted(by_region.items()):
+            need = b.wanted[(d, region)]
+            m.row([b.f[a] for a in chosen] + [b.u[(d, region)]], [1] * len(chosen) + [1], lo=need)
+            serving = sorted({arcs[a].p for a in chosen})
+            capped = [min(need, cov[p]) for p in serving]
+            m.row([b.x[p] for p in serving] + [b.u[(d, region)]], capped + [1], lo=need)
+        us = [b.u[(d, r)] for r in regions]
+        capped = [min(total, cov[p]) for p in my_pairs]
+        m.row([b.x[p] for p in my_pairs] + us, capped + [1] * len(us), lo=total)
+        _mir_cuts(m, [b.x[p] for p in my_pairs], capped, us, total)
+    xs = [b.x[p] for p in my_pairs]
+    if xs:
+        m.row(xs, [1] * len(xs), hi=scaling.max_replicas)
+    spot = [b.x[p] for p in my_pairs if c.groups[pairs[p].g].offer.tier is fleet.Tier.SPOT]
+    if spot and view.spot_max_share < 1.0:
+        share = math.floor(view.spot_max_share * SCALE + 1e-9)
+        coef = {x: -share for x in xs}
+        for x in spot:
+            coef[x] += SCALE
+        m.row(list(coef), list(coef.values()), hi=0)
+    _isolation(b, c, d, my_pairs)
+    if with_churn:
+        _churn(b, c, d, my_pairs, current, settings)
+
+
+def _mir_cuts(m: linear.LinearModel, xs: list[int], covs: list[int], us: list[int], need: int,
               most: int = 4) -> None:
-    """Mixed-integer rounding cuts of one demand row ``sum cov_j x_j + u >= need`` (x integer, u
-    continuous), one per divisor delta among the row's coverages: with b = need/delta,
+    """Mixed-integer rounding cuts of a cover row ``sum cov_j x_j + sum u >= need`` (x integer, u
+    continuous), one per divisor delta among the row's coefficients: with b = need/delta,
     f = ceil(b) - b > 0 and f_j = ceil(cov_j/delta) - cov_j/delta,
-        sum_j (ceil(cov_j/delta) - max(0, f_j - f)/(1 - f)) x_j + u/(delta (1 - f)) >= ceil(b).
+        sum_j (ceil(cov_j/delta) - max(0, f_j - f)/(1 - f)) x_j + sum u/(delta (1 - f)) >= ceil(b).
     Example: 3 units from replicas worth 2.36 each -> at least 2 replicas, not 1.27."""
     for delta in sorted(set(covs), reverse=True)[:most]:
         b = need / delta
@@ -177,14 +221,10 @@ def _mir_cuts(m: linear.LinearModel, xs: list[int], covs: list[int], u: int, nee
             q = cov / delta
             fj = math.ceil(q) - q
             coef.append(math.ceil(q) - max(0.0, fj - f) / (1 - f))
-        m.cut(xs + [u], coef + [1.0 / (delta * (1 - f))], math.ceil(b))
+        m.cut(xs + us, coef + [1.0 / (delta * (1 - f))] * len(us), math.ceil(b))
 
 
-def _arcs_of(b: Built, c: cand_mod.Candidates, d: int) -> list[int]:
-    return [a for a in c.arcs_by_d[d] if a in b.x]
-
-
-def _isolation(b: Built, c: cand_mod.Candidates, d: int) -> None:
+def _isolation(b: Built, c: cand_mod.Candidates, d: int, my_pairs: list[int]) -> None:
     placement = c.views[d].demand.spec.placement
     if placement.min_distinct_clouds <= 1 and placement.min_distinct_regions <= 1:
         return
@@ -195,9 +235,9 @@ def _isolation(b: Built, c: cand_mod.Candidates, d: int) -> None:
         if need <= 1:
             continue
         members: dict[str, list[int]] = {}
-        for a in _arcs_of(b, c, d):
-            offer = c.groups[c.arcs[a].g].offer
-            members.setdefault(offer.cloud if kind == "cloud" else offer.region, []).append(b.x[a])
+        for p in my_pairs:
+            offer = c.groups[c.pairs[p].g].offer
+            members.setdefault(offer.cloud if kind == "cloud" else offer.region, []).append(b.x[p])
         for place, idx in members.items():
             y = m.var(0, 1)
             big = min(sum(m.ub[i] for i in idx), c.views[d].demand.spec.scaling.max_replicas)
@@ -214,19 +254,18 @@ def _isolation(b: Built, c: cand_mod.Candidates, d: int) -> None:
     b.iso[d] = (z, ys["cloud"], ys["region"])
 
 
-def _churn(b: Built, c: cand_mod.Candidates, d: int, current: Mapping[tuple[int, int], int],
+def _churn(b: Built, c: cand_mod.Candidates, d: int, my_pairs: list[int], current: Mapping[tuple[int, int], int],
            settings: problem.SolverSettings) -> None:
     m = b.model
-    for (dd, g), n0 in current.items():
-        if dd != d or n0 <= 0:
-            continue
-        idx = [b.x[a] for a in _arcs_of(b, c, d) if c.arcs[a].g == g]
-        if not idx:
-            continue  # the pool no longer qualifies: the replicas go whatever the plan
-        v = m.var(0, max(n0, sum(m.ub[i] for i in idx)), settings.churn_usd_per_replica)
-        m.row(idx + [v], [1] * len(idx) + [1], lo=n0)  # v >= n0 - n
-        m.row(idx + [v], [-1] * len(idx) + [1], lo=-n0)  # v >= n - n0
-        b.churn[(d, g)] = (v, n0)
+    for p in my_pairs:
+        n0 = current.get((d, c.pairs[p].g), 0)
+        if n0 <= 0:
+            continue  # new pairs pay churn on x directly
+        x = b.x[p]
+        v = m.var(0, max(n0, m.ub[x]), settings.churn_usd_per_replica)
+        m.row([x, v], [1, 1], lo=n0)  # v >= n0 - x
+        m.row([x, v], [-1, 1], lo=-n0)  # v >= x - n0
+        b.churn[p] = (v, n0)
 
 
 def _protect_weights(prob: problem.PlacementProblem) -> dict[int, float]:
@@ -254,13 +293,15 @@ def _protect(b: Built, c: cand_mod.Candidates, d: int, current: Mapping[tuple[in
             units = view.units_by_type.get(c.groups[g].offer.gpu_type)
             if units is not None and g in c.pair_survivors[d]:
                 keep += n0 * coverage(units)
-    keep = min(keep, view.demand.demand_replicas * SCALE)
-    arcs = _arcs_of(b, c, d)
-    if keep <= 0 or not arcs:
+    keep = min(keep, sum(w for (dd, _), w in b.wanted.items() if dd == d))
+    us = [u for (dd, _), u in b.u.items() if dd == d]
+    if keep <= 0 or not us:
         return
+    # Served = demand - unserved, so "served + s >= keep" reads "s >= keep - demand + sum u".
     m = b.model
     s = m.var(0, keep, usd_per_unit)
-    m.row([b.x[a] for a in arcs] + [s], [min(keep, coverage(c.arcs[a].units)) for a in arcs] + [1], lo=keep)
+    total = sum(w for (dd, _), w in b.wanted.items() if dd == d)
+    m.row(us + [s], [-1] * len(us) + [1], lo=keep - total)
     b.protect[d] = (s, keep)
 
 
@@ -269,24 +310,24 @@ def _quotas(b: Built, c: cand_mod.Candidates, prob: problem.PlacementProblem,
     policy = prob.policy
     if policy is None:
         return
-    m, arcs, groups, views = b.model, c.arcs, c.groups, c.views
+    m, pairs, groups, views = b.model, c.pairs, c.groups, c.views
     by_team: dict[str, list[int]] = {}
-    for a in b.x:
-        by_team.setdefault(views[arcs[a].d].demand.team, []).append(a)
+    for p in b.x:
+        by_team.setdefault(views[pairs[p].d].demand.team, []).append(p)
     for team in policy.teams:
         members = by_team.get(team.name, [])
         if team.max_gpus is not None and members:
             left = team.max_gpus - fixed_team_gpus.get((team.name, ""), 0)
-            m.row([b.x[a] for a in members], [arcs[a].gpus for a in members], hi=max(0, left))
+            m.row([b.x[p] for p in members], [pairs[p].gpus for p in members], hi=max(0, left))
         for gpu_type, quota in team.max_gpus_by_type.items():
-            typed = [a for a in members if groups[arcs[a].g].offer.gpu_type == gpu_type]
+            typed = [p for p in members if groups[pairs[p].g].offer.gpu_type == gpu_type]
             if typed:
                 left = quota - fixed_team_gpus.get((team.name, gpu_type), 0)
-                m.row([b.x[a] for a in typed], [arcs[a].gpus for a in typed], hi=max(0, left))
+                m.row([b.x[p] for p in typed], [pairs[p].gpus for p in typed], hi=max(0, left))
         if team.budget_per_hour_usd is not None and members:
-            cents = [math.ceil(arcs[a].gpus * groups[arcs[a].g].offer.price_per_gpu_hour_usd * CENTS) for a in members]
+            cents = [math.ceil(pairs[p].gpus * groups[pairs[p].g].offer.price_per_gpu_hour_usd * CENTS) for p in members]
             left = team.budget_per_hour_usd * CENTS - fixed_team_cents.get(team.name, 0.0)
-            m.row([b.x[a] for a in members], cents, hi=max(0.0, math.floor(left)))
+            m.row([b.x[p] for p in members], cents, hi=max(0.0, math.floor(left)))
     for cloud in policy.clouds:
         in_cloud = [g for g in b.nodes if groups[g].offer.cloud == cloud.name]
         limits = [("", cloud.max_gpus)] + list(cloud.max_gpus_by_type.items())

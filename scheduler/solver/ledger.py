@@ -1,4 +1,4 @@
-"""Running usage of every shared limit under a set of arc counts, and the answer to "what stops
+"""Running usage of every shared limit under a set of replica counts (per pair), and the answer to "what stops
 one more replica here?". The greedy baseline places with it; explanations read it."""
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ class Ledger:
         group = self.c.groups[g]
         return max(group.nodes_min, math.ceil(self.packed[g] / group.offer.gpus_per_node))
 
-    def add(self, a: int, n: int = 1) -> None:
-        """Count ``n`` more replicas (negative: fewer) on arc ``a``."""
-        arc = self.c.arcs[a]
-        self.counts[a] = self.counts.get(a, 0) + n
-        self.hold(arc.d, arc.g, n)
+    def add(self, p: int, n: int = 1) -> None:
+        """Count ``n`` more replicas (negative: fewer) on pair ``p``."""
+        pair = self.c.pairs[p]
+        self.counts[p] = self.counts.get(p, 0) + n
+        self.hold(pair.d, pair.g, n)
 
     def hold(self, d: int, g: int, n: int) -> None:
-        """Count ``n`` replicas of deployment ``d`` in group ``g`` (also those without an arc: fixed ones)."""
+        """Count ``n`` replicas of deployment ``d`` in group ``g`` (also those the model does not decide: fixed ones)."""
         group = self.c.groups[g]
         view = self.c.views[d]
         team = view.demand.team
@@ -60,29 +60,29 @@ class Ledger:
         self.team_usd[team] = self.team_usd.get(team, 0.0) + n * gpus * group.offer.price_per_gpu_hour_usd
 
     def add_all(self, counts: Mapping[int, int]) -> None:
-        for a, n in counts.items():
+        for p, n in counts.items():
             if n > 0:
-                self.add(a, n)
+                self.add(p, n)
 
-    def blocker(self, a: int) -> tuple[str, str] | None:
-        """(constraint, phrase) that stops one more replica on arc ``a``, or None when it fits."""
-        arc = self.c.arcs[a]
-        group = self.c.groups[arc.g]
+    def blocker(self, p: int) -> tuple[str, str] | None:
+        """(constraint, phrase) that stops one more replica on pair ``p``, or None when it fits."""
+        pair = self.c.pairs[p]
+        group = self.c.groups[pair.g]
         offer = group.offer
-        view = self.c.views[arc.d]
+        view = self.c.views[pair.d]
         team = view.demand.team
-        if self.packed[arc.g] + arc.gpus_packed > offer.gpus_capacity:
+        if self.packed[pair.g] + pair.gpus_packed > offer.gpus_capacity:
             where = offer.key if len(group.members) == 1 else f"{offer.cloud}/{offer.region} {offer.pool.instance_type}"
-            return "capacity", f"free capacity ({where} full, {self.packed[arc.g]}/{offer.gpus_capacity} GPUs)"
+            return "capacity", f"free capacity ({where} full, {self.packed[pair.g]}/{offer.gpus_capacity} GPUs)"
         quota = self.teams.get(team)
         if quota is not None:
-            if quota.max_gpus is not None and self.team_gpus.get((team, ""), 0) + arc.gpus > quota.max_gpus:
+            if quota.max_gpus is not None and self.team_gpus.get((team, ""), 0) + pair.gpus > quota.max_gpus:
                 return "team_quota", f"team quota ({team}: {self.team_gpus.get((team, ''), 0)}/{quota.max_gpus} GPUs)"
             typed = quota.max_gpus_by_type.get(offer.gpu_type)
-            if typed is not None and self.team_gpus.get((team, offer.gpu_type), 0) + arc.gpus > typed:
+            if typed is not None and self.team_gpus.get((team, offer.gpu_type), 0) + pair.gpus > typed:
                 return "team_quota", (f"team quota ({team} {offer.gpu_type}: "
                                       f"{self.team_gpus.get((team, offer.gpu_type), 0)}/{typed} GPUs)")
-        new_nodes = math.ceil((self.packed[arc.g] + arc.gpus_packed) / offer.gpus_per_node) - self.nodes(arc.g)
+        new_nodes = math.ceil((self.packed[pair.g] + pair.gpus_packed) / offer.gpus_per_node) - self.nodes(pair.g)
         new_nodes = max(0, new_nodes)
         cloud = self.clouds.get(offer.cloud)
         if cloud is not None and new_nodes:
@@ -96,7 +96,7 @@ class Ledger:
                     what = f"{offer.cloud} {gpu_type}".strip()
                     return "cloud_quota", f"cloud quota ({what}: {used}/{limit} GPUs)"
         if quota is not None and quota.budget_per_hour_usd is not None:
-            cost = arc.gpus * offer.price_per_gpu_hour_usd
+            cost = pair.gpus * offer.price_per_gpu_hour_usd
             if self.team_usd.get(team, 0.0) + cost > quota.budget_per_hour_usd + 1e-6:
                 return "budget", (f"team budget ({team}: ${self.team_usd.get(team, 0.0):.2f} of "
                                   f"${quota.budget_per_hour_usd:g}/h)")
@@ -104,9 +104,9 @@ class Ledger:
             if self.total_usd + new_nodes * offer.price_per_node_hour_usd > self.policy.budget_per_hour_usd + 1e-6:
                 return "budget", f"fleet budget (${self.total_usd:.2f} of ${self.policy.budget_per_hour_usd:g}/h)"
         scaling = view.demand.spec.scaling
-        if self.replicas[arc.d] + 1 > scaling.max_replicas:
+        if self.replicas[pair.d] + 1 > scaling.max_replicas:
             return "max_replicas", f"max_replicas ({scaling.max_replicas})"
         if offer.tier is fleet.Tier.SPOT and view.spot_max_share < 1.0:
-            if (self.spot[arc.d] + 1) > view.spot_max_share * (self.replicas[arc.d] + 1) + 1e-9:
+            if (self.spot[pair.d] + 1) > view.spot_max_share * (self.replicas[pair.d] + 1) + 1e-9:
                 return "spot", f"spot share cap ({view.spot_max_share:.0%})"
         return None

@@ -146,14 +146,19 @@ class PlacementProblem:
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """Replicas per (deployment, pool key), and which client region each replica serves.
+    """Replicas per (deployment, pool key), and which pools serve each client region's demand.
 
-    ``serving[(deployment, client_region, pool_key)]`` adds up, over regions, to
-    ``replicas[(deployment, pool_key)]`` when given; it may be empty for a placement read back
-    from agents (the solver then only knows where replicas are)."""
+    ``serving[(deployment, client_region, pool_key)]`` is the capacity that pool gives that
+    region, in reference replicas (a replica may serve several regions: the latency-aware router
+    sends each region to nearby replicas). It may be empty for a placement read back from agents
+    (the solver then only knows where replicas are, and cannot re-solve incrementally).
+    ``demand`` records what each deployment's replicas were planned for."""
 
     replicas: Mapping[tuple[str, str], int] = dataclasses.field(default_factory=dict)
-    serving: Mapping[tuple[str, str, str], int] = dataclasses.field(default_factory=dict)
+    serving: Mapping[tuple[str, str, str], float] = dataclasses.field(default_factory=dict)
+    # deployment -> client region -> replicas wanted when this placement was planned (set by the
+    # solver); an incremental re-solve leaves a deployment alone while its demand is unchanged.
+    demand: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for key, count in self.replicas.items():
@@ -232,8 +237,8 @@ class PlacementResult:
         return max(0.0, (self.objective - self.lower_bound) / self.objective)
 
     @property
-    def serving(self) -> Mapping[tuple[str, str, str], int]:
-        """(deployment, client region, pool key) -> replicas serving that region."""
+    def serving(self) -> Mapping[tuple[str, str, str], float]:
+        """(deployment, client region, pool key) -> reference replicas of that region's demand served there."""
         return self.placement.serving
 
     def unplaced_of(self, deployment: str) -> list[Unplaced]:
@@ -251,6 +256,8 @@ class SolverSettings(pydantic.BaseModel):
     scores: Mapping[str, Mapping[str, float]] = pydantic.Field(
         default_factory=lambda: {"latency": {"usd_per_ms_hour": 0.002}, "spot_risk": {"usd_per_replica_hour": 0.01}},
         description="Score plugins by registry name, with their arguments.")
+    replica_usd_per_hour: float = pydantic.Field(
+        default=0.01, ge=0, description="Running cost of a replica beyond its GPUs: no spare replicas on sunk nodes.")
     churn_usd_per_replica: float = pydantic.Field(
         default=0.5, ge=0, description="Penalty per replica added or removed against the current placement.")
     unplaced_usd_per_replica: float = pydantic.Field(
@@ -266,9 +273,9 @@ class SolverSettings(pydantic.BaseModel):
         description="auto: with a current placement and few changed deployments, re-solve only those first.")
     incremental_max_share: float = pydantic.Field(default=0.1, gt=0, le=1)
     lp_hint: bool = pydantic.Field(default=True, description="Solve the LP relaxation first for a bound and a hint.")
-    restrict_above_arcs: int = pydantic.Field(
-        default=4000, ge=0, description="Above this many candidate arcs, CP-SAT sees only the LP's support, the "
-                                        "cheapest arcs per region, current arcs and isolation alternatives.")
-    arcs_per_region: int = pydantic.Field(default=6, ge=1, le=1000,
-                                          description="Cheapest arcs kept per (deployment, region) when restricting.")
+    restrict_above_pairs: int = pydantic.Field(
+        default=3000, ge=0, description="Above this many (deployment, pool) pairs, CP-SAT sees only the LP's support, "
+                                        "the cheapest pairs per region, the start's pairs and isolation alternatives.")
+    pairs_per_region: int = pydantic.Field(default=6, ge=1, le=1000,
+                                           description="Cheapest pairs kept per (deployment, region) when restricting.")
     seed: int = 0

@@ -163,21 +163,25 @@ def violations(prob: solver.PlacementProblem, result: solver.PlacementResult) ->
             out.append(f"{name} serves {region} from {offer.region}: RTT + prefill > TTFT")
     for (name, key), n in placement.replicas.items():
         served = sum(v for (d2, _, k2), v in placement.serving.items() if d2 == name and k2 == key)
-        if served != n:
-            out.append(f"{name} on {key}: serving map has {served} of {n} replicas")
+        if served > n * unit_capacity(prob, name, offers[key]) + 1e-6:
+            out.append(f"{name} on {key}: serving {served:.2f} reference replicas > what {n} replicas give")
+    for (name, _, key), v in placement.serving.items():
+        if v > 0 and placement.replicas.get((name, key), 0) == 0:
+            out.append(f"{name} serves from {key} without replicas there")
+    for d in prob.deployments:
+        for region, wanted in d.replicas_by_region.items():
+            got = sum(v for (d2, r2, _), v in placement.serving.items() if d2 == d.name and r2 == region)
+            missing = sum(u.replicas for u in result.unplaced if u.deployment == d.name and u.client_region == region)
+            if wanted > 0 and got + missing < wanted - 0.011:
+                out.append(f"{d.name} in {region}: served {got:.2f} + reported unplaced {missing} < wanted {wanted}")
+            if missing and not all(u.reason and u.constraint for u in result.unplaced if u.deployment == d.name):
+                out.append(f"{d.name}: unplaced demand without a reason")
     return out
 
 
-def served_units(prob: solver.PlacementProblem, result: solver.PlacementResult, name: str, region: str) -> float:
-    """Reference replicas the plan gives ``name`` in ``region`` (spot at the solver's credit)."""
+def unit_capacity(prob: solver.PlacementProblem, name: str, offer: solver.PoolOffer) -> float:
+    """Reference replicas one replica of ``name`` on ``offer`` gives (spot at the solver's credit)."""
     d = next(x for x in prob.deployments if x.name == name)
     ref = throughput.reference_gpu_type(d.spec, d.reference_gpu_type)
-    units = throughput.units_by_type(d.spec, ref)
-    offers = {p.key: p for p in prob.pools}
-    credit = solver.SolverSettings().spot_capacity_credit
-    total = 0.0
-    for (n2, r2, key), n in result.placement.serving.items():
-        if n2 == name and r2 == region:
-            u = units.get(offers[key].gpu_type, 1.0)
-            total += n * u * (credit if offers[key].tier is fleet.Tier.SPOT else 1.0)
-    return total
+    units = throughput.units_by_type(d.spec, ref).get(offer.gpu_type, 1.0)
+    return units * (solver.SolverSettings().spot_capacity_credit if offer.tier is fleet.Tier.SPOT else 1.0)
