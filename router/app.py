@@ -213,6 +213,9 @@ class Router:
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _status(self, request: web.Request) -> web.Response:
+        denied = await self._authorize(request)
+        if denied is not None:
+            return denied
         now = time.monotonic()
         models = []
         for name, entry in sorted(self.state.models.items()):

@@ -71,7 +71,7 @@ class Endpoint:
         "replica_id", "url", "host", "port", "authority", "host_header", "cloud", "region", "zone", "state", "weight",
         "load", "gpu_type", "revision", "pool", "pending", "ewma", "prefill_ms_per_token",
         "active_up", "active_failures", "active_successes", "consecutive_failures", "ejected_until",
-        "ejections", "last_ejected_at", "model", "requests", "failures", "share",
+        "ejections", "last_ejected_at", "model", "failures", "share",
     )
 
     def __init__(self, route: fm.RouteReplica, model: str, *, ewma_decay_s: float, default_cost_ms: float,
@@ -93,7 +93,6 @@ class Endpoint:
         self.ejected_until = 0.0
         self.ejections = 0
         self.last_ejected_at = -math.inf
-        self.requests = 0
         self.failures = 0
         self.share = 1.0
         self.update(route)
