@@ -90,6 +90,7 @@ class Agent:
         self.auth_failure = ""
         self.last_cloud_error = ""
         self._wake_discovery = asyncio.Event()
+        self._first_discovery = asyncio.Event()  # set after the first discovery attempt, however it ended
         self._wake_supervision = asyncio.Event()
         if options.discover_interval_s is not None:
             self._discover_interval_s = options.discover_interval_s
@@ -132,13 +133,14 @@ class Agent:
         ]
 
     async def _stream_after_adoption(self) -> None:
-        """Connect once re-adopted replicas have been probed (bounded by ``adopt_settle_s``), so the
-        first complete report after an agent restart shows them READY rather than STARTING, which
-        would make routers stop sending to replicas that never stopped serving."""
+        """Connect once the cloud has been asked once and re-adopted replicas have been probed
+        (bounded by ``adopt_settle_s``), so the first complete report after an agent restart shows
+        the pools, and the replicas READY rather than STARTING (which would make routers stop
+        sending to replicas that never stopped serving)."""
         deadline = time.monotonic() + self.options.adopt_settle_s
-        while time.monotonic() < deadline and any(
+        while time.monotonic() < deadline and (not self._first_discovery.is_set() or any(
                 (m := self.replicas.get(rid)) is not None and m.state == models.ReplicaState.STARTING
-                for rid in self.adopted):
+                for rid in self.adopted)):
             await asyncio.sleep(0.1)
         self._supervise_once(refresh=True)
         await self.stream.run()
@@ -262,6 +264,7 @@ class Agent:
                 log.exception("discovery failed cluster=%s", self.cluster_id)
                 self.metrics.cloud_error("discover", CloudErrorKind.UNKNOWN.value)
                 delay_s = retry.next_delay_s()
+            self._first_discovery.set()
             await self._sleep_or_wake(self._wake_discovery, delay_s)
 
     async def discover_once(self) -> None:

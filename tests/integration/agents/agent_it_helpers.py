@@ -148,7 +148,8 @@ class Poller:
         self._task: asyncio.Task | None = None
 
     async def __aenter__(self) -> Poller:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        # A slow answer on a loaded machine is still an answer: only errors count as failures.
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20))
         self._task = asyncio.create_task(self._run())
         return self
 
