@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -148,10 +149,8 @@ class LogTail:
                 offset = 0
             if stop.is_set():
                 return
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):  # the poll period elapsed
                 await asyncio.wait_for(stop.wait(), timeout=interval_s)
-            except asyncio.TimeoutError:
-                pass
 
 
 class EngineProcess:

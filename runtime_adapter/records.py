@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -101,7 +102,5 @@ def load_all(state_dir: str) -> list[ReplicaRecord]:
 
 
 def remove(state_dir: str, replica_id: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):  # already removed: nothing to do
         os.unlink(record_path(state_dir, replica_id))
-    except FileNotFoundError:
-        pass

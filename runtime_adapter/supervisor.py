@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import signal
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -23,7 +22,7 @@ import aiohttp
 from meridian import fleet
 from runtime_adapter import clock as clock_mod
 from runtime_adapter import config as config_mod
-from runtime_adapter import launcher, probe, process, records, scraper, weights
+from runtime_adapter import handle, launcher, probe, process, records, scraper, weights
 from runtime_adapter import metrics as metrics_mod
 
 log = logging.getLogger(__name__)
@@ -108,11 +107,8 @@ class Replica:
         self._stop_event = asyncio.Event()
         self._stop_waiter: asyncio.Future[Any] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._proc: process.EngineProcess | None = None
-        self._exit_task: asyncio.Future[int] | None = None
+        self._engine: handle.EngineHandle | None = None
         self._log = process.LogTail(self.config.log_lines, replica_id=replica_id)
-        self._log_task: asyncio.Task[None] | None = None
-        self._log_stop = asyncio.Event()
         self._scraper: scraper.Scraper | None = None
         self._load = fleet.ReplicaLoad()
         self._crashes = 0
@@ -133,7 +129,7 @@ class Replica:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
+        return self._engine.pid if self._engine else None
 
     def log_lines(self, n: int | None = None) -> list[str]:
         """The engine's last output lines (bounded)."""
@@ -199,8 +195,8 @@ class Replica:
         self._set_state(fleet.ReplicaState.DRAINING)
         await self._halt()
         outstanding, deadline_hit = 0, False
-        proc = self._proc
-        if proc is not None and proc.is_running() and self._was_ready:
+        engine = self._engine
+        if engine is not None and engine.proc.is_running() and self._was_ready:
             outstanding, deadline_hit = await self._wait_idle(t0, deadline_s)
         killed = await self._terminate()
         duration_s = self._clock.monotonic() - t0
@@ -248,7 +244,11 @@ class Replica:
             metrics.adoptions.labels(record.replica_id, "refused").inc()
             raise AdoptError(f"cannot adopt replica {record.replica_id} (pid {record.pid}): {reason}")
         replica._adopted = record
-        replica._proc = process.attach(record.pid, record.start_ticks)
+        replica._engine = handle.EngineHandle(process.attach(record.pid, record.start_ticks), replica._clock,
+                                              replica._log)
+        if record.log_path:
+            replica._engine.follow_file(record.log_path, replica.config.probe_interval_s,
+                                        replica.config.log_max_bytes, from_end=True)
         replica.restarts, replica.time_to_ready_s, replica.started_at = record.restarts, record.time_to_ready_s, record.started_at
         metrics.adoptions.labels(record.replica_id, "adopted").inc()
         log.info("event=replica_adopted replica=%s pid=%d port=%d", record.replica_id, record.pid, record.port)
@@ -259,11 +259,10 @@ class Replica:
     async def _supervise(self) -> None:
         try:
             while True:
-                if self._proc is None or not self._proc.is_running():
+                if self._engine is None or not self._engine.proc.is_running():
                     reason = await self._launch()
                 else:
-                    reason = None
-                    self._follow_logs(None)
+                    reason = None  # adopted: already running
                 if reason is None:
                     reason = await self._await_ready()
                 if reason is None:
@@ -295,41 +294,32 @@ class Replica:
         self._metrics.startup_phase.labels(self.replica_id, "prefetch").set(prefetch_s)
         log_path = records.log_path(self._state_dir, self.replica_id) if self.config.survive_supervisor_exit and self._state_dir else None
         try:
-            self._proc, stream = await process.spawn(plan.argv, plan.full_env(),
-                                                     survive_supervisor_exit=self.config.survive_supervisor_exit,
-                                                     log_path=log_path)
+            proc, stream = await process.spawn(plan.argv, plan.full_env(),
+                                               survive_supervisor_exit=self.config.survive_supervisor_exit,
+                                               log_path=log_path)
         except OSError as exc:
             return f"could not start {plan.argv[0]!r}: {exc}"
-        self._spawn_t = self._clock.monotonic()
+        self._engine = handle.EngineHandle(proc, self._clock, self._log)
         self.started_at = self._clock.time()
-        self._exit_task = asyncio.ensure_future(self._proc.wait())
-        self._follow_logs(stream, log_path)
-        self._save_record()
-        log.info("event=replica_spawned replica=%s pid=%d argv=%r", self.replica_id, self._proc.pid, plan.redacted_argv())
-        return None
-
-    def _follow_logs(self, stream: asyncio.StreamReader | None, log_path: str | None = None) -> None:
-        self._log_stop = asyncio.Event()
         if stream is not None:
-            self._log_task = asyncio.create_task(self._log.follow_stream(stream))
-            return
-        path = log_path or (self._adopted.log_path if self._adopted else None)
-        if path:
-            self._log_task = asyncio.create_task(self._log.follow_file(
-                path, self.config.probe_interval_s, self.config.log_max_bytes, self._log_stop,
-                from_end=self._adopted is not None and log_path is None))
-        if self._exit_task is None and self._proc is not None:
-            self._exit_task = asyncio.ensure_future(self._proc.wait())
-            self._spawn_t = self._clock.monotonic()
+            self._engine.follow_stream(stream)
+        elif log_path:
+            self._engine.follow_file(log_path, self.config.probe_interval_s, self.config.log_max_bytes, from_end=False)
+        self._save_record()
+        log.info("event=replica_spawned replica=%s pid=%d argv=%r", self.replica_id, proc.pid, plan.redacted_argv())
+        return None
 
     async def _await_ready(self) -> str | None:
         cfg = self.config
-        deadline = self._spawn_t + cfg.ready_timeout_s
+        engine = self._engine
+        assert engine is not None
+        spawn_t = engine.started_monotonic
+        deadline = spawn_t + cfg.ready_timeout_s
         port_t: float | None = None
         last = ""
         while True:
-            if self._exit_task is not None and self._exit_task.done():
-                return f"engine exited with code {self._exit_task.result()} before ready ({last or 'port never opened'})"
+            if engine.exited:
+                return f"engine exited with code {engine.exit_code()} before ready ({last or 'port never opened'})"
             if self._clock.monotonic() > deadline:
                 return f"not ready after {cfg.ready_timeout_s:g}s ({last or 'port never opened'})"
             if port_t is None and await self._guard(probe.port_open(self._probe_host, self.port)):
@@ -340,15 +330,15 @@ class Replica:
                     api_key=self._api_key))
                 if status == 200:
                     now = self._clock.monotonic()
-                    self.phases = dataclasses.replace(self.phases, load_s=port_t - self._spawn_t, warmup_s=now - port_t)
+                    self.phases = dataclasses.replace(self.phases, load_s=port_t - spawn_t, warmup_s=now - port_t)
                     return None
-            if await self._guard(self._clock.sleep(cfg.probe_interval_s), exit_task=self._exit_task) is _EXITED:
-                continue
+            await self._guard(self._clock.sleep(cfg.probe_interval_s), exit_task=engine.exit_task)
 
     def _on_ready(self) -> None:
         now = self._clock.monotonic()
         if self._adopted is None or self._was_ready or self.time_to_ready_s == 0.0:
-            self.time_to_ready_s = self.phases.prefetch_s + (now - self._spawn_t)
+            assert self._engine is not None
+            self.time_to_ready_s = self.phases.prefetch_s + (now - self._engine.started_monotonic)
             self._metrics.time_to_ready.labels(self.replica_id).observe(self.time_to_ready_s)
             for phase in ("load", "warmup"):
                 self._metrics.startup_phase.labels(self.replica_id, phase).set(getattr(self.phases, f"{phase}_s"))
@@ -362,12 +352,13 @@ class Replica:
     async def _watch(self) -> str:
         """While READY: scrape, probe health; returns the reason supervision must restart."""
         cfg = self.config
-        assert self._scraper is not None and self._exit_task is not None
+        engine = self._engine
+        assert self._scraper is not None and engine is not None
         next_health = self._clock.monotonic() + cfg.health_interval_s
         failures = 0
         while True:
-            if await self._guard(self._clock.sleep(cfg.scrape_interval_s), exit_task=self._exit_task) is _EXITED:
-                return f"engine exited with code {self._exit_task.result()}"
+            if await self._guard(self._clock.sleep(cfg.scrape_interval_s), exit_task=engine.exit_task) is _EXITED:
+                return f"engine exited with code {engine.exit_code()}"
             try:
                 self._load = await self._guard(self._scraper.scrape())
             except scraper.ScrapeError as exc:
@@ -384,8 +375,8 @@ class Replica:
             if status == 200:
                 failures = 0
                 continue
-            if self._exit_task.done():
-                return f"engine exited with code {self._exit_task.result()}"
+            if engine.exited:
+                return f"engine exited with code {engine.exit_code()}"
             failures += 1
             self._metrics.health_failures.labels(self.replica_id).inc()
             log.warning("event=health_failed replica=%s failures=%d detail=%r", self.replica_id, failures, why)
@@ -395,8 +386,9 @@ class Replica:
     async def _on_crash(self, reason: str) -> bool:
         """Record a crash; True when supervision should restart, False when it gave up."""
         self._crashes += 1
-        await self._kill_now()
-        await self._stop_log_follower()
+        if self._engine is not None:
+            await self._engine.kill(self.config.kill_wait_s)
+            await self._engine.stop_following()
         tail = self._log.lines(self.config.message_log_lines)
         kind = "exit" if "exited" in reason else "unhealthy" if "unhealthy" in reason else "start"
         self._metrics.crashes.labels(self.replica_id, kind).inc()
@@ -436,38 +428,16 @@ class Replica:
                 return outstanding, True
             await self._clock.sleep(min(self.config.drain_poll_interval_s, remaining))
 
-    async def _wait_exit(self, timeout_s: float) -> bool:
-        if self._exit_task is None:
-            return True
-        if not self._exit_task.done() and timeout_s > 0:
-            sleeper = asyncio.ensure_future(self._clock.sleep(timeout_s))
-            await asyncio.wait({self._exit_task, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-            sleeper.cancel()
-        return self._exit_task.done()
-
     async def _terminate(self) -> bool:
         """SIGTERM the engine's group, SIGKILL after ``term_grace_s``; True when SIGKILL was needed."""
-        proc = self._proc
-        if proc is None:
+        if self._engine is None:
             return False
-        killed = False
-        if proc.is_running():
-            proc.signal(signal.SIGTERM)
-            if not await self._wait_exit(self.config.term_grace_s):
-                killed = True
-                self._metrics.kills.labels(self.replica_id).inc()
-                log.warning("event=sigkill replica=%s pid=%d grace_s=%g", self.replica_id, proc.pid, self.config.term_grace_s)
-        await self._kill_now()
+        killed = await self._engine.terminate(self.config.term_grace_s, self.config.kill_wait_s)
+        if killed:
+            self._metrics.kills.labels(self.replica_id).inc()
+            log.warning("event=sigkill replica=%s pid=%d grace_s=%g", self.replica_id, self._engine.pid,
+                        self.config.term_grace_s)
         return killed
-
-    async def _kill_now(self) -> None:
-        """SIGKILL whatever is left of the engine's process group and wait for the leader."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.is_running() or process.group_alive(proc.pgid):
-            proc.signal(signal.SIGKILL)
-        await self._wait_exit(self.config.kill_wait_s)
 
     # ----- plumbing -------------------------------------------------------------------------
     async def _guard(self, aw: Awaitable[T], *, exit_task: asyncio.Future[Any] | None = None) -> Any:
@@ -496,25 +466,15 @@ class Replica:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def _stop_log_follower(self) -> None:
-        self._log_stop.set()
-        if self._log_task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._log_task), timeout=2.0)
-            except asyncio.TimeoutError:
-                self._log_task.cancel()
-            self._log_task = None
-
     async def _finish(self, state: fleet.ReplicaState) -> None:
         await self._close(remove_record=True)
         self._set_state(state)
 
     async def _close(self, *, remove_record: bool) -> None:
-        await self._stop_log_follower()
+        if self._engine is not None:
+            await self._engine.release()
         if self._stop_waiter is not None:
             self._stop_waiter.cancel()
-        if self._exit_task is not None and not self._exit_task.done() and (self._proc is None or self._proc.adopted):
-            self._exit_task.cancel()
         if remove_record and self._state_dir:
             records.remove(self._state_dir, self.replica_id)
         if self._own_session and self._session is not None and not self._session.closed:
@@ -530,10 +490,11 @@ class Replica:
         self._changed = asyncio.Event()
 
     def _save_record(self) -> None:
-        if not (self.config.survive_supervisor_exit and self._state_dir and self._proc is not None):
+        if not (self.config.survive_supervisor_exit and self._state_dir and self._engine is not None):
             return
+        proc = self._engine.proc
         records.save(self._state_dir, records.ReplicaRecord(
-            replica_id=self.replica_id, pid=self._proc.pid, start_ticks=self._proc.start_ticks or 0,
+            replica_id=self.replica_id, pid=proc.pid, start_ticks=proc.start_ticks or 0,
             host=self.host, port=self.port, spec=self.spec, gpu_ids=self.gpu_ids,
             argv=self.plan.redacted_argv(), started_at=self.started_at,
             log_path=records.log_path(self._state_dir, self.replica_id), time_to_ready_s=self.time_to_ready_s,

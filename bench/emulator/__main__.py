@@ -58,7 +58,7 @@ def machine() -> str:
                     cpu = line.split(":", 1)[1].strip()
                     break
     except OSError:
-        pass
+        cpu = platform.processor() or "unknown CPU"
     return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
 
 

@@ -8,6 +8,7 @@ validation error can still be a 400); a full queue while streaming is a 200 with
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -21,6 +22,8 @@ from runtime_adapter.emulator import protocol, tokens
 
 if TYPE_CHECKING:
     from runtime_adapter.emulator.server import EmulatorServer
+
+log = logging.getLogger(__name__)
 
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 EMBEDDING_DIMS = 1024
@@ -193,8 +196,9 @@ class Handlers:
             tail.append("data: [DONE]\n\n")
             await resp.write("".join(tail).encode())
             await resp.write_eof()
-        except (ConnectionResetError, ConnectionError):
-            pass
+        except ConnectionError:
+            # The client went away mid-stream: the engine drops the request (counted as aborted).
+            log.debug("event=client_disconnected rid=%s", req.rid)
         finally:
             self.s.engine.abort(req)
         return resp
@@ -258,8 +262,9 @@ class Handlers:
             tail.append("data: [DONE]\n\n")
             await resp.write("".join(tail).encode())
             await resp.write_eof()
-        except (ConnectionResetError, ConnectionError):
-            pass
+        except ConnectionError:
+            # The client went away mid-stream: the engine drops the request (counted as aborted).
+            log.debug("event=client_disconnected rid=%s", req.rid)
         finally:
             self.s.engine.abort(req)
         return resp
@@ -316,8 +321,9 @@ class Handlers:
                 req.progress.clear()
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
-        except (ConnectionResetError, ConnectionError):
-            pass
+        except ConnectionError:
+            # The client went away mid-stream: the engine drops the request (counted as aborted).
+            log.debug("event=client_disconnected rid=%s", req.rid)
         finally:
             self.s.engine.abort(req)
         return resp
