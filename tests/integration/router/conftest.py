@@ -14,7 +14,7 @@ import pytest
 
 from router import app as app_mod
 from router import config, testing
-from tests.conftest import free_port, wait_for_port
+from tests.conftest import wait_for_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -65,10 +65,6 @@ async def http():
         yield session
 
 
-def chat(model: str = "m", stream: bool = False, **extra) -> dict:
-    return {"model": model, "messages": [{"role": "user", "content": "hello"}], "stream": stream, **extra}
-
-
 class Processes:
     """Subprocesses started by a test, killed by pid at the end."""
 
@@ -106,6 +102,3 @@ def processes():
         yield procs
     finally:
         procs.stop()
-
-
-__all__ = ["chat", "free_port"]
