@@ -113,3 +113,12 @@ def test_empty_window_is_zero_load():
     assert scraper.LoadWindow(5).load().outstanding == 0
     with pytest.raises(ValueError, match="window_s"):
         scraper.LoadWindow(0)
+
+
+def test_young_history_covers_the_engine_life():
+    """Before the scrapes span a full window, percentiles include what the first scrape already saw."""
+    window = scraper.LoadWindow(window_s=60)
+    counts = {"0.1": 0, "1": 10, "+Inf": 10}
+    window.add(scraper.parse(metrics_text(running=0, queued=0, requests=10, ttft_counts=counts)), 0.0, 0.0)
+    window.add(scraper.parse(metrics_text(running=0, queued=0, requests=10, ttft_counts=counts)), 2.0, 2.0)
+    assert 100.0 < window.load().ttft.p50_ms <= 1000.0

@@ -209,10 +209,12 @@ async def test_stats_report_load():
 
 
 def test_default_max_running_requests_is_bounded():
-    """The default batch limit comes from the KV budget, within 16..1024."""
-    assert 16 <= engine_mod.default_max_running_requests(perf_of("L4"), 32768) <= 1024
-    assert engine_mod.default_max_running_requests(perf_of("H200"), 32768) == 1024 or \
-        perf_of("H200").kv_budget_tokens // 2048 < 1024
+    """The default batch limit grows with the KV budget and stays within 16..1024."""
+    base = perf_of("L4")
+    tiny, mid, huge = (dataclasses.replace(base, kv_budget_tokens=n) for n in (1_000, 200_000, 10_000_000))
+    assert engine_mod.default_max_running_requests(tiny, 32768) == 16
+    assert engine_mod.default_max_running_requests(mid, 32768) == 97
+    assert engine_mod.default_max_running_requests(huge, 32768) == 1024
 
 
 def test_tokenizer_is_consistent_with_filler_output():
