@@ -34,6 +34,7 @@ from meridian.fleet import models
 from agents import allocation, backoff as backoff_mod, directives, metrics as metrics_mod, providers
 from agents import outbox as outbox_mod, replicas as replicas_mod, state, status as status_mod, stream
 from agents.providers import base as provider_base
+from agents.providers import sim as sim_provider
 from agents.providers.errors import CloudError, CloudErrorKind
 
 log = logging.getLogger(__name__)
@@ -109,11 +110,19 @@ class Agent:
             heartbeat_interval_s=s.agent.heartbeat_interval_s, welcome_timeout_s=options.welcome_timeout_s,
             clock=clock)
         status_host = options.status_host or replicas_mod.bind_host_for(s.agent.advertise_host)
+        preempt = self._sim_preempt if isinstance(provider, sim_provider.SimProvider) else None
         self.status_server = status_mod.StatusServer(self.metrics, self.status, host=status_host,
-                                                     port=s.agent.metrics_port)
+                                                     port=s.agent.metrics_port, preempt=preempt)
         self._tasks: list[asyncio.Task] = []
         self._drains: set[asyncio.Task] = set()  # drains started by interruption notices
         self.adopted: list[str] = []
+
+    def _sim_preempt(self, pool_id: str | None, notice_s: float | None) -> list[dict]:
+        """Serve spot interruption notices in the simulated cloud (every running spot node, or those of
+        ``pool_id``); the interruption loop then handles them as it would a real cloud's notice."""
+        notices = self.provider.cloud.preempt_wave(pool_id, notice_s)
+        self._wake_discovery.set()
+        return [{"pool_id": n.pool_id, "node_id": n.node_id, "deadline": n.deadline} for n in notices]
 
     # ------------------------------------------------------------------ lifecycle
 

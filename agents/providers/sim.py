@@ -167,6 +167,21 @@ class SimCloud:
         self._persist()
         return self._interruption(pool, node)
 
+    def preempt_wave(self, pool_id: str | None = None, notice_s: float | None = None) -> list[base.Interruption]:
+        """Serve a notice to every running node without one: of ``pool_id``, or of every spot pool."""
+        if pool_id is not None:
+            self._pool(pool_id)  # raises for an unknown pool
+        names = [name for name, pool in self._pools.items()
+                 if (name == pool_id if pool_id else pool.decl.tier == "spot")]
+        notices = []
+        for name in names:
+            while True:
+                try:
+                    notices.append(self.preempt(name, notice_s=notice_s))
+                except ValueError:
+                    break
+        return notices
+
     def _take_fault(self, operation: str) -> None:
         queue = self._faults[operation]
         if queue:

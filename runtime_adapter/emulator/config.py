@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import pydantic
 
-from meridian import capacity
+from meridian import capacity, latency
 from meridian.catalog import gpus
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,18 @@ class EmulatorConfig(pydantic.BaseModel):
     speedup: float = pydantic.Field(default=1.0, gt=0, le=1e6, description="Real sleeps are model time / speedup.")
     output_tokens_mean: int = pydantic.Field(default=64, ge=1, description="Natural answer length when max_tokens allows.")
     health_timeout_s: float = pydantic.Field(default=20.0, gt=0, description="/health_generate gives 503 after this.")
+    region: str = pydantic.Field(
+        default="", description="Cloud region this replica pretends to run in. With it, a request carrying "
+        "X-Meridian-Client-Region waits the RTT between the two (meridian.latency) before it is served, so "
+        "network distance is felt on one machine (the demo). Empty: no simulated network.")
     faults: FaultConfig = FaultConfig()
+
+    @pydantic.field_validator("region")
+    @classmethod
+    def _known_region(cls, value: str) -> str:
+        if value and value not in latency.default():
+            raise ValueError(f"unknown region {value!r}; use a cloud region of the latency map, e.g. us-east-1")
+        return value
 
     @pydantic.field_validator("gpu_type")
     @classmethod

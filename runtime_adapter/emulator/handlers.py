@@ -7,6 +7,7 @@ validation error can still be a 400); a full queue while streaming is a 200 with
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from aiohttp import web
 
+from meridian import latency
 from runtime_adapter.emulator import engine as engine_mod
 from runtime_adapter.emulator import protocol, tokens
 
@@ -50,9 +52,13 @@ def _finish_reason(req: engine_mod.GenRequest) -> dict[str, Any]:
     return {"type": "length", "length": req.max_new_tokens}
 
 
+CLIENT_REGION_HEADER = "X-Meridian-Client-Region"
+
+
 class Handlers:
     def __init__(self, server: EmulatorServer) -> None:
         self.s = server
+        self._latency = latency.default()
 
     # ----- shared ---------------------------------------------------------------------------------
     async def _body(self, request: web.Request, model: type[pydantic.BaseModel], *, openai: bool) -> Any:
@@ -114,12 +120,21 @@ class Handlers:
         """In-flight accounting (graceful exit waits for it) and _Reject handling."""
         self.s.in_flight += 1
         try:
+            await self._network_delay(request)
             return await run(request)
         except _Reject as rej:
             return rej.response
         finally:
             self.s.in_flight -= 1
             self.s.check_idle()
+
+    async def _network_delay(self, request: web.Request) -> None:
+        """Simulated distance (config.region): the client's request and the first byte back each
+        travel half the RTT; both halves are waited here, before the engine sees the request."""
+        region = self.s.config.region
+        client = request.headers.get(CLIENT_REGION_HEADER) if region else None
+        if client and client in self._latency:
+            await asyncio.sleep(self._latency.rtt_ms(client, region) / 1000.0 / self.s.config.speedup)
 
     def _admit(self, req: engine_mod.GenRequest) -> None:
         """Submit; raises QueueFull (the caller answers per endpoint) or _Reject for a request that

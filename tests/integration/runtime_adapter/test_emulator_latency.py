@@ -6,6 +6,8 @@ import time
 
 import aiohttp
 
+from meridian import latency
+
 from tests.integration.runtime_adapter.conftest import running_emulator
 
 
@@ -31,3 +33,21 @@ async def test_prompt_length_and_prefix_hits_shape_ttft(http):
     assert long_ > 0.8, long_
     assert long_ > 5 * short, (short, long_)
     assert repeat < long_ / 3, (long_, repeat)
+
+
+async def test_simulated_network_distance_follows_the_latency_map(http):
+    """With a region set, a client from far away waits the map's RTT before its first token; a near one does not."""
+    async with running_emulator(gpu_type="H100", speedup=1.0, region="us-east-1") as srv:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        times = {}
+        for client in ("na-east", "ap-northeast", None):
+            headers = {"X-Meridian-Client-Region": client} if client else {}
+            t0 = time.monotonic()
+            async with http.post(srv.url + "/v1/chat/completions", json=body, headers=headers) as resp:
+                assert resp.status == 200
+                await resp.read()
+            times[client] = time.monotonic() - t0
+    far_rtt_s = latency.default().rtt_ms("ap-northeast", "us-east-1") / 1000
+    assert times["ap-northeast"] >= far_rtt_s, times
+    assert times["na-east"] < times["ap-northeast"] - far_rtt_s / 2, times
+    assert times[None] < times["ap-northeast"] - far_rtt_s / 2, times
