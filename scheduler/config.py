@@ -73,6 +73,8 @@ class SchedulerConfig(pydantic.BaseModel):
                                              description="Traffic reports older than this are ignored.")
     routes_load_refresh_s: float = pydantic.Field(default=5.0, gt=0, le=3600,
                                                   description="Load-only routing changes are published this often.")
+    directives_enabled: bool = pydantic.Field(
+        default=True, description="False: shadow mode: learn, plan and publish routes, but send no directive.")
     directive_retention_s: float = pydantic.Field(default=86_400.0, gt=0, le=30 * 86_400,
                                                  description="Closed directives are forgotten after this.")
 

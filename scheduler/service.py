@@ -40,10 +40,10 @@ class SchedulerService:
         self.clock = clock or clock_mod.SystemClock()
         self.env = env
         self.metrics = metrics_mod.SchedulerMetrics()
-        self.store = store or state.open_store(config.state_url, namespace=config.namespace, clock=self.clock)
         tokens_file = auth.TokensFile.load(config.tokens_file) if config.tokens_file else None
         self.tokens = tokens or auth.TokenBook(tokens_file, env=env)
         self.admin_auth = admin_auth or auth.AdminAuth.load(token_file=config.admin_token_file, env=env)
+        self.store = store or state.open_store(config.state_url, namespace=config.namespace, clock=self.clock)
         self.spec_store = records.SpecStore(self.store)
         self.traffic = records.TrafficLog(self.store)
         self.routing_store = records.RoutingStore(self.store)

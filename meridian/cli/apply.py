@@ -39,7 +39,7 @@ def report_error(exc: admin_client.AdminError, output: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="FILE",
-                        help="YAML spec file (repeatable; several documents per file)")
+                        help="YAML spec file or directory of them (repeatable; several documents per file)")
     add_connection_arguments(parser)
 
 

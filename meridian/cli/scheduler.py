@@ -18,6 +18,7 @@ import pydantic
 from meridian import spec
 from scheduler import config as config_mod
 from scheduler import service as service_mod
+from scheduler.admin import client as admin_client
 from scheduler.admin import specs as admin_specs
 from scheduler.server import auth
 
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens-file", help="YAML file of cluster tokens and router tokens")
     parser.add_argument("--admin-token-file", help="admin bearer token file (else MERIDIAN_ADMIN_TOKEN)")
     parser.add_argument("-f", "--apply", dest="apply_files", action="append", default=[], metavar="FILE",
-                        help="spec files to apply at start (validated first; repeatable)")
+                        help="spec file or directory to apply at start (validated first; repeatable)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="any config knob, e.g. --set heartbeat_interval_s=2 (repeatable)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -60,7 +61,7 @@ async def _serve(config: config_mod.SchedulerConfig, apply_files: list[str]) -> 
     svc = service_mod.SchedulerService(config)
     if apply_files:
         texts = []
-        for path in apply_files:
+        for path in admin_client.expand_paths(apply_files):
             try:
                 with open(path) as fh:
                     texts.append((path, fh.read()))

@@ -17,6 +17,18 @@ URL_ENV = "MERIDIAN_SCHEDULER_URL"
 TOKEN_ENV = "MERIDIAN_ADMIN_TOKEN"
 
 
+def expand_paths(paths: Sequence[str]) -> list[str]:
+    """Paths with each directory replaced by its *.yaml and *.yml files, sorted."""
+    out: list[str] = []
+    for p in paths:
+        path = pathlib.Path(p)
+        if path.is_dir():
+            out += sorted(str(f) for f in path.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file())
+        else:
+            out.append(p)
+    return out
+
+
 class AdminError(RuntimeError):
     """The admin API refused or failed a request; ``status`` is the HTTP status (0: unreachable)."""
 
@@ -68,8 +80,9 @@ class AdminClient:
 
     @staticmethod
     def read_files(paths: Sequence[str]) -> list[dict]:
+        """File contents to send; a directory stands for its *.yaml and *.yml files, sorted."""
         out = []
-        for p in paths:
+        for p in expand_paths(paths):
             try:
                 out.append({"name": p, "text": pathlib.Path(p).read_text()})
             except OSError as exc:

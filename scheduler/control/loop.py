@@ -3,14 +3,15 @@
 a spot notice, a spec change).
 
 One ``tick``:
-1. reload specs if their generation moved (and the cluster tokens they name);
-2. mark silent agents lost; publish the routing table if routes changed;
-3. resolve open directives from reports (done, failed, expired);
-4. during the adoption grace after gaining leadership, stop here until every Cluster spec's agent
-   has reported (or the grace ends): acting before would restart replicas that are running;
-5. run the autoscaler; re-plan (solver, on a worker thread) when its inputs changed, after a
+1. reload specs if their generation moved (and the cluster tokens they name); mark silent agents lost;
+2. during the adoption grace after gaining leadership, stop here until every Cluster spec's agent
+   has reported (or the grace ends): acting, or publishing routes, before would restart replicas
+   that are running and hide them from routers;
+3. publish the routing table if routes changed; resolve open directives from reports (done,
+   failed, expired);
+4. run the autoscaler; re-plan (solver, on a worker thread) when its inputs changed, after a
    failure, or every ``plan_interval_s``;
-6. reconcile the plan against the reported fleet and send the directives.
+5. reconcile the plan against the reported fleet and send the directives.
 
 Every input is injected (clock, store, transport, autoscaling policy), so the simulator can call
 ``tick()`` on a simulated clock."""
@@ -57,7 +58,7 @@ class PlanRecord:
 @dataclasses.dataclass(frozen=True)
 class TickReport:
     at_s: float
-    stage: str  # standby, adopting, no_plan, reconciled
+    stage: str  # standby, adopting, no_plan, shadow, reconciled
     planned: str = ""  # the re-plan trigger, "" when the plan was kept
     sent: tuple[str, ...] = ()  # directive ids sent
     held: tuple[reconciler.Held, ...] = ()
@@ -155,12 +156,17 @@ class ControlLoop:
         await self.refresh_specs()
         self.fleet.sweep(now)
         snapshot = self.fleet.snapshot(now)
+        self._export(snapshot, now)
+        if now < self.adopt_until_s and not self._all_reported(snapshot):
+            # Routers keep the last table and nothing is decided until agents have told what runs.
+            report = TickReport(now, "adopting")
+            self.last_tick = report
+            return report
         self.events.prune({r.replica_id for _, r in snapshot.replicas()})
         open_dirs = self.executor.open_directives()
         draining = {od.directive.action.replica_id for od in open_dirs if isinstance(od.directive.action,
                                                                                       fm.DrainReplica)}
         await self._publisher.refresh(routes.build_models(snapshot, self.specs.deployments, draining), fence)
-        self._export(snapshot, now)
 
         reported = [c for c in snapshot.live() if c.reported]
         observed = reconciler.Observed(
@@ -172,11 +178,6 @@ class ControlLoop:
             gone = await self.executor.prune(now - self.config.directive_retention_s, fence)
             if gone:
                 log.info("event=directives_pruned count=%d", gone)
-
-        if now < self.adopt_until_s and not self._all_reported(snapshot):
-            report = TickReport(now, "adopting")
-            self.last_tick = report
-            return report
 
         doomed = set(self.events.doomed)
         demand = await self._traffic.demand(now, self.config.demand_max_age_s)
@@ -207,6 +208,11 @@ class ControlLoop:
         for held in result.held:
             if held.reason == "rate limited":
                 self._metrics.directives.labels(held.what.split(" ", 1)[0], "rate_limited").inc()
+        if not self.config.directives_enabled:
+            report = TickReport(now, "shadow", trigger, (), result.held + tuple(
+                reconciler.Held(p.cluster_id, p.reason, "shadow mode: directives disabled") for p in result.directives))
+            self.last_tick = report
+            return report
         sent = await self.executor.execute(result.directives, fence)
         report = TickReport(now, "reconciled", trigger, tuple(r.directive_id for r in sent), result.held)
         self.last_tick = report

@@ -92,6 +92,9 @@ class CapacityServicer(capacity_pb2_grpc.CapacityServiceServicer):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                 f"credentials for cluster {cluster_id!r} refused ({verdict.reason})")
         session = self._hub.attach(cluster_id, peer)
+        if self._leadership.token != fence:  # deposed while this agent said Hello
+            self._hub.detach(session)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"scheduler {self._id} is no longer the leader")
         log.info("event=agent_connected cluster=%s peer=%s cloud=%s region=%s agent_version=%s completed=%d",
                  cluster_id, peer, identity.cloud.value, identity.region, identity.agent_version, len(completed))
         refusal: _Refuse | None = None

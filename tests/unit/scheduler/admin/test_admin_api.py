@@ -192,3 +192,5 @@ async def test_cli_apply_get_delete_plan(make_service, tmp_path, capsys, monkeyp
     assert "Cost per hour:" in out and "SLA risks:" in out
     assert await call(cli.main, ["delete", "deployment", "chat"]) == 0
     assert "ModelDeployment/chat deleted" in capsys.readouterr().out
+    assert await call(cli.main, ["apply", "-f", str(ROOT / "examples")]) == 0  # a directory: its YAML files
+    assert capsys.readouterr().out.count(" created") == 14

@@ -9,6 +9,7 @@ from control_harness import Harness, SimCluster, apply_specs
 from meridian.fleet import models as fm
 from scheduler import clock as clock_mod
 from scheduler import state
+from scheduler.state import records
 
 
 @pytest.fixture
@@ -87,6 +88,10 @@ async def test_restarted_scheduler_adopts_running_replicas(store):
 
     h2 = await lead(store, CLOCK)
     assert h2.token > h1.token
+    published = (await records.RoutingStore(store).load()).version
+    CLOCK.advance(1.0)
+    assert (await h2.loop.tick()).stage == "adopting"
+    assert (await records.RoutingStore(store).load()).version == published  # routers keep the last table
     for c in (c1, c2):
         await c.hello(h2)
     for _ in range(3):
@@ -223,3 +228,15 @@ async def test_lost_cluster_is_replanned_elsewhere(store):
         CLOCK.advance(2.0)
         await h.loop.tick()
     assert len(c2.ready()) == 2
+
+
+async def test_shadow_mode_plans_and_routes_but_sends_nothing(store):
+    """With directives disabled the loop plans and publishes routes, and sends no directive."""
+    await apply_specs(store)
+    h = await lead(store, CLOCK, directives_enabled=False)
+    for c in (SimCluster("c1"), SimCluster("c2")):
+        await c.hello(h)
+    report = await h.loop.tick()
+    assert report.stage == "shadow" and h.loop.plan is not None
+    assert h.transport.sent == [] and len(report.held) == 2
+    assert h.routes.version > 0

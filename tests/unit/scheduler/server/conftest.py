@@ -17,6 +17,8 @@ async def make_service(tmp_path):
     made: list[service.SchedulerService] = []
 
     async def make(state_url: str | None = None, env: dict | None = None, **overrides) -> service.SchedulerService:
+        # The gRPC edge is under test here, not the reconciler: shadow mode (no directives), no grace.
+        overrides = {"directives_enabled": False, "adopt_grace_s": 0.0, **overrides}
         cfg = testing.local_config(state_url or f"sqlite://{tmp_path}/state.db", scheduler_id=f"node{len(made)}",
                                    **overrides)
         tokens = auth.TokenBook(auth.TokensFile({k: auth.digest(v) for k, v in TOKENS.items()},
