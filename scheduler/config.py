@@ -12,6 +12,7 @@ import socket
 import pydantic
 
 ADDRESS = r"^[^\s:]+:\d{1,5}$"
+STATE_SCHEMES = ("sqlite", "redis", "rediss")
 
 
 def default_scheduler_id() -> str:
@@ -81,6 +82,14 @@ class SchedulerConfig(pydantic.BaseModel):
     @property
     def lost_after_s(self) -> float:
         return self.heartbeat_interval_s * self.lost_after_intervals
+
+    @pydantic.field_validator("state_url")
+    @classmethod
+    def _state_scheme(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in STATE_SCHEMES:
+            raise ValueError(f"{value!r}: use sqlite://PATH (one node) or redis://HOST:PORT/DB (HA)")
+        return value
 
     @pydantic.model_validator(mode="after")
     def _cross_field(self) -> SchedulerConfig:

@@ -14,6 +14,7 @@ import signal
 import sys
 
 import pydantic
+import uvloop
 
 from meridian import spec
 from scheduler import config as config_mod
@@ -100,17 +101,14 @@ def run(args: argparse.Namespace) -> int:
         errors = exc.errors(include_url=False) if isinstance(exc, pydantic.ValidationError) else None
         if errors:
             for e in errors:
-                field = ".".join(str(p) for p in e["loc"]) or "config"
-                print(f"scheduler config: {field}: {e['msg']}", file=sys.stderr)
+                field = ".".join(str(p) for p in e["loc"])
+                message = e["msg"].removeprefix("Value error, ")
+                print(f"scheduler config: {field + ': ' if field else ''}{message}", file=sys.stderr)
         else:
             print(f"scheduler config: {exc}", file=sys.stderr)
         return 1
     try:
-        try:
-            import uvloop  # optional speed-up of the event loop
-        except ImportError:
-            return asyncio.run(_serve(config, args.apply_files))
         return uvloop.run(_serve(config, args.apply_files))
-    except (auth.CredentialError, OSError) as exc:
+    except (auth.CredentialError, OSError, ValueError) as exc:
         print(f"scheduler: {exc}", file=sys.stderr)
         return 1

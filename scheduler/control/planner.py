@@ -64,17 +64,25 @@ class Autoscaler:
                now_s: float, *, doomed: Collection[str] = (), commit: bool = True) -> dict[str, autoscaler.Decision]:
         """Decisions for every deployment in ``specs``; with ``commit`` false nothing is remembered
         (a dry run)."""
-        demand = list(demand)
+        by_model: dict[str, list[records.Demand]] = {}
+        for d in demand:
+            by_model.setdefault(d.model, []).append(d)
+        ready_loads: dict[str, list[fm.ReplicaLoad]] = {}
+        live_count: dict[str, int] = {}
+        for _, r in snapshot.replicas():
+            if r.replica_id in doomed:
+                continue
+            if r.state is fm.ReplicaState.READY:
+                ready_loads.setdefault(r.deployment, []).append(r.load)
+            if r.state in (fm.ReplicaState.READY, fm.ReplicaState.STARTING):
+                live_count[r.deployment] = live_count.get(r.deployment, 0) + 1
         out: dict[str, autoscaler.Decision] = {}
         for name, dep in sorted(specs.deployments.items()):
-            ready = [r.load for _, r in snapshot.replicas()
-                     if r.deployment == name and r.state is fm.ReplicaState.READY and r.replica_id not in doomed]
-            live = sum(1 for _, r in snapshot.replicas() if r.deployment == name
-                       and r.state in (fm.ReplicaState.READY, fm.ReplicaState.STARTING) and r.replica_id not in doomed)
+            ready = ready_loads.get(name, [])
+            live = live_count.get(name, 0)
             last = self.decisions.get(name)
-            served = dep.spec.model.served_name
             traffic = tuple(autoscaler.RegionTraffic(d.client_region, d.requests_per_s, d.in_flight, d.ttft_p99_ms)
-                            for d in demand if d.model == served)
+                            for d in by_model.get(dep.spec.model.served_name, ()))
             cap = throughput.capacity_rps(dep.spec)
             try:
                 ctx = autoscaler.AutoscaleContext(name, dep.spec, now_s, last.replicas if last else live,

@@ -69,13 +69,23 @@ def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.Reconc
     waiting: dict[str, int] = {}
     candidates: list[_Candidate] = []
 
-    names = set(inp.deployments) | {r.report.deployment for r in inp.replicas} | set(inp.target.deployments())
-    for name in sorted(names):
-        _deployment(name, inp, pending_starts, draining, free, wanted_gpus, waiting, candidates, held, settings)
+    by_deployment: dict[str, list[t.ReplicaInfo]] = {}
+    for r in inp.replicas:
+        by_deployment.setdefault(r.report.deployment, []).append(r)
+    targets: dict[str, dict[str, int]] = {}
+    for (name, pool_key), n in inp.target.replicas.items():
+        if n > 0 and pool_key in inp.pools:
+            targets.setdefault(name, {})[pool_key] = n
+    for name in sorted(set(inp.deployments) | set(by_deployment) | set(targets)):
+        _deployment(name, inp, by_deployment.get(name, []), targets.get(name, {}), pending_starts, draining, free,
+                    wanted_gpus, waiting, candidates, held, settings)
 
     idle_since = dict(state.pool_idle_since)
+    pending_gpus: dict[str, int] = {}
+    for (_d, pool_key), starts in pending_starts.items():
+        pending_gpus[pool_key] = pending_gpus.get(pool_key, 0) + sum(s.gpu_count for s in starts)
     for key, info in sorted(inp.pools.items()):
-        _pool(key, info, inp, pending_starts, resizing, wanted_gpus, waiting, idle_since, candidates, held, settings)
+        _pool(key, info, inp, pending_gpus, resizing, wanted_gpus, waiting, idle_since, candidates, held, settings)
 
     candidates.sort(key=lambda c: (c.order, c.cluster_id, _describe(c.action)))
     buckets = dict(state.buckets)
@@ -97,13 +107,14 @@ def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.Reconc
     return t.ReconcileResult(tuple(out), tuple(held), t.ReconcileState(buckets, idle_since, serial))
 
 
-def _deployment(name: str, inp: t.ReconcileInput, pending_starts: dict, draining: set[str], free: dict[str, int],
-                wanted_gpus: dict[str, int], waiting: dict[str, int], candidates: list[_Candidate],
-                held: list[t.Held], settings: t.ReconcileSettings) -> None:
+def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], target: dict[str, int],
+                pending_starts: dict, draining: set[str], free: dict[str, int], wanted_gpus: dict[str, int],
+                waiting: dict[str, int], candidates: list[_Candidate], held: list[t.Held],
+                settings: t.ReconcileSettings) -> None:
     now = inp.now_s
     info = inp.deployments.get(name)
-    target = {p: n for p, n in inp.target.of(name).items() if p in inp.pools} if info else {}
-    mine = [r for r in inp.replicas if r.report.deployment == name]
+    if info is None:
+        target = {}
     leaving = {r.replica_id for r in mine if r.replica_id in draining or r.report.state is fm.ReplicaState.DRAINING}
     active = [r for r in mine if r.replica_id not in leaving and r.report.state in _LIVE]
     doomed = [r for r in active if r.doomed_at_s is not None]
@@ -178,7 +189,7 @@ def _deployment(name: str, inp: t.ReconcileInput, pending_starts: dict, draining
         candidates.append(_Candidate(order, r.cluster_id, fm.DrainReplica(r.replica_id, deadline), why))
 
 
-def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_starts: dict, resizing: set[str],
+def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[str, int], resizing: set[str],
           wanted_gpus: dict[str, int], waiting: dict[str, int], idle_since: dict[str, float],
           candidates: list[_Candidate], held: list[t.Held], settings: t.ReconcileSettings) -> None:
     p = info.pool
@@ -186,7 +197,7 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_starts: dic
     if gpn <= 0:
         return
     in_use = max(0, p.nodes_current * gpn - p.gpus_free)
-    pending = sum(s.gpu_count for (_d, pk), starts in pending_starts.items() if pk == key for s in starts)
+    pending = pending_gpus.get(key, 0)
     lo, hi = p.nodes_min, max(p.nodes_max, p.nodes_min)
     have_nodes = p.nodes_current + p.nodes_pending
     need = waiting.get(key, 0)
