@@ -1,0 +1,92 @@
+"""``meridian simulate``: replay a day of traffic on a simulated clock through the real autoscaler,
+solver, reconciler and routing policies, and compare Meridian with baselines on the same trace.
+
+Prints the comparison table (cost, SLO attainment, failed requests, TTFT percentiles per client
+region) or, with ``--json``, the whole result; ``--plot DIR`` writes cost and SLO-attainment PNGs.
+Progress goes to stderr. Exit 0 on success, 1 for a scenario that cannot be used."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from meridian.simulate import policies, report, runner, scenario
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", default="default", metavar="default|FILE",
+                        help="the built-in day ('default') or a YAML scenario file (docs/simulator.md)")
+    parser.add_argument("--hours", type=float, default=None, help="simulated hours (default: the scenario's, 24)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: the scenario's)")
+    parser.add_argument("--policies", default=",".join(policies.DEFAULT), metavar="NAME[,NAME...]",
+                        help=f"policies to compare (default: all): {', '.join(policies.POLICIES)}")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="processes to run policies in (default: the usable cores, at most 4)")
+    parser.add_argument("--plot", metavar="DIR", default=None, help="write cost and SLO-attainment PNGs into DIR")
+    parser.add_argument("--json", action="store_true", help="print the full result as JSON on stdout")
+    parser.add_argument("--print-scenario", action="store_true",
+                        help="print the scenario as YAML (a starting point for your own) and exit")
+
+
+class _Progress:
+    """One status line on stderr: each policy's share of ticks done."""
+
+    def __init__(self, names: list[str]):
+        self.done = {n: 0.0 for n in names}
+        self.tty = sys.stderr.isatty()
+        self.last_print = 0.0
+        self.start = time.perf_counter()
+
+    def __call__(self, policy: str, done: int, total: int) -> None:
+        self.done[policy] = done / max(1, total)
+        now = time.perf_counter()
+        if not self.tty and now - self.last_print < 5.0 and done < total:
+            return
+        self.last_print = now
+        status = "  ".join(f"{n} {100 * f:3.0f}%" for n, f in self.done.items())
+        end = "\r" if self.tty else "\n"
+        print(f"simulating [{now - self.start:5.1f}s] {status}", end=end, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        sc = scenario.load(args.scenario).with_overrides(hours=args.hours, seed=args.seed)
+        if args.print_scenario:
+            print(scenario.dump(sc), end="")
+            return 0
+        names = [n.strip() for n in args.policies.split(",") if n.strip()]
+        if not names:
+            raise scenario.ScenarioError("--policies: give at least one policy")
+        for name in names:
+            policies.get(name)
+        if args.jobs is not None and args.jobs < 1:
+            raise scenario.ScenarioError(f"--jobs must be >= 1, got {args.jobs}")
+    except (scenario.ScenarioError, ValueError) as exc:
+        print(f"meridian simulate: {exc}", file=sys.stderr)
+        return 1
+    runner.quiet_components()
+    progress = _Progress(names)
+    try:
+        cmp = runner.run(sc, names, jobs=args.jobs, progress=progress)
+    except scenario.ScenarioError as exc:
+        progress.close()
+        print(f"meridian simulate: {exc}", file=sys.stderr)
+        return 1
+    progress.close()
+    if args.plot:
+        from meridian.simulate import plot  # noqa: PLC0415  (matplotlib only when plots are asked for)
+
+        paths = plot.write(cmp, args.plot)
+        print(f"plots: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    if args.json:
+        json.dump(report.as_dict(cmp), sys.stdout)
+        print()
+    else:
+        print(report.text(cmp))
+    return 0

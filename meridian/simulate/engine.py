@@ -1,0 +1,281 @@
+"""One simulated run of one policy over a scenario's trace, on a simulated clock.
+
+Each tick (``scenario.tick_s``): scripted faults happen; every cluster's agent reports (the cloud
+advances: nodes arrive, spot notices, preempted nodes vanish and their replicas die); the scheduler
+runs one control round (autoscaler -> placement -> reconciler) and its directives take effect; the
+routing table is rebuilt from the fleet view; the tick's arrivals are routed through the router's
+policy object; every replica's steady state follows from its arrival rate (``perf``); requests are
+scored against the SLO; node-hours are billed. The loads and the traffic of a tick are what the
+agents and routers report at the next one."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+
+from meridian import spec
+from meridian.fleet import models as fm
+from meridian.simulate import clusters as clusters_mod
+from meridian.simulate import control, metrics, perf, policies, routing
+from meridian.simulate import scenario as scenario_mod
+from meridian.simulate import trace as trace_mod
+from scheduler.control import planner, routes
+from scheduler.state import records
+
+log = logging.getLogger("meridian.simulate.engine")
+
+EPOCH_S = 1_767_225_600.0  # 2026-01-01T00:00:00Z; the run's start, moved to start_utc_hour
+Progress = Callable[[str, int, int], None]
+
+
+class _Faults:
+    """The scenario's scripted events, by tick."""
+
+    def __init__(self, sc: scenario_mod.Scenario, clusters: dict[str, clusters_mod.SimCluster]):
+        self.by_tick: dict[int, list[tuple[str, object]]] = {}
+        tick = lambda h: int(h * 3600.0 // sc.tick_s)  # noqa: E731
+        for o in sc.outages:
+            self._add(tick(o.at_h), ("down", o.region))
+            self._add(tick(o.at_h + o.duration_h), ("up", o.region))
+        for s in sc.stock_outs:
+            self._add(tick(s.at_h), ("stock_out", (s.cluster, s.pool, True)))
+            self._add(tick(s.at_h + s.duration_h), ("stock_out", (s.cluster, s.pool, False)))
+        for i, w in enumerate(sc.spot.waves):
+            self._add(tick(w.at_h), ("wave", (i, w)))
+        self.clusters = clusters
+        self.seed = sc.seed
+
+    def _add(self, k: int, item: tuple[str, object]) -> None:
+        self.by_tick.setdefault(k, []).append(item)
+
+    def apply(self, k: int) -> tuple[list[clusters_mod.SimReplica], int]:
+        """Faults of tick ``k``: the replicas they kill and the spot nodes they preempt."""
+        killed: list[clusters_mod.SimReplica] = []
+        preempted = 0
+        for what, arg in self.by_tick.get(k, ()):
+            if what == "down":
+                for c in self.clusters.values():
+                    if c.region == arg:
+                        killed += c.go_down()
+            elif what == "up":
+                for c in self.clusters.values():
+                    if c.region == arg:
+                        c.come_back()
+            elif what == "stock_out":
+                cid, pool, on = arg
+                self.clusters[cid].set_stock_out(pool, on)
+            elif what == "wave":
+                i, w = arg
+                rng = random.Random(f"{self.seed}:wave:{i}")
+                for cid, c in sorted(self.clusters.items()):
+                    if (w.cluster is not None and cid == w.cluster) or (w.region is not None and c.region == w.region):
+                        preempted += c.preempt_wave(w.share, rng)
+        return killed, preempted
+
+
+def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace, policy: policies.PolicyDef,
+        progress: Progress | None = None) -> metrics.RunResult:
+    wall = time.perf_counter()
+    now_box = [EPOCH_S + sc.start_utc_hour * 3600.0]
+    clock = lambda: now_box[0]  # noqa: E731
+    view = planner.SpecView.of(specset, 1)
+    deployments = view.deployments
+    mean = {d: trace.mean_rps(d) for d in deployments}
+    ctx = policies.PlacerContext(view, mean)
+    sched = control.SimScheduler(specset, policy.make_placer(ctx))
+    fid = sc.fidelity
+
+    def model_of(deployment: str, gpu_type: str) -> perf.ReplicaModel:
+        return perf.model_for(deployments[deployment].spec, gpu_type, prompt_cv=fid.prompt_cv,
+                              tpot_sigma=fid.tpot_sigma)
+
+    def cold_start(deployment: str, gpu_type: str) -> float:
+        return perf.cold_start_s(model_of(deployment, gpu_type), sc.replicas.cold_start_base_s,
+                                 sc.replicas.cold_start_s_per_weight_gib)
+
+    fleet = {}
+    for c in specset.of_kind("Cluster"):
+        fleet[c.metadata.name] = clusters_mod.SimCluster(
+            c, clock=clock, rng=random.Random(f"{sc.seed}:{c.metadata.name}"),
+            notice_s=sc.spot.notice_s.get(c.spec.cloud, 120.0), policy=view.policy, cold_start=cold_start,
+            provisioning_delay_s=sc.cloud.provisioning_delay_s,
+            preemptions_per_node_hour=sc.spot.preemptions_per_node_hour)
+    faults = _Faults(sc, fleet)
+    router = routing.SimRouter(policy.routing, view.latency_map, random.Random(f"{sc.seed}:router"), clock)
+    lmap = view.latency_map
+    regions = sorted({s.client_region for s in trace.streams})
+    col = metrics.Collector(regions, sorted(deployments), trace.ticks, sc.tick_s)
+    streams_of: dict[str, list[tuple[int, str]]] = {}
+    for i, s in enumerate(trace.streams):
+        streams_of.setdefault(s.deployment, []).append((i, s.client_region))
+    served_name = {n: d.spec.model.served_name for n, d in deployments.items()}
+    demand: list[records.Demand] = []
+    preempted_zones: dict[str, float] = {}
+    killed_replicas = starts = refused = preempted_by_wave = 0
+    usage: dict[str, float] = {}
+    tick_s = sc.tick_s
+    report_every = max(1, trace.ticks // 50)
+
+    warmup = int(round(sc.warmup_min * 60.0 / tick_s))
+    scratch = metrics.Collector(regions, sorted(deployments), 1, tick_s)
+    measured = col
+    for k in range(-warmup, trace.ticks):
+        now = EPOCH_S + sc.start_utc_hour * 3600.0 + k * tick_s
+        now_box[0] = now
+        col = measured if k >= 0 else scratch
+        killed, hit = faults.apply(k) if k >= 0 else ([], 0)
+        preempted_by_wave += hit
+        for cid, cluster in sorted(fleet.items()):
+            obs = cluster.observe(now)
+            killed += obs.killed
+            if obs.pools is None:
+                continue
+            for e in obs.events:
+                if e.kind is fm.EventKind.SPOT_INTERRUPTION:
+                    pool = cluster.pool(e.pool_id)
+                    preempted_zones[(pool.zone if pool and pool.zone else cluster.region)] = now
+            sched.intake(cluster.identity, obs.pools, obs.reports, obs.events, now)
+        for r in killed:
+            killed_replicas += 1
+            _fail_in_flight(col, max(k, 0), r)
+        drained: set[str] = set()
+        planned = sched.tick(now, demand, preempted_zones).directives if (k + warmup) % sc.control_every == 0 \
+            else sched.watch(now)
+        for pd in planned:
+            cluster = fleet[pd.cluster_id]
+            if cluster.down:
+                continue  # the agent is unreachable: the directive is not delivered
+            ack, events = cluster.apply(pd.directive, now)
+            action = pd.directive.action
+            if isinstance(action, fm.DrainReplica):
+                drained.add(action.replica_id)
+            elif isinstance(action, fm.StartReplica):
+                starts += ack.outcome is fm.DirectiveOutcome.ACCEPTED
+            refused += ack.outcome in (fm.DirectiveOutcome.REFUSED, fm.DirectiveOutcome.FAILED)
+            for e in events:
+                sched.on_event(pd.cluster_id, e, now)
+        router.apply(routes.build_models(sched.snapshot, deployments, drained))
+        live = {r.replica_id: (c, r) for c in fleet.values() if not c.down for r in c.replicas.values()}
+        # Replicas still in the table but gone: the router's connect fails and it retries elsewhere.
+        dead = set(router.state.endpoints) - set(live)
+        demand = _route_and_score(max(k, 0), now, sc, trace, col, router, live, dead, streams_of, served_name,
+                                  deployments, model_of, lmap)
+        replicas = 0
+        for c, r in live.values():
+            if r.state is fm.ReplicaState.READY:
+                replicas += 1
+                if k >= 0:
+                    key = "|".join((r.deployment, c.identity.cloud.value, c.region, r.tier.value, r.gpu_type))
+                    usage[key] = usage.get(key, 0.0) + tick_s / 3600.0
+        by_tier: dict[str, int] = {}
+        for c in fleet.values():
+            for tier, n in c.gpus_by_tier().items():
+                by_tier[tier] = by_tier.get(tier, 0) + n
+        col.fleet(max(k, 0), sum(c.cost_per_hour_usd() for c in fleet.values()), replicas, sum(by_tier.values()),
+                  by_tier.get("spot", 0))
+        col.flush()
+        if k < 0:
+            scratch = metrics.Collector(regions, sorted(deployments), 1, tick_s)
+        elif progress is not None and (k % report_every == 0 or k == trace.ticks - 1):
+            progress(policy.name, k + 1, trace.ticks)
+
+    stats = {
+        "wall_s": time.perf_counter() - wall, "plans": sched.stats.plans, "plan_s": sched.stats.plan_s,
+        "directives": sched.stats.directives, "replicas_started": starts, "directives_refused": refused,
+        "replicas_killed": killed_replicas, "spot_nodes_preempted": sum(c.preempted_nodes for c in fleet.values()),
+        "spot_notices_by_wave": preempted_by_wave, "router_selections": router.selections,
+        "plan_memo_hits": getattr(sched.placer, "memo_hits", 0),
+    }
+    return measured.result(policy=policy.name, label=policy.label, routing=policy.routing,
+                           placement=sched.placer.name, hours=trace.ticks * tick_s / 3600.0, stats=stats,
+                           notes=ctx.notes, usage=usage)
+
+
+def _fail_in_flight(col: metrics.Collector, k: int, r: clusters_mod.SimReplica) -> None:
+    """A replica died: requests it was streaming fail; those before their first byte are retried
+    elsewhere by the router (counted where they land, in this tick's traffic)."""
+    if r.steady is None or r.state is not fm.ReplicaState.READY:
+        return
+    lost = r.steady.running * r.steady.decode_share
+    total = sum(r.region_share.values())
+    for region, share in r.region_share.items():
+        if total > 0:
+            col.failed(k, r.deployment, region, lost * share / total, "replica_died")
+
+
+def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, served_name, deployments, model_of,
+                     lmap) -> list[records.Demand]:
+    """Route tick ``k``'s arrivals, compute each replica's steady state, score the requests; return
+    the traffic the routers report for the next control round."""
+    tick_s = sc.tick_s
+    fid = sc.fidelity
+    arrivals_row = trace.arrivals[k]
+    demand: list[records.Demand] = []
+    lam: dict[str, dict[str, float]] = {}
+    for dep, streams in sorted(streams_of.items()):
+        arrivals = {region: int(arrivals_row[i]) for i, region in streams}
+        spec_ = deployments[dep].spec
+        expected = {}
+        for rid, (_c, r) in live.items():
+            if r.deployment == dep:
+                expected[rid] = r.steady.request_s if r.steady is not None else 1.0
+        shares = router.route(served_name[dep], arrivals, int(spec_.workload.prompt_tokens_mean),
+                              fid.samples_per_stream, expected, tick_s, dead)
+        routed: dict[str, float] = {}
+        for (rid, region), n in shares.items():
+            if rid in live:
+                lam.setdefault(rid, {})[region] = lam.get(rid, {}).get(region, 0.0) + n / tick_s
+                routed[region] = routed.get(region, 0.0) + n
+        for region, n in arrivals.items():
+            col.failed(k, dep, region, n - routed.get(region, 0.0), "no_replica")
+    in_flight: dict[tuple[str, str], float] = {}
+    p99: dict[tuple[str, str], float] = {}
+    for rid, (cluster, r) in sorted(live.items()):
+        if r.state is not fm.ReplicaState.READY:
+            continue
+        by_region = lam.get(rid, {})
+        rate = sum(by_region.values())
+        model = model_of(r.deployment, r.gpu_type)
+        steady = model.steady(rate, r.backlog, tick_s)
+        r.steady, r.backlog = steady, steady.backlog_next
+        r.region_share = dict(by_region)
+        values, probs = model.server_ttft_points(steady)
+        cum = probs.cumsum()
+        server_p99 = float(values[min(len(values) - 1, int((cum < 0.99).sum()))])
+        server_mean = float((values * probs).sum())
+        r.load = fm.ReplicaLoad(
+            running_requests=int(round(steady.running)), queued_requests=int(round(steady.queued)),
+            kv_cache_usage=steady.kv_usage,
+            ttft=fm.LatencyPercentiles(float(values[min(len(values) - 1, int((cum < 0.5).sum()))]),
+                                       float(values[min(len(values) - 1, int((cum < 0.9).sum()))]), server_p99),
+            inter_token_latency=fm.LatencyPercentiles(steady.tpot_ms, steady.tpot_ms, steady.tpot_ms),
+            generation_tokens_per_s=steady.served_rps * model.output, requests_per_s=steady.served_rps,
+            observed_at=now)
+        if rate <= 0:
+            continue
+        router.observe(rid, server_mean)
+        tpot_ok = model.tpot_ok(steady)
+        dropped_share = steady.dropped / (rate * tick_s) if rate > 0 else 0.0
+        sla = deployments[r.deployment].spec.sla.ttft_p99_ms
+        for region, rps in by_region.items():
+            n = rps * tick_s
+            failed = n * min(1.0, dropped_share)
+            col.failed(k, r.deployment, region, failed, "queue_full")
+            served = n - failed
+            rtt = lmap.rtt_ms(region, cluster.region)
+            idx = int((values <= sla - rtt).sum())
+            met = served * (float(cum[idx - 1]) if idx > 0 else 0.0) * tpot_ok
+            col.served(k, r.deployment, region, served, met, values + rtt, probs)
+            key = (r.deployment, region)
+            in_flight[key] = in_flight.get(key, 0.0) + rps * steady.request_s
+            p99[key] = max(p99.get(key, 0.0), server_p99 + rtt)
+    for dep, streams in sorted(streams_of.items()):
+        for i, region in streams:
+            n = int(arrivals_row[i])
+            demand.append(records.Demand(served_name[dep], region, n / tick_s, 0.0,
+                                         int(math.ceil(in_flight.get((dep, region), 0.0))),
+                                         p99.get((dep, region), 0.0), 0.0, 0.0, now))
+    return demand

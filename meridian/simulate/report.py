@@ -1,0 +1,128 @@
+"""The comparison as text (a table per concern) and as JSON, with the verdict the issue asks for:
+does Meridian beat every baseline on cost at equal or better SLO attainment, and how does its saving
+against the on-demand-only rows compare with SkyServe's headline (43% cheaper than on-demand)."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+
+from meridian.simulate import policies, runner
+
+SKYSERVE_HEADLINE_SAVING = 0.43
+# Attainment differences smaller than this are "equal": the analytic tails are not finer than that.
+ATTAINMENT_TOLERANCE = 0.0005
+
+
+def _pct(x: float) -> str:
+    return "-" if x is None or math.isnan(x) else f"{100.0 * x:.2f}%"
+
+
+def _ms(x: float) -> str:
+    if x is None or math.isnan(x):
+        return "-"
+    return f"{x / 1000.0:.1f}s" if x >= 10_000 else f"{x:.0f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+    return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def verdicts(cmp: runner.Comparison, reference: str = "meridian") -> list[dict]:
+    """Per baseline: cost saving of ``reference`` against it and attainment difference, and whether
+    the reference beats it (cheaper at equal or better attainment)."""
+    ref = cmp.result(reference)
+    if ref is None:
+        return []
+    out = []
+    for r in cmp.results:
+        if r.policy == reference:
+            continue
+        saving = 1.0 - ref.cost_usd / r.cost_usd if r.cost_usd > 0 else math.nan
+        delta = ref.total.attainment - r.total.attainment
+        out.append({"baseline": r.policy, "saving": saving, "attainment_delta": delta,
+                    "beats": bool(saving > 0 and delta >= -ATTAINMENT_TOLERANCE),
+                    "on_demand_only": r.policy in policies.ON_DEMAND_ONLY})
+    return out
+
+
+def text(cmp: runner.Comparison) -> str:
+    sc = cmp.scenario
+    lines = [f"Scenario {sc.name!r}: {sc.hours:g} h from {sc.start_utc_hour:g}:00 UTC, seed {sc.seed}, "
+             f"tick {sc.tick_s:g} s, {cmp.requests:,} requests; {len(cmp.results)} policies in "
+             f"{cmp.wall_s:.1f} s wall ({cmp.jobs} process(es)) on {_machine()}", ""]
+    rows = []
+    ref = cmp.result("meridian")
+    for r in cmp.results:
+        vs = "" if ref is None or r.policy == "meridian" else f"{100.0 * (r.cost_usd / ref.cost_usd - 1.0):+.1f}%"
+        rows.append([r.policy, r.routing, f"${r.cost_usd:,.0f}", f"${r.cost_per_hour_usd:,.2f}", vs,
+                     _pct(r.total.attainment), f"{r.total.failed:,.0f}", _ms(r.total.ttft_p50_ms),
+                     _ms(r.total.ttft_p99_ms), f"{r.stats.get('wall_s', 0.0):.1f}"])
+    lines += _table(["policy", "routing", "cost", "$/h", "vs meridian", "SLO met", "failed", "TTFT p50 ms",
+                     "TTFT p99 ms", "run s"], rows)
+    regions = sorted({reg for r in cmp.results for reg in r.regions})
+    lines += ["", "SLO attainment / failed requests / TTFT p50, p90, p99 (ms) per client region:"]
+    rows = []
+    for r in cmp.results:
+        for reg in regions:
+            g = r.regions.get(reg)
+            if g is None:
+                continue
+            rows.append([r.policy, reg, _pct(g.attainment), f"{g.failed:,.0f}", _ms(g.ttft_p50_ms),
+                         _ms(g.ttft_p90_ms), _ms(g.ttft_p99_ms)])
+    lines += _table(["policy", "client region", "SLO met", "failed", "p50", "p90", "p99"], rows)
+    lines += ["", "Per deployment (SLO met / failed):"]
+    deps = sorted({d for r in cmp.results for d in r.deployments})
+    rows = [[r.policy, *[f"{_pct(r.deployments[d].attainment)} / {r.deployments[d].failed:,.0f}"
+                         if d in r.deployments else "-" for d in deps]] for r in cmp.results]
+    lines += _table(["policy", *deps], rows)
+    notes = [f"{r.policy}: {n}" for r in cmp.results for n in r.notes]
+    if notes:
+        lines += ["", *notes]
+    v = verdicts(cmp)
+    if v:
+        lines += ["", "Meridian against each baseline (beats = cheaper at equal or better SLO attainment):"]
+        for item in v:
+            word = "beats" if item["beats"] else "does NOT beat"
+            lines.append(f"  {word} {item['baseline']}: {100.0 * item['saving']:+.1f}% cost saving, SLO attainment "
+                         f"{100.0 * item['attainment_delta']:+.3f} pp")
+        od = [i for i in v if i["on_demand_only"]]
+        if od:
+            worst = min(i["saving"] for i in od)
+            savings = ", ".join(f"{i['baseline']} {100 * i['saving']:.1f}%" for i in od)
+            lines.append(f"  saving against the on-demand-only rows: {savings}"
+                         f" (SkyServe's headline bar: {100 * SKYSERVE_HEADLINE_SAVING:.0f}%; "
+                         f"{'met' if worst >= SKYSERVE_HEADLINE_SAVING else 'not met'})")
+    return "\n".join(lines)
+
+
+def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:
+    results = []
+    for r in cmp.results:
+        d = r.to_dict()
+        if not include_series:
+            d.pop("series", None)
+        results.append(d)
+    return {"scenario": cmp.scenario.name, "hours": cmp.scenario.hours, "seed": cmp.scenario.seed,
+            "tick_s": cmp.scenario.tick_s, "requests": cmp.requests, "wall_s": round(cmp.wall_s, 2),
+            "jobs": cmp.jobs, "machine": _machine(), "results": results,
+            "verdicts": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in item.items()}
+                         for item in verdicts(cmp)]}
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cores} core(s), {cpu}"

@@ -1,0 +1,289 @@
+"""What a simulation run replays: the specs, a day of traffic per (deployment, client region), and
+the faults (spikes, spot preemption waves, stock-outs, region outages), as one frozen, validated
+model. ``load("default")`` gives the built-in scenario; ``load(PATH)`` reads a YAML file whose
+``specs`` paths are relative to the file (docs/simulator.md describes every field).
+
+Times in a scenario are hours from the start of the run (``at_h``); the run starts at
+``start_utc_hour`` UTC, and each client region's diurnal curve follows its local time."""
+
+from __future__ import annotations
+
+import pathlib
+import pydantic
+import yaml
+
+from meridian import spec
+from meridian.simulate import defaults
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the field and what would be valid."""
+
+
+class _Model(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+
+class TrafficShape(_Model):
+    """Requests/s of one deployment per client region at that region's daily peak.
+
+    The rate follows a cosine over the local day: ``peak_rps`` at ``peak_local_hour`` and
+    ``trough_share x peak_rps`` twelve hours away. Arrivals in a tick are Poisson."""
+
+    deployment: str = pydantic.Field(min_length=1)
+    peak_rps: dict[str, float] = pydantic.Field(min_length=1, description="client region -> requests/s at peak")
+    trough_share: float = pydantic.Field(default=0.25, ge=0, le=1)
+    peak_local_hour: float = pydantic.Field(default=14.0, ge=0, lt=24)
+
+    @pydantic.field_validator("peak_rps")
+    @classmethod
+    def _rates(cls, value: dict[str, float]) -> dict[str, float]:
+        for region, rps in value.items():
+            if not 0 <= rps <= 100_000:
+                raise ValueError(f"peak_rps[{region!r}] must be in 0..100000 requests/s, got {rps}")
+        return value
+
+
+class Spike(_Model):
+    """Traffic multiplied by ``multiplier`` for ``duration_min`` from ``at_h``; ``deployment`` and
+    ``client_region`` narrow it (None: every deployment / region)."""
+
+    at_h: float = pydantic.Field(ge=0)
+    duration_min: float = pydantic.Field(gt=0, le=24 * 60)
+    multiplier: float = pydantic.Field(gt=0, le=100)
+    deployment: str | None = None
+    client_region: str | None = None
+
+
+class PreemptionWave(_Model):
+    """A burst of spot preemptions: at ``at_h``, each running spot node of the region (or cluster)
+    gets an interruption notice with probability ``share`` (correlated loss within a region, as
+    measured for GPU spot capacity)."""
+
+    at_h: float = pydantic.Field(ge=0)
+    share: float = pydantic.Field(gt=0, le=1)
+    region: str | None = None
+    cluster: str | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _target(self) -> PreemptionWave:
+        if (self.region is None) == (self.cluster is None):
+            raise ValueError("give exactly one of region or cluster")
+        return self
+
+
+class SpotSettings(_Model):
+    preemptions_per_node_hour: float | None = pydantic.Field(
+        default=None, ge=0, le=10,
+        description="Background preemption hazard per spot node; None: each Cluster spec's sim value.")
+    notice_s: dict[str, float] = pydantic.Field(
+        default_factory=lambda: dict(defaults.SPOT_NOTICE_S),
+        description="Interruption notice lead time by cloud (AWS 2 min; GCP and Azure 30 s).")
+    waves: tuple[PreemptionWave, ...] = ()
+
+
+class StockOut(_Model):
+    """Pool ``cluster/pool`` cannot grow (insufficient capacity) for ``duration_h`` from ``at_h``."""
+
+    at_h: float = pydantic.Field(ge=0)
+    duration_h: float = pydantic.Field(gt=0)
+    cluster: str = pydantic.Field(min_length=1)
+    pool: str = pydantic.Field(min_length=1)
+
+
+class Outage(_Model):
+    """Every cluster in ``region`` is lost for ``duration_h`` from ``at_h``: its agent goes silent
+    and its replicas die at once (nodes keep billing, as a cloud bills instances it cannot reach)."""
+
+    at_h: float = pydantic.Field(ge=0)
+    duration_h: float = pydantic.Field(gt=0)
+    region: str = pydantic.Field(min_length=1)
+
+
+class CloudSettings(_Model):
+    provisioning_delay_s: float | None = pydantic.Field(
+        default=defaults.PROVISIONING_DELAY_S, ge=0, le=3600,
+        description="Time for a new GPU node to join its pool; None: each Cluster spec's sim value.")
+
+
+class ReplicaSettings(_Model):
+    """A replica is READY ``cold_start_base_s + weights GiB x cold_start_s_per_weight_gib`` after it
+    starts (image pull, weights download and load, CUDA graph capture)."""
+
+    cold_start_base_s: float = pydantic.Field(default=defaults.COLD_START_BASE_S, ge=0, le=3600)
+    cold_start_s_per_weight_gib: float = pydantic.Field(default=defaults.COLD_START_S_PER_GIB, ge=0, le=600)
+
+
+class FidelitySettings(_Model):
+    """How finely requests are modelled (see docs/simulator.md, "Model")."""
+
+    samples_per_stream: int = pydantic.Field(
+        default=defaults.SAMPLES_PER_STREAM, ge=1, le=1000,
+        description="Representative requests routed per tick and (deployment, client region).")
+    prompt_cv: float = pydantic.Field(default=1.0, ge=0, le=5,
+                                      description="Coefficient of variation of prompt length (lognormal).")
+    tpot_sigma: float = pydantic.Field(default=0.05, ge=0, le=2,
+                                       description="Log-sd of a request's TPOT around the replica's mean.")
+    router_queue_timeout_s: float = pydantic.Field(
+        default=30.0, gt=0, le=600, description="A request with no replica to go to fails after this.")
+
+
+class Scenario(_Model):
+    name: str = pydantic.Field(min_length=1, max_length=100)
+    description: str = ""
+    specs: tuple[str, ...] = pydantic.Field(min_length=1, description="Spec files (relative to the scenario file).")
+    hours: float = pydantic.Field(default=24.0, gt=0, le=24 * 14)
+    start_utc_hour: float = pydantic.Field(default=0.0, ge=0, lt=24)
+    seed: int = pydantic.Field(default=1, ge=0)
+    tick_s: float = pydantic.Field(default=defaults.TICK_S, ge=5, le=600,
+                                   description="Simulated seconds per step (traffic, control loop).")
+    control_interval_s: float = pydantic.Field(
+        default=defaults.CONTROL_INTERVAL_S, ge=5, le=3600,
+        description="Simulated seconds between two scheduler rounds (autoscaler, plan, reconcile); a multiple "
+                    "of tick_s.")
+    warmup_min: float = pydantic.Field(
+        default=defaults.WARMUP_MIN, ge=0, le=24 * 60,
+        description="Simulated before the measured run, at the first tick's traffic, so it starts from a "
+                    "fleet sized for it (not measured, not billed).")
+    client_utc_offsets_h: dict[str, float] = pydantic.Field(
+        default_factory=lambda: dict(defaults.CLIENT_UTC_OFFSETS_H))
+    traffic: tuple[TrafficShape, ...] = pydantic.Field(min_length=1)
+    spikes: tuple[Spike, ...] = ()
+    spot: SpotSettings = SpotSettings()
+    stock_outs: tuple[StockOut, ...] = ()
+    outages: tuple[Outage, ...] = ()
+    cloud: CloudSettings = CloudSettings()
+    replicas: ReplicaSettings = ReplicaSettings()
+    fidelity: FidelitySettings = FidelitySettings()
+    base_dir: str = pydantic.Field(default=".", description="Set by the loader: where spec paths start.")
+
+    @pydantic.model_validator(mode="after")
+    def _intervals(self) -> Scenario:
+        ratio = self.control_interval_s / self.tick_s
+        if abs(ratio - round(ratio)) > 1e-9 or round(ratio) < 1:
+            raise ValueError(f"control_interval_s ({self.control_interval_s:g}) must be a whole multiple of tick_s "
+                             f"({self.tick_s:g})")
+        return self
+
+    @property
+    def control_every(self) -> int:
+        """Ticks between two scheduler rounds."""
+        return int(round(self.control_interval_s / self.tick_s))
+
+    @property
+    def ticks(self) -> int:
+        return max(1, int(round(self.hours * 3600.0 / self.tick_s)))
+
+    def with_overrides(self, *, hours: float | None = None, seed: int | None = None) -> Scenario:
+        update: dict[str, object] = {}
+        if hours is not None:
+            if not 0 < hours <= 24 * 14:
+                raise ScenarioError(f"hours must be in (0, 336], got {hours}")
+            update["hours"] = hours
+        if seed is not None:
+            if seed < 0:
+                raise ScenarioError(f"seed must be >= 0, got {seed}")
+            update["seed"] = seed
+        return self.model_copy(update=update)
+
+    def spec_paths(self) -> list[pathlib.Path]:
+        base = pathlib.Path(self.base_dir)
+        return [p if p.is_absolute() else base / p for p in map(pathlib.Path, self.specs)]
+
+    def load_specs(self) -> spec.SpecSet:
+        """Validate the scenario's spec files as one set; raise ScenarioError naming the problem."""
+        try:
+            specs = spec.load_files(self.spec_paths())
+        except spec.SpecError as exc:
+            lines = "; ".join(str(i) for i in exc.issues[:10])
+            raise ScenarioError(f"specs: {len(exc.issues)} problem(s): {lines}") from None
+        self.check_against(specs)
+        return specs
+
+    def check_against(self, specs: spec.SpecSet) -> None:
+        """Cross-checks between the scenario and its specs: every name must exist."""
+        problems: list[str] = []
+        deployments = {d.metadata.name: d for d in specs.of_kind("ModelDeployment")}
+        clusters = {c.metadata.name: c for c in specs.of_kind("Cluster")}
+        lmap = specs.context.latency_map
+        client_regions = set(lmap.client_regions())
+        if not deployments:
+            problems.append("specs: no ModelDeployment in the spec files")
+        if not clusters:
+            problems.append("specs: no Cluster in the spec files")
+        for i, shape in enumerate(self.traffic):
+            dep = deployments.get(shape.deployment)
+            if dep is None:
+                problems.append(f"traffic.{i}.deployment: unknown deployment {shape.deployment!r}; "
+                                f"known: {sorted(deployments)}")
+                continue
+            for region in shape.peak_rps:
+                if region not in client_regions:
+                    problems.append(f"traffic.{i}.peak_rps: unknown client region {region!r}")
+                elif region not in self.client_utc_offsets_h:
+                    problems.append(f"client_utc_offsets_h: no UTC offset for client region {region!r}")
+        for i, s in enumerate(self.spikes):
+            if s.deployment is not None and s.deployment not in deployments:
+                problems.append(f"spikes.{i}.deployment: unknown deployment {s.deployment!r}")
+            if s.client_region is not None and s.client_region not in client_regions:
+                problems.append(f"spikes.{i}.client_region: unknown client region {s.client_region!r}")
+        regions = {c.spec.region for c in clusters.values()}
+        for i, w in enumerate(self.spot.waves):
+            if w.cluster is not None and w.cluster not in clusters:
+                problems.append(f"spot.waves.{i}.cluster: unknown cluster {w.cluster!r}; known: {sorted(clusters)}")
+            if w.region is not None and w.region not in regions:
+                problems.append(f"spot.waves.{i}.region: no cluster in region {w.region!r}; with clusters: "
+                                f"{sorted(regions)}")
+        for i, s in enumerate(self.stock_outs):
+            c = clusters.get(s.cluster)
+            if c is None:
+                problems.append(f"stock_outs.{i}.cluster: unknown cluster {s.cluster!r}; known: {sorted(clusters)}")
+            elif s.pool not in {p.name for p in c.spec.pools}:
+                problems.append(f"stock_outs.{i}.pool: cluster {s.cluster} has no pool {s.pool!r}; pools: "
+                                f"{[p.name for p in c.spec.pools]}")
+        for i, o in enumerate(self.outages):
+            if o.region not in regions:
+                problems.append(f"outages.{i}.region: no cluster in region {o.region!r}; with clusters: "
+                                f"{sorted(regions)}")
+        for cloud in self.spot.notice_s:
+            if cloud not in ("aws", "gcp", "azure", "local"):
+                problems.append(f"spot.notice_s: unknown cloud {cloud!r}; valid: aws, gcp, azure, local")
+        if problems:
+            raise ScenarioError("; ".join(problems))
+
+
+def parse(data: object, base_dir: str | pathlib.Path, source: str = "<scenario>") -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario is a YAML mapping, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate({**data, "base_dir": str(base_dir)})
+    except pydantic.ValidationError as exc:
+        parts = []
+        for err in exc.errors(include_url=False):
+            path = ".".join(str(p) for p in err["loc"]) or "(top)"
+            parts.append(f"{path}: {err['msg']}")
+        raise ScenarioError(f"{source}: " + "; ".join(parts)) from None
+
+
+def load(name_or_path: str) -> Scenario:
+    """``"default"`` (the built-in day) or a YAML file."""
+    if name_or_path == "default":
+        return parse(defaults.DEFAULT_SCENARIO, defaults.examples_dir(), "default")
+    path = pathlib.Path(name_or_path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"--scenario {name_or_path}: cannot read it ({exc.strerror or exc}); give 'default' "
+                            "or a YAML scenario file") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    return parse(data, path.resolve().parent, str(path))
+
+
+def dump(scenario: Scenario) -> str:
+    """The scenario as YAML (``meridian simulate --print-scenario``), ready to copy and edit."""
+    data = scenario.model_dump(mode="json", exclude={"base_dir"})
+    return yaml.safe_dump(data, sort_keys=False)
+

@@ -1,0 +1,67 @@
+"""``meridian simulate`` end to end on a short run: the table, JSON, plots, errors, processes."""
+
+from __future__ import annotations
+
+import json
+
+from meridian.cli import main as cli
+from meridian.simulate import report, runner
+
+
+def test_json_output_has_every_policy_and_region(capsys):
+    """--json prints cost, attainment, failures and TTFT percentiles per client region per policy."""
+    code = cli.main(["simulate", "--hours", "0.5", "--policies", "meridian,skyserve", "--jobs", "1", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in out["results"]] == ["meridian", "skyserve"]
+    for r in out["results"]:
+        assert r["cost_usd"] > 0
+        assert 0 <= r["total"]["attainment"] <= 1
+        assert {"na-east", "eu-west", "ap-northeast"} <= set(r["regions"])
+        assert r["regions"]["na-east"]["ttft_p99_ms"] >= r["regions"]["na-east"]["ttft_p50_ms"] > 0
+        assert len(r["series"]["t_h"]) == len(r["series"]["cost_per_hour_usd"]) == 6
+    assert out["verdicts"][0]["baseline"] == "skyserve"
+
+
+def test_table_and_plots(tmp_path, capsys):
+    """The text report has the comparison table and the verdict; --plot writes two PNGs."""
+    code = cli.main(["simulate", "--hours", "0.25", "--policies", "meridian,od-multi-region", "--jobs", "1",
+                     "--plot", str(tmp_path / "plots")])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "od-multi-region" in captured.out and "SLO met" in captured.out
+    assert "against the on-demand-only rows" in captured.out
+    for name in ("cost.png", "slo_attainment.png"):
+        data = (tmp_path / "plots" / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_bad_input_exits_1_with_a_message(tmp_path, capsys):
+    """An unknown policy, a missing scenario file or a bad scenario exits 1 and says what is wrong."""
+    assert cli.main(["simulate", "--policies", "meridian,nope"]) == 1
+    assert "unknown policy 'nope'" in capsys.readouterr().err
+    assert cli.main(["simulate", "--scenario", str(tmp_path / "none.yaml")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nspecs: [a.yaml]\ntraffic: []\n")
+    assert cli.main(["simulate", "--scenario", str(bad)]) == 1
+    assert "traffic" in capsys.readouterr().err
+
+
+def test_print_scenario_is_loadable_yaml(capsys):
+    """--print-scenario prints the scenario as YAML with every section."""
+    assert cli.main(["simulate", "--print-scenario"]) == 0
+    text = capsys.readouterr().out
+    for key in ("traffic:", "spikes:", "spot:", "stock_outs:", "outages:", "tick_s:"):
+        assert key in text
+
+
+def test_processes_give_the_same_results_as_one(make_scenario):
+    """Running policies in two processes changes nothing but the wall time."""
+    sc = make_scenario(hours=0.5)
+    names = ("meridian", "skyserve")
+    one = runner.run(sc, names, jobs=1)
+    two = runner.run(sc, names, jobs=2)
+    strip = lambda cmp: [{k: v for k, v in r.to_dict().items() if k != "stats"} for r in cmp.results]  # noqa: E731
+    assert strip(one) == strip(two)
+    assert report.as_dict(two)["jobs"] == 2

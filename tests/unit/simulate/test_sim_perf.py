@@ -1,0 +1,81 @@
+"""The replica model agrees with the shared capacity model and behaves like a queue."""
+
+from __future__ import annotations
+
+import pytest
+
+from meridian import spec
+from meridian.simulate import defaults, perf
+from scheduler.solver import throughput
+
+
+@pytest.fixture(scope="module")
+def deployments():
+    specs = spec.load_files([defaults.examples_dir() / p for p in defaults.DEFAULT_SPECS])
+    return {d.metadata.name: d.spec for d in specs.of_kind("ModelDeployment")}
+
+
+def _model(dep, gpu_type):
+    return perf.model_for(dep, gpu_type, prompt_cv=1.0, tpot_sigma=0.05)
+
+
+@pytest.mark.parametrize(("name", "gpu_type"), [("chat-8b", "L4"), ("chat-8b", "H100"), ("chat-8b", "A10"),
+                                                ("reasoning-70b", "H100")])
+def test_at_the_solvers_capacity_the_sla_holds(deployments, name, gpu_type):
+    """At the request rate the solver counts a replica for (capacity model), the replica is not
+    saturated, its mean TPOT is within the SLA and nearly every request meets the TTFT SLA."""
+    dep = deployments[name]
+    rps = throughput.assess(dep, gpu_type).capacity_rps
+    assert rps and rps > 0
+    m = _model(dep, gpu_type)
+    s = m.steady(rps, 0.0, 60.0)
+    assert not s.saturated and s.backlog_next == 0
+    assert s.tpot_ms <= dep.sla.tpot_p99_ms
+    values, probs = m.server_ttft_points(s)
+    within = sum(p for v, p in zip(values, probs, strict=True) if v <= dep.sla.ttft_p99_ms)
+    assert within >= 0.99
+    assert m.tpot_ok(s) >= 0.8
+
+
+def test_little_law_and_monotone_latency(deployments):
+    """Concurrency = rate x time in system, and TTFT p99 and TPOT grow with the rate."""
+    m = _model(deployments["chat-8b"], "H100")
+    last_p99 = last_tpot = 0.0
+    for rps in (0.5, 2.0, 5.0, 10.0, 15.0):
+        s = m.steady(rps, 0.0, 60.0)
+        assert s.running == pytest.approx(rps * m.per_request_s(s.running), rel=1e-6)
+        p99 = m.server_ttft_p99_ms(s)
+        assert p99 >= last_p99 and s.tpot_ms >= last_tpot
+        last_p99, last_tpot = p99, s.tpot_ms
+
+
+def test_overload_builds_a_backlog_and_drops_beyond_the_queue(deployments):
+    """Beyond the most a replica can serve, a backlog builds tick after tick, waits grow, and what
+    exceeds the engine's queue is dropped."""
+    m = _model(deployments["chat-8b"], "L4")
+    rate = 3.0 * m.mu_max
+    s1 = m.steady(rate, 0.0, 60.0)
+    assert s1.saturated and s1.backlog_next > 0
+    s2 = m.steady(rate, s1.backlog_next, 60.0)
+    assert s2.wait_ms > s1.wait_ms
+    backlog, dropped = 0.0, 0.0
+    for _ in range(20):
+        s = m.steady(rate, backlog, 60.0)
+        backlog, dropped = s.backlog_next, dropped + s.dropped
+    assert backlog <= m.max_queued and dropped > 0
+    assert m.steady(0.5 * m.mu_max, backlog, 60.0).backlog_next < backlog  # drains once load falls
+
+
+def test_embedding_replica_is_a_prefill_queue(deployments):
+    """An embedding replica has no TPOT; its wait grows with utilisation of the prefill."""
+    m = _model(deployments["embed"], "L4")
+    assert m.is_embedding and m.tpot_ok(m.steady(10.0, 0.0, 60.0)) == 1.0
+    low, high = m.steady(0.1 * m.mu_max, 0.0, 60.0), m.steady(0.9 * m.mu_max, 0.0, 60.0)
+    assert high.wait_ms > low.wait_ms
+
+
+def test_cold_start_grows_with_weights(deployments):
+    """A 70B replica takes longer to become ready than an 8B one."""
+    small = perf.cold_start_s(_model(deployments["chat-8b"], "H100"), 60.0, 1.5)
+    big = perf.cold_start_s(_model(deployments["reasoning-70b"], "H100"), 60.0, 1.5)
+    assert 60.0 < small < big
