@@ -218,8 +218,9 @@ class SchedulerService:
             "clusters": [{"cluster_id": c.cluster_id, "cloud": c.identity.cloud.value, "region": c.identity.region,
                           "connected": c.connected, "lost": c.lost, "reported": c.reported,
                           "silent_s": round(now - c.last_seen_s, 1), "pools": len(c.pools),
-                          "replicas": _count_states(c)} for c in sorted(snap.clusters.values(),
-                                                                        key=lambda c: c.cluster_id)],
+                          "replicas": _count_states(c), "pool_details": _pool_details(c),
+                          "replica_details": _replica_details(c)}
+                         for c in sorted(snap.clusters.values(), key=lambda c: c.cluster_id)],
             "plan": None if plan is None else {
                 "status": plan.result.status.value, "at": plan.at_s, "trigger": plan.trigger,
                 "cost_per_hour_usd": round(plan.result.cost_per_hour_usd, 4),
@@ -243,3 +244,20 @@ def _count_states(c: fleet_mod.ClusterView) -> dict[str, int]:
     for r in c.replicas.values():
         out[r.state.value] = out.get(r.state.value, 0) + 1
     return out
+
+
+def _pool_details(c: fleet_mod.ClusterView) -> list[dict]:
+    """The cluster's GPU pools as last reported (what the operator surface and the demo show)."""
+    return [{"pool_id": p.pool_id, "gpu_type": p.gpu_type, "tier": p.tier.value, "instance_type": p.instance_type,
+             "gpus_per_node": p.gpus_per_node, "nodes_current": p.nodes_current, "nodes_max": p.nodes_max,
+             "gpus_free": p.gpus_free, "price_per_node_hour_usd": p.price_per_node_hour_usd,
+             "provisioning_state": p.provisioning_state.value} for _, p in sorted(c.pools.items())]
+
+
+def _replica_details(c: fleet_mod.ClusterView) -> list[dict]:
+    """The cluster's replicas as last reported, with their load summary."""
+    return [{"replica_id": r.replica_id, "deployment": r.deployment, "served_model_name": r.served_model_name,
+             "state": r.state.value, "pool_id": r.pool_id, "gpu_count": r.gpu_count, "endpoint": r.endpoint,
+             "revision": r.revision, "running": r.load.running_requests, "queued": r.load.queued_requests,
+             "ttft_p99_ms": round(r.load.ttft.p99_ms, 1)} for _, r in sorted(c.replicas.items())]
+

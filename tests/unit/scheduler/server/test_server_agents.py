@@ -156,3 +156,28 @@ async def test_heartbeats_keep_an_agent_live(make_service):
         assert not svc.fleet.snapshot(0).clusters["c1"].lost
     finally:
         await agent.close()
+
+
+async def test_status_lists_each_clusters_pools_and_replicas(make_service):
+    """The status document shows every reported pool (GPUs, tier, price) and replica (state, pool, load)."""
+    svc = await leading(await make_service())
+    agent = testing.FakeAgent([addr(svc)], "c1", TOKENS["c1"])
+    await agent.connect()
+    try:
+        await agent.inventory([testing.gpu_pool("l4", nodes=2)])
+        await agent.replicas([fm.ReplicaReport("r1", "chat", "rev", "http://10.0.0.1:1", fm.ReplicaState.READY,
+                                               pool_id="l4", gpu_count=1, served_model_name="chat")])
+
+        async def reported():
+            c = next((c for c in (await svc.status())["clusters"] if c["cluster_id"] == "c1"), None)
+            return c if c and c["replica_details"] and c["pool_details"] else None
+
+        c1 = await testing.wait_for(reported, what="status with details")
+        (pool,) = c1["pool_details"]
+        assert (pool["pool_id"], pool["gpu_type"], pool["nodes_current"]) == ("l4", "L4", 2)
+        assert pool["price_per_node_hour_usd"] > 0 and pool["tier"] in ("on_demand", "spot", "reserved")
+        (replica,) = c1["replica_details"]
+        assert (replica["replica_id"], replica["state"], replica["pool_id"], replica["served_model_name"]) == (
+            "r1", "ready", "l4", "chat")
+    finally:
+        await agent.close()
