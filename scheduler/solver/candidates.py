@@ -268,6 +268,23 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
                       pair_failed, region_failed, excluded_failed)
 
 
+def isolation_reason(c: Candidates, d: int) -> str:
+    """Why deployment ``d`` cannot meet its isolation with the pools that passed the filters, or ""."""
+    rules = c.views[d].demand.spec.placement
+    offers = [c.groups[c.pairs[p].g].offer for p in c.pairs_by_d[d]]
+    if not offers:
+        return ""  # nothing passed the filters: the filters explain it
+    clouds = sorted({o.cloud for o in offers})
+    regions = sorted({o.region for o in offers})
+    if len(clouds) < rules.min_distinct_clouds:
+        return (f"isolation needs {rules.min_distinct_clouds} clouds but only "
+                f"{', '.join(clouds) or 'none'} {'has' if len(clouds) == 1 else 'have'} a compatible pool within the SLA")
+    if len(regions) < rules.min_distinct_regions:
+        return (f"isolation needs {rules.min_distinct_regions} regions but only {len(regions)} "
+                f"({', '.join(regions) or 'none'}) have a compatible pool within the SLA")
+    return ""
+
+
 def _status_into(rej: Rejections, pool: str, status: framework.Status) -> None:
     if status.code is framework.Code.ERROR:
         rej.errors.append(status.reason)

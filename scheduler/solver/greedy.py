@@ -66,7 +66,7 @@ def _place_one(c: cand_mod.Candidates, d: int, book: ledger.Ledger, prefer: dict
                            key=lambda a: (_is_spot(c, a), unit_price(c, a), a))
         # Two passes over the ranked arcs: spot is capped by a share of all replicas, so it may
         # fit only after on-demand replicas are in.
-        ranked = sorted(arcs, key=lambda a: (unit_price(c, a), a))
+        ranked = sorted(arcs, key=lambda a: (_marginal_price(c, book, a), a))
         for a, limited in [(a, True) for a in preferred] + [(a, False) for a in ranked + ranked]:
             p = c.arcs[a].p
             cov = formulation.coverage(c.pairs[p].units)
@@ -80,6 +80,17 @@ def _place_one(c: cand_mod.Candidates, d: int, book: ledger.Ledger, prefer: dict
             if need <= 0:
                 break
     return mine
+
+
+def _marginal_price(c: cand_mod.Candidates, book: ledger.Ledger, a: int) -> float:
+    """Like unit_price, but room on nodes already running (or paid: nodes_min) costs nothing:
+    filling open nodes before starting new ones is what node-granular billing rewards."""
+    arc = c.arcs[a]
+    pair = c.pairs[arc.p]
+    group = c.groups[arc.g]
+    if book.packed[arc.g] + pair.gpus_packed <= book.nodes(arc.g) * group.offer.gpus_per_node:
+        return arc.score_usd / pair.units
+    return unit_price(c, a)
 
 
 def unit_price(c: cand_mod.Candidates, a: int) -> float:

@@ -11,11 +11,12 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
-from ortools.linear_solver import pywraplp
+from ortools.linear_solver import linear_solver_pb2, pywraplp
 from ortools.sat.python import cp_model
 
 OBJECTIVE_SCALE = 1000.0  # CP-SAT objective unit: milli-dollar per hour
 INF = math.inf
+_BIG = math.inf  # MPModelProto's unbounded side
 
 
 @dataclasses.dataclass
@@ -60,31 +61,56 @@ class SatOutcome:
     wall_s: float
 
 
+class _StopNearBound(cp_model.CpSolverSolutionCallback):
+    """Stops the search once a solution is within ``relative_gap`` of a bound CP-SAT does not know
+    (the LP relaxation's, often far better than its own early bound)."""
+
+    def __init__(self, bound_scaled: float, relative_gap: float):
+        super().__init__()
+        self.bound_scaled, self.relative_gap = bound_scaled, relative_gap
+
+    def on_solution_callback(self) -> None:
+        value = self.objective_value
+        if value <= 0 or (value - self.bound_scaled) / value <= self.relative_gap:
+            self.stop_search()
+
+
 def solve_sat(model: LinearModel, *, time_limit_s: float, workers: int, relative_gap: float,
-              hint: Mapping[int, int] | None = None, seed: int = 0) -> SatOutcome:
+              hint: Mapping[int, int] | None = None, seed: int = 0, known_bound: float | None = None) -> SatOutcome:
+    """The integer model with CP-SAT (rows, bounds and objective written straight into its proto).
+    ``known_bound``: a valid lower bound of the objective (model units) to stop at within the gap."""
     cp = cp_model.CpModel()
-    xs = [cp.new_int_var(lo, hi, "") for lo, hi in zip(model.lb, model.ub, strict=True)]
+    proto = cp.proto
+    for lo, hi in zip(model.lb, model.ub, strict=True):
+        proto.variables.add().domain.extend([lo, hi])
     for idx, coef, lo, hi in model.rows:
-        expr = cp_model.LinearExpr.weighted_sum([xs[i] for i in idx], coef)
-        lo_i = -cp_model.INT_MAX if lo == -INF else math.ceil(lo - 1e-9)
-        hi_i = cp_model.INT_MAX if hi == INF else math.floor(hi + 1e-9)
-        cp.add_linear_constraint(expr, lo_i, hi_i)
+        linear = proto.constraints.add().linear
+        linear.vars.extend(idx)
+        linear.coeffs.extend(coef)
+        linear.domain.extend([cp_model.INT_MIN if lo == -INF else math.ceil(lo - 1e-9),
+                              cp_model.INT_MAX if hi == INF else math.floor(hi + 1e-9)])
     nz = [(i, round(c * OBJECTIVE_SCALE)) for i, c in enumerate(model.cost) if c]
-    cp.minimize(cp_model.LinearExpr.weighted_sum([xs[i] for i, _ in nz], [c for _, c in nz]))
-    for i, v in (hint or {}).items():
-        cp.add_hint(xs[i], int(min(max(v, model.lb[i]), model.ub[i])))
+    proto.objective.vars.extend([i for i, _ in nz])
+    proto.objective.coeffs.extend([c for _, c in nz])
+    if hint:
+        items = sorted(hint.items())
+        proto.solution_hint.vars.extend([i for i, _ in items])
+        proto.solution_hint.values.extend([int(min(max(v, model.lb[i]), model.ub[i])) for i, v in items])
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.max_time_in_seconds = max(0.05, time_limit_s)
     p.num_workers = workers
     p.relative_gap_limit = relative_gap
     p.random_seed = seed
-    code = solver.solve(cp)
+    callback = None
+    if known_bound is not None and math.isfinite(known_bound):
+        callback = _StopNearBound((known_bound - model.constant) * OBJECTIVE_SCALE, relative_gap)
+    code = solver.solve(cp, callback)
     names = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible",
              cp_model.MODEL_INVALID: "invalid"}
     status = names.get(code, "unknown")
     if status in ("optimal", "feasible"):
-        values = [int(solver.value(x)) for x in xs]
+        values = [int(v) for v in solver.response_proto.solution]
         # The honest objective with the float costs (CP-SAT saw them rounded to milli-dollars).
         objective = sum(model.cost[i] * values[i] for i, _ in nz) + model.constant
         bound = solver.best_objective_bound / OBJECTIVE_SCALE + model.constant
@@ -101,26 +127,37 @@ class LpOutcome:
 
 
 def solve_lp(model: LinearModel, *, time_limit_s: float = 10.0) -> LpOutcome:
-    """The LP relaxation with GLOP: every integer variable made continuous within its bounds."""
+    """The LP relaxation with GLOP: every integer variable made continuous within its bounds.
+
+    The model goes to GLOP as an MPModelProto filled with whole lists at once (10x faster than a
+    SetCoefficient call per nonzero)."""
+    proto = linear_solver_pb2.MPModelProto()
+    proto.maximize = False
+    for lo, hi, cost in zip(model.lb, model.ub, model.cost, strict=True):
+        var = proto.variable.add()
+        var.lower_bound = lo
+        var.upper_bound = hi
+        var.objective_coefficient = cost
+    for idx, coef, lo, hi in model.rows:
+        ct = proto.constraint.add()
+        ct.var_index.extend(idx)
+        ct.coefficient.extend(coef)
+        ct.lower_bound = -_BIG if lo == -INF else lo
+        ct.upper_bound = _BIG if hi == INF else hi
+    for idx, coef, lo in model.cuts:
+        ct = proto.constraint.add()
+        ct.var_index.extend(idx)
+        ct.coefficient.extend(coef)
+        ct.lower_bound = lo
+        ct.upper_bound = _BIG
     lp = pywraplp.Solver.CreateSolver("GLOP")
+    error = lp.LoadModelFromProto(proto)
+    if error:
+        raise ValueError(f"the LP relaxation could not be loaded: {error}")
     lp.SetTimeLimit(int(max(0.1, time_limit_s) * 1000))
     # Dual simplex: 2-3x faster than primal on these covering models (measured on the benchmark).
     lp.SetSolverSpecificParametersAsString("use_dual_simplex: true")
-    xs = [lp.NumVar(lo, hi, "") for lo, hi in zip(model.lb, model.ub, strict=True)]
-    for idx, coef, lo, hi in model.rows:
-        ct = lp.RowConstraint(-lp.infinity() if lo == -INF else lo, lp.infinity() if hi == INF else hi, "")
-        for i, c in zip(idx, coef, strict=True):
-            ct.SetCoefficient(xs[i], c)
-    for idx, coef, lo in model.cuts:
-        ct = lp.RowConstraint(lo, lp.infinity(), "")
-        for i, c in zip(idx, coef, strict=True):
-            ct.SetCoefficient(xs[i], c)
-    objective = lp.Objective()
-    for i, c in enumerate(model.cost):
-        if c:
-            objective.SetCoefficient(xs[i], c)
-    objective.SetMinimization()
     code = lp.Solve()
     if code != pywraplp.Solver.OPTIMAL:
         return LpOutcome(False, [], -math.inf)
-    return LpOutcome(True, [x.solution_value() for x in xs], objective.Value() + model.constant)
+    return LpOutcome(True, [x.solution_value() for x in lp.variables()], lp.Objective().Value() + model.constant)

@@ -264,7 +264,12 @@ class SolverSettings(pydantic.BaseModel):
         default=5000.0, gt=0, description="Penalty per reference replica of unserved demand, x priority weight.")
     spot_capacity_credit: float = pydantic.Field(
         default=0.85, gt=0, le=1, description="Share of a spot replica's capacity counted toward demand (SpotHedge).")
-    num_search_workers: int = pydantic.Field(default=2, ge=1, le=64)
+    num_search_workers: int = pydantic.Field(default=2, ge=1, le=64,
+                                             description="CP-SAT workers for large (restricted) models.")
+    small_model_workers: int = pydantic.Field(
+        default=8, ge=1, le=64, description="CP-SAT workers for models of at most small_model_pairs pairs: its wider "
+                                            "portfolio proves small instances optimal even on 2 cores (measured).")
+    small_model_pairs: int = pydantic.Field(default=1500, ge=0)
     relative_gap: float = pydantic.Field(default=0.002, ge=0, le=1, description="Stop when this close to the bound.")
     aggregate_pools: bool = pydantic.Field(default=True,
                                            description="Merge identical pools of one region into one variable.")

@@ -70,8 +70,11 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
     out = set()
     for d, demand in enumerate(prob.deployments):
         mine = replicas.get(demand.name, [])
+        planned = current.demand.get(demand.name)
+        same = planned is not None and ({r: w for r, w in planned.items() if w > 0}
+                                        == {r: w for r, w in demand.replicas_by_region.items() if w > 0})
         if not mine:
-            if demand.demand_replicas > 0:
+            if demand.demand_replicas > 0 and not same:
                 out.add(d)
             continue
         view = cand_mod.make_view(demand, prob.policy)
@@ -103,10 +106,13 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
             if n * cov - served_from.get(key, 0.0) >= cov and (n > 1 or not isolated):
                 spare = True
         total = sum(n for _, n in mine)
-        planned = current.demand.get(demand.name)
         if planned is not None:
-            # Planned for this very demand: spare capacity was chosen on purpose (isolation, spot share).
-            spare = {r: w for r, w in planned.items() if w > 0} != {r: w for r, w in demand.replicas_by_region.items() if w > 0}
+            # Planned for this very demand on pools that still qualify: what it serves, or leaves
+            # unserved, is what the last solve chose (spare replicas for isolation or the spot
+            # share, demand no pool can serve); a periodic full solve revisits it.
+            if not ok or not same or total > demand.spec.scaling.max_replicas:
+                out.add(d)
+            continue
         if (not ok or spare or any(covered.get(r, 0.0) < w - 0.5 for r, w in wanted.items())
                 or any(r not in wanted for r in covered) or total > demand.spec.scaling.max_replicas):
             out.add(d)
@@ -148,7 +154,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
         view = c.views[d]
         if view.demand.demand_replicas == 0:
             continue
-        reason = _isolation_impossible(c, d)
+        reason = cand_mod.isolation_reason(c, d)
         if reason:
             for region, wanted in sorted(view.demand.replicas_by_region.items()):
                 if wanted > 0:
@@ -168,7 +174,9 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     lower = -math.inf
     begin: greedy.Solution | None = None
     if current is not None:
-        begin = starts.from_current(c, built, current, index, member_group)
+        # Warm start: the current replicas where they still fit, the rest filled greedily.
+        kept = starts.from_current(c, built, current, index, member_group)
+        begin = starts.best_start(prob, c, settings, active, kept.counts)
     if settings.lp_hint and built.x:
         t = time.perf_counter()
         lp = linear.solve_lp(built.model, time_limit_s=max(0.2, (deadline - time.perf_counter()) * 0.5))
@@ -190,8 +198,12 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
 
     t = time.perf_counter()
     remaining = deadline - time.perf_counter()
-    sat = linear.solve_sat(built.model, time_limit_s=max(0.05, remaining * 0.95), workers=settings.num_search_workers,
-                           relative_gap=settings.relative_gap, hint=hint, seed=settings.seed)
+    small = not restricted and len(built.x) <= settings.small_model_pairs
+    workers = settings.small_model_workers if small else settings.num_search_workers
+    stats["workers"] = workers
+    sat = linear.solve_sat(built.model, time_limit_s=max(0.05, remaining * 0.95), workers=workers,
+                           relative_gap=settings.relative_gap, hint=hint, seed=settings.seed,
+                           known_bound=lower)
     stats["sat_s"] = time.perf_counter() - t
     if sat.status in ("optimal", "feasible"):
         sol = starts.with_flows(c, greedy.Solution({p: sat.values[v] for p, v in built.x.items() if sat.values[v] > 0}),
@@ -259,19 +271,3 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
              "variables=%d unplaced=%d", result.mode, status.value, result.cost_per_hour_usd, result.objective,
              result.lower_bound, result.gap, elapsed, built.model.size, len(unplaced))
     return result
-
-
-def _isolation_impossible(c: cand_mod.Candidates, d: int) -> str:
-    p = c.views[d].demand.spec.placement
-    offers = [c.groups[c.pairs[p].g].offer for p in c.pairs_by_d[d]]
-    if not offers:
-        return ""  # nothing passed the filters: the filters explain it
-    clouds = sorted({o.cloud for o in offers})
-    regions = sorted({o.region for o in offers})
-    if len(clouds) < p.min_distinct_clouds:
-        return (f"isolation needs {p.min_distinct_clouds} clouds but only "
-                f"{', '.join(clouds) or 'none'} {'has' if len(clouds) == 1 else 'have'} a compatible pool within the SLA")
-    if len(regions) < p.min_distinct_regions:
-        return (f"isolation needs {p.min_distinct_regions} regions but only {len(regions)} "
-                f"({', '.join(regions) or 'none'}) have a compatible pool within the SLA")
-    return ""

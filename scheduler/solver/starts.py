@@ -63,10 +63,10 @@ def round_lp(c: cand_mod.Candidates, built: formulation.Built, values: list[floa
 
 def best_start(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: problem.SolverSettings,
                active: list[int], prefer: dict[int, int] | None) -> greedy.Solution:
-    """The better (by objective) of two feasible greedy repairs of ``prefer``: priority order and
-    most-constrained-first order."""
+    """A feasible start: the greedy repair of ``prefer`` (an LP rounding) in most-constrained-first
+    order; without ``prefer``, the better (by objective) of that order and priority order."""
     best, best_value = greedy.Solution(), math.inf
-    for order_by in ("constrained", "priority"):
+    for order_by in ("constrained",) if prefer else ("constrained", "priority"):
         sol = greedy.place(prob, c, active, prefer=prefer, order_by=order_by)
         placement = evaluate.split(c, sol, None)
         if placement is None:
