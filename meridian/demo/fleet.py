@@ -1,0 +1,235 @@
+"""A whole Meridian on one machine, on loopback: a scheduler, one agent per cluster (``sim``
+provider, emulator replicas), a router. Used by ``meridian demo`` and the end-to-end tests.
+
+The example specs are the input; this module only rewrites what a local run must change: the
+scheduler address, ports, token files, state directories, the engine command (the SGLang
+emulator) and the simulated cloud's provisioning delay."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import pathlib
+import secrets
+import sys
+from collections.abc import Sequence
+
+import aiohttp
+import yaml
+
+from meridian.demo import processes
+
+log = logging.getLogger("meridian.demo.fleet")
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+REGION_HEADER = "x-meridian-client-region"
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetConfig:
+    workdir: pathlib.Path
+    spec_files: tuple[pathlib.Path, ...] = (
+        EXAMPLES / "capacity-policy.yaml", EXAMPLES / "deployments.yaml", EXAMPLES / "latency-overrides.yaml")
+    cluster_file: pathlib.Path = EXAMPLES / "clusters.yaml"
+    clusters: tuple[str, ...] = ()  # empty: every Cluster in cluster_file
+    provisioning_delay_s: float = 4.0
+    spot_preemptions_per_node_hour: float | None = None  # None: as the cluster spec says
+    router_region: str = "na-east"
+    router_policy: str = "latency"
+    scheduler_settings: tuple[str, ...] = ("heartbeat_interval_s=2",)
+    emulator_env: tuple[tuple[str, str], ...] = ()
+    log_level: str = "INFO"
+
+
+class LocalFleet:
+    """Starts and stops the processes of one local Meridian; see FleetConfig."""
+
+    def __init__(self, config: FleetConfig):
+        self.config = config
+        self.workdir = pathlib.Path(config.workdir)
+        self.procs = processes.ProcessGroup(self.workdir)
+        self.admin_token = secrets.token_urlsafe(16)
+        self.router_token = secrets.token_urlsafe(16)
+        self.grpc_port = processes.free_port()
+        self.admin_port = processes.free_port()
+        self.router_port = processes.free_port()
+        self.cluster_docs: dict[str, dict] = {}
+        self.agent_ports: dict[str, int] = {}
+        self._prepared = False
+
+    # ------------------------------------------------------------------ set-up
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    @property
+    def router_url(self) -> str:
+        return f"http://127.0.0.1:{self.router_port}"
+
+    def prepare(self) -> None:
+        """Write the local copies of the cluster specs, token files and the scheduler's token book."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        docs = [d for d in yaml.safe_load_all(self.config.cluster_file.read_text()) if d]
+        wanted = set(self.config.clusters) or {d["metadata"]["name"] for d in docs}
+        tokens: dict[str, str] = {}
+        base_port = 40000
+        for i, doc in enumerate(d for d in docs if d["metadata"]["name"] in wanted):
+            name = doc["metadata"]["name"]
+            token = secrets.token_urlsafe(16)
+            token_file = self.workdir / "tokens" / f"{name}.token"
+            token_file.parent.mkdir(parents=True, exist_ok=True)
+            token_file.write_text(token)
+            token_file.chmod(0o600)
+            tokens[name] = token
+            s = doc["spec"]
+            s["scheduler"] = {"address": f"127.0.0.1:{self.grpc_port}"}
+            s["auth"] = {"token_file": str(token_file)}
+            sim = s.setdefault("sim", {})
+            sim["provisioning_delay_s"] = self.config.provisioning_delay_s
+            if self.config.spot_preemptions_per_node_hour is not None:
+                sim["spot_preemptions_per_node_hour"] = self.config.spot_preemptions_per_node_hour
+            self.agent_ports[name] = processes.free_port()
+            lo = base_port + i * 100
+            s["agent"] = {
+                "engine_command": [sys.executable, "-m", "runtime_adapter.emulator"],
+                "state_dir": str(self.workdir / "agents" / name),
+                "cache_dir": str(self.workdir / "weights-cache"),
+                "replica_ports": f"{lo}-{lo + 99}",
+                "metrics_port": self.agent_ports[name],
+                "report_interval_s": 2,
+                "heartbeat_interval_s": 2,
+            }
+            self.cluster_docs[name] = doc
+        (self.workdir / "clusters.yaml").write_text(yaml.safe_dump_all(list(self.cluster_docs.values()), sort_keys=False))
+        (self.workdir / "scheduler-tokens.yaml").write_text(
+            yaml.safe_dump({"clusters": tokens, "routers": [self.router_token]}))
+        (self.workdir / "admin.token").write_text(self.admin_token)
+        self._prepared = True
+
+    def _env(self) -> dict[str, str]:
+        return {"MERIDIAN_ADMIN_TOKEN": self.admin_token, "PYTHONUNBUFFERED": "1"}
+
+    # ------------------------------------------------------------------ processes
+
+    async def start_scheduler(self) -> None:
+        argv = processes.meridian_argv(
+            "scheduler", "--grpc-address", f"127.0.0.1:{self.grpc_port}",
+            "--admin-address", f"127.0.0.1:{self.admin_port}",
+            "--state", f"sqlite://{self.workdir / 'scheduler.db'}",
+            "--tokens-file", str(self.workdir / "scheduler-tokens.yaml"),
+            "--id", "scheduler-1", "--log-level", self.config.log_level)
+        for setting in self.config.scheduler_settings:
+            argv += ["--set", setting]
+        child = self.procs.start("scheduler", argv, env=self._env())
+        await self.procs.wait_port(child, self.admin_port)
+        await self.procs.wait_port(child, self.grpc_port)
+
+    async def start_agent(self, name: str) -> None:
+        argv = processes.meridian_argv("agent", "--cluster", str(self.workdir / "clusters.yaml"), "--name", name,
+                                       "--log-level", self.config.log_level)
+        env = self._env()
+        env["MERIDIAN_EMULATOR_REGION"] = self.cluster_docs[name]["spec"]["region"]
+        env.update(dict(self.config.emulator_env))
+        child = self.procs.start(f"agent-{name}", argv, env=env, cluster=name)
+        await self.procs.wait_port(child, self.agent_ports[name])
+
+    async def start_agents(self) -> None:
+        await asyncio.gather(*(self.start_agent(name) for name in self.cluster_docs))
+
+    async def start_router(self) -> None:
+        argv = processes.meridian_argv(
+            "router", "--listen", f"127.0.0.1:{self.router_port}", "--region", self.config.router_region,
+            "--trusted-region-header", REGION_HEADER, "--scheduler", f"127.0.0.1:{self.grpc_port}",
+            "--scheduler-token", self.router_token, "--lkg-path", str(self.workdir / "router-lkg.json"),
+            "--policy", self.config.router_policy, "--log-level", self.config.log_level.lower())
+        for path in self.config.spec_files:
+            if "latency" in path.name:
+                argv += ["--latency-map", str(path)]
+        child = self.procs.start("router", argv, env=self._env())
+        await self.procs.wait_port(child, self.router_port)
+
+    async def start(self) -> None:
+        if not self._prepared:
+            self.prepare()
+        await self.start_scheduler()
+        await self.start_agents()
+        await self.start_router()
+
+    def stop(self) -> list[int]:
+        return self.procs.stop_all()
+
+    def kill_cluster(self, name: str) -> list[int]:
+        """Lose a whole cluster at once: its agent and its replicas are SIGKILLed."""
+        return self.procs.kill_cluster(name)
+
+    async def preempt_spot(self, session: aiohttp.ClientSession, clusters: Sequence[str] | None = None,
+                           notice_s: float = 10.0) -> dict[str, int]:
+        """A spot preemption wave: every running spot node of the given (default: all live) clusters
+        gets an interruption notice through its agent's sim fault port. Returns notices per cluster."""
+        hit: dict[str, int] = {}
+        for name in clusters or list(self.cluster_docs):
+            child = self.procs.children.get(f"agent-{name}")
+            if child is None or not child.running():
+                continue
+            url = f"http://127.0.0.1:{self.agent_ports[name]}/sim/preempt"
+            try:
+                async with session.post(url, json={"notice_s": notice_s}, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                    body = await resp.json(content_type=None)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                log.warning("event=preempt_failed cluster=%s error=%r", name, str(exc))
+                continue
+            if resp.status == 200 and body.get("notices"):
+                hit[name] = len(body["notices"])
+        return hit
+
+    async def restart_scheduler(self) -> None:
+        """Stop the scheduler (SIGTERM, as an operator would) and start it again on the same state."""
+        await asyncio.to_thread(self.procs.stop, "scheduler")
+        await self.start_scheduler()
+
+    # ------------------------------------------------------------------ admin API
+
+    async def admin(self, session: aiohttp.ClientSession, method: str, path: str, body: dict | None = None) -> dict:
+        headers = {"Authorization": f"Bearer {self.admin_token}"}
+        async with session.request(method, f"{self.admin_url}{path}", json=body, headers=headers,
+                                   timeout=aiohttp.ClientTimeout(total=30)) as resp:
+            data = await resp.json(content_type=None)
+            if resp.status >= 400 and resp.status != 422:
+                raise RuntimeError(f"admin {method} {path}: HTTP {resp.status}: {json.dumps(data)[:300]}")
+            return {"status": resp.status, **(data if isinstance(data, dict) else {"data": data})}
+
+    async def apply(self, session: aiohttp.ClientSession, files: Sequence[pathlib.Path]) -> dict:
+        body = {"files": [{"name": str(p), "text": pathlib.Path(p).read_text()} for p in files]}
+        return await self.admin(session, "POST", "/v1/apply", body)
+
+    async def status(self, session: aiohttp.ClientSession) -> dict:
+        return await self.admin(session, "GET", "/v1/status")
+
+    async def router_status(self, session: aiohttp.ClientSession) -> dict:
+        async with session.get(f"{self.router_url}/router/status", timeout=aiohttp.ClientTimeout(total=10)) as resp:
+            return await resp.json(content_type=None)
+
+    async def wait_for(self, session: aiohttp.ClientSession, predicate, timeout_s: float, what: str,
+                       interval_s: float = 0.5) -> dict:
+        """Poll the scheduler's status until ``predicate(status)`` holds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last: dict = {}
+        while loop.time() < deadline:
+            try:
+                last = await self.status(session)
+                if predicate(last):
+                    return last
+            except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError) as exc:
+                last = {"error": str(exc)}
+            await asyncio.sleep(interval_s)
+        raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}; last status: {json.dumps(last)[:800]}")
+
+
+def ready_replicas(status: dict) -> dict[str, int]:
+    """Ready replicas per cluster from the scheduler's status."""
+    return {c["cluster_id"]: int(c.get("replicas", {}).get("ready", 0)) for c in status.get("clusters", [])}

@@ -1,0 +1,251 @@
+"""``meridian demo``: the whole story on one machine, on loopback, in about two minutes.
+
+A scheduler, one agent per example cluster (nine regions on AWS, GCP and Azure, the ``sim``
+provider, SGLang emulator replicas), a router; the example specs applied; traffic from several
+client regions through the official ``openai`` SDK; a live view; scripted events (a traffic spike,
+a whole region lost, a spot preemption wave); a report at the end. Ctrl-C stops everything and
+leaves no process behind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+
+import aiohttp
+
+from meridian import spec
+from meridian.demo import fleet as fleet_mod
+from meridian.demo import stats, traffic, view
+
+log = logging.getLogger("meridian.demo")
+CLIENT_REGIONS = ("na-east", "eu-west", "ap-northeast", "ap-south")
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoOptions:
+    duration_s: float = 90.0
+    base_rps_per_region: float = 2.5
+    spike_factor: float = 4.0
+    live: bool = True
+    workdir: pathlib.Path | None = None
+    keep_workdir: bool = False
+    seed: int = 7
+    lose_cluster: str = ""  # empty: the cluster with the most ready replicas at that moment
+    startup_timeout_s: float = 120.0
+
+
+@dataclasses.dataclass
+class Timeline:
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    lines: list[str] = dataclasses.field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        line = f"t={time.monotonic() - self.started:5.1f}s  {text}"
+        self.lines.append(line)
+        log.info("event=demo %s", text)
+
+
+class Phases:
+    """What the traffic does when: steady, a spike in na-east, then steady again."""
+
+    def __init__(self, opts: DemoOptions):
+        self.opts = opts
+        self.spike_start = 0.15 * opts.duration_s
+        self.spike_end = 0.35 * opts.duration_s
+        self.lose_at = 0.45 * opts.duration_s
+        self.preempt_at = 0.72 * opts.duration_s
+
+    def rate(self, region: str, elapsed_s: float) -> float:
+        rate = self.opts.base_rps_per_region
+        if region == "na-east" and self.spike_start <= elapsed_s < self.spike_end:
+            rate *= self.opts.spike_factor
+        return rate
+
+    def name(self, elapsed_s: float) -> str:
+        if self.spike_start <= elapsed_s < self.spike_end:
+            return f"traffic spike in na-east (x{self.opts.spike_factor:g})"
+        if elapsed_s < self.lose_at:
+            return "steady traffic"
+        if elapsed_s < self.preempt_at:
+            return "region lost: routing around, re-placing"
+        return "spot preemption wave"
+
+
+def _models(spec_set: spec.SpecSet) -> tuple[list[traffic.ModelTraffic], dict[str, stats.Sla], dict[str, set[str]]]:
+    shares = {"chat-8b": 0.75, "reasoning-70b": 0.15, "embed": 0.10}
+    models, slas, regions = [], {}, {}
+    for d in spec_set.of_kind("ModelDeployment"):
+        served = d.spec.model.served_name
+        models.append(traffic.ModelTraffic(served, shares.get(d.metadata.name, 0.1), embedding=d.spec.runtime.is_embedding,
+                                           max_tokens=32 if d.metadata.name == "reasoning-70b" else 48))
+        slas[served] = stats.Sla(d.spec.sla.ttft_p99_ms, d.spec.sla.tpot_p99_ms)
+        regions[served] = set(d.spec.sla.client_regions)
+    return models, slas, regions
+
+
+async def _wait_routable(fleet: fleet_mod.LocalFleet, session: aiohttp.ClientSession, models: list[str],
+                         timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    missing = models
+    while time.monotonic() < deadline:
+        try:
+            rs = await fleet.router_status(session)
+            ready = {m["model"] for m in rs.get("models", [])
+                     if any(r["state"] == "ready" for r in m.get("replicas", []))}
+            missing = [m for m in models if m not in ready]
+            if not missing:
+                return
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            pass
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"no ready replica for {missing} after {timeout_s:.0f}s; see {fleet.workdir}/logs")
+
+
+async def demo(opts: DemoOptions, out=sys.stdout) -> int:
+    workdir = pathlib.Path(opts.workdir or tempfile.mkdtemp(prefix="meridian-demo-"))
+    cfg = fleet_mod.FleetConfig(workdir=workdir)
+    fleet = fleet_mod.LocalFleet(cfg)
+    spec_set = spec.load_files([*cfg.spec_files, cfg.cluster_file])
+    models, slas, model_regions = _models(spec_set)
+    timeline = Timeline()
+    phases = Phases(opts)
+    interactive = opts.live and out.isatty()
+    try:
+        print(f"meridian demo: starting a scheduler, {len(spec_set.of_kind('Cluster'))} agents and a router "
+              f"on loopback (work dir {workdir})", file=out, flush=True)
+        fleet.prepare()
+        await fleet.start_scheduler()
+        timeline.note("scheduler up")
+        async with aiohttp.ClientSession() as session:
+            applied = await fleet.apply(session, [*cfg.spec_files, workdir / "clusters.yaml"])
+            if applied["status"] != 200:
+                print(f"apply failed: {applied}", file=out)
+                return 1
+            timeline.note(f"applied {len(spec_set.documents)} specs (policy, deployments, clusters, latency map)")
+            await fleet.start_agents()
+            timeline.note(f"{len(fleet.cluster_docs)} agents connected")
+            await fleet.start_router()
+            warm = [m.model for m in models if not m.embedding]
+            await _wait_routable(fleet, session, warm, opts.startup_timeout_s)
+            timeline.note("replicas ready and routed: " + ", ".join(warm) + "; traffic starts")
+            return await _traffic_phase(fleet, session, opts, phases, models, slas, model_regions, timeline,
+                                        interactive, out)
+    finally:
+        leftovers = await asyncio.to_thread(fleet.stop)
+        stray = await asyncio.to_thread(fleet.procs.stragglers)
+        print(f"stopped every process of the run ({len(leftovers)} swept after their parents)"
+              + (f"; STILL RUNNING: {stray}" if stray else ""), file=out, flush=True)
+        if not opts.keep_workdir and opts.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regions, timeline, interactive, out) -> int:
+    recorder = traffic.Recorder()
+
+    def rate(region: str, elapsed: float) -> float:
+        return phases.rate(region, elapsed)
+
+    per_model = [traffic.TrafficGenerator(
+        fleet.router_url, "demo-key", [r for r in CLIENT_REGIONS if r in model_regions[m.model]], [m],
+        lambda region, t, share=m.share: rate(region, t) * share, recorder, seed=opts.seed + i, max_in_flight=48)
+        for i, m in enumerate(models)]
+    gens = [asyncio.create_task(g.run(opts.duration_s)) for g in per_model]
+    lost: dict = {}
+    preempted = False
+    traffic_started = time.monotonic()
+    last_print = 0.0
+    status: dict = {}
+    try:
+        while not all(g.done() for g in gens):
+            elapsed = time.monotonic() - traffic_started
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
+                status = await fleet.status(session)
+            if elapsed >= phases.lose_at and not lost:
+                lost = _lose_region(fleet, status, opts, timeline)
+            if lost:
+                _track_recovery(lost, status, recorder, timeline)
+            if elapsed >= phases.preempt_at and not preempted:
+                preempted = True
+                hit = await fleet.preempt_spot(session)
+                timeline.note("SPOT PREEMPTION WAVE: " + (", ".join(f"{c} ({n} nodes)" for c, n in hit.items())
+                                                          or "no spot node was running"))
+            window = recorder.since(time.time() - 10)
+            rows = stats.region_rows(window, min(10.0, max(1.0, elapsed)))
+            if interactive:
+                out.write("\x1b[H\x1b[2J" + view.frame(elapsed, opts.duration_s, phases.name(elapsed), status, rows,
+                                                      timeline.lines) + "\n")
+                out.flush()
+            elif elapsed - last_print >= 10:
+                last_print = elapsed
+                line = "  ".join(f"{r.region} {r.rps:.1f}rps p99 {r.ttft_p99_ms or 0:.0f}ms" for r in rows)
+                print(f"[{elapsed:4.0f}s/{opts.duration_s:.0f}s] {phases.name(elapsed)} | {line}", file=out, flush=True)
+            await asyncio.sleep(1.0)
+        await asyncio.gather(*gens)
+    finally:
+        for g in gens:
+            g.cancel()
+    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
+        status = await fleet.status(session)
+    total = len(recorder.records)
+    failed = sum(1 for r in recorder.records if not r.ok)
+    dropped = sum(g.dropped for g in per_model)
+    if dropped:
+        timeline.note(f"{dropped} arrivals not sent: the generator's in-flight cap was reached")
+    timings = {"time to route around the lost region": lost.get("routed_around_s"),
+               "time to re-place its capacity": lost.get("replaced_s")}
+    print(view.report(stats.placement_rows(status), stats.attainment(recorder.records, slas), total, failed,
+                      timings, timeline.lines, slas, stats.failure_reasons(recorder.records)), file=out, flush=True)
+    return 0
+
+
+def _lose_region(fleet, status: dict, opts: DemoOptions, timeline: Timeline) -> dict:
+    ready = {c["cluster_id"]: c.get("replicas", {}).get("ready", 0) for c in status.get("clusters", [])}
+    victim = opts.lose_cluster or max(ready, key=lambda k: (ready[k], k), default="")
+    if not victim:
+        return {}
+    details = next((c for c in status.get("clusters", []) if c["cluster_id"] == victim), {})
+    lost_replicas = [r for r in details.get("replica_details", []) if r.get("state") == "ready"]
+    others_ready = _ready_by_deployment(status, exclude=victim)
+    need = {d: others_ready.get(d, 0) + sum(1 for r in lost_replicas if r.get("deployment") == d)
+            for d in {r.get("deployment") for r in lost_replicas}}
+    pids = fleet.kill_cluster(victim)
+    timeline.note(f"REGION LOST: cluster {victim} ({details.get('cloud')} {details.get('region')}) killed: agent and "
+                  f"{len(pids) - 1} replica processes")
+    return {"cluster": victim, "at": time.monotonic(), "at_wall": time.time(), "need": need,
+            "endpoints": {r.get("endpoint") for r in lost_replicas}}
+
+
+def _ready_by_deployment(status: dict, exclude: str = "") -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in status.get("clusters", []):
+        if c["cluster_id"] == exclude or c.get("lost"):
+            continue
+        for r in c.get("replica_details", []):
+            if r.get("state") == "ready":
+                out[r.get("deployment")] = out.get(r.get("deployment"), 0) + 1
+    return out
+
+
+def _track_recovery(lost: dict, status: dict, recorder: traffic.Recorder, timeline: Timeline) -> None:
+    now = time.monotonic()
+    if "routed_around_s" not in lost:
+        # Routed around once requests started after the loss succeed again for 3 s straight.
+        recent = recorder.since(lost["at_wall"])
+        failures = [r.started_s for r in recent if not r.ok]
+        last_failure = max(failures, default=lost["at_wall"])
+        if time.time() - last_failure >= 3.0 and any(r.ok and r.started_s > last_failure for r in recent):
+            lost["routed_around_s"] = round(last_failure - lost["at_wall"], 1)
+            timeline.note(f"traffic routed around {lost['cluster']}: last failed request "
+                          f"{lost['routed_around_s']:.1f}s after the loss ({len(failures)} failed)")
+    if "replaced_s" not in lost:
+        ready = _ready_by_deployment(status, exclude=lost["cluster"])
+        if all(ready.get(d, 0) >= n for d, n in lost["need"].items()):
+            lost["replaced_s"] = round(now - lost["at"], 1)
+            timeline.note(f"capacity of {lost['cluster']} re-placed elsewhere and ready after {lost['replaced_s']:.1f}s")

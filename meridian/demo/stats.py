@@ -1,0 +1,155 @@
+"""Figures the demo shows and reports, computed from the traffic recorder and the scheduler's and
+router's status documents (pure functions: data in, rows out)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+from meridian.demo import traffic
+
+
+@dataclasses.dataclass(frozen=True)
+class Sla:
+    ttft_ms: float
+    tpot_ms: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RegionRow:
+    region: str
+    rps: float
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    failed: int
+    total: int
+
+
+def region_rows(records: Iterable[traffic.Record], window_s: float) -> list[RegionRow]:
+    by_region: dict[str, list[traffic.Record]] = {}
+    for r in records:
+        by_region.setdefault(r.region, []).append(r)
+    rows = []
+    for region in sorted(by_region):
+        recs = by_region[region]
+        ttfts = [r.ttft_s * 1000 for r in recs if r.ok and r.ttft_s is not None]
+        rows.append(RegionRow(region, len(recs) / window_s if window_s > 0 else 0.0,
+                              traffic.percentile(ttfts, 50), traffic.percentile(ttfts, 99),
+                              sum(1 for r in recs if not r.ok), len(recs)))
+    return rows
+
+
+def within_sla(record: traffic.Record, sla: Sla) -> bool:
+    if not record.ok or record.ttft_s is None:
+        return False
+    if record.ttft_s * 1000 > sla.ttft_ms:
+        return False
+    if sla.tpot_ms is not None and record.completion_tokens > 1:
+        tpot_ms = (record.total_s - record.ttft_s) * 1000 / (record.completion_tokens - 1)
+        if tpot_ms > sla.tpot_ms:
+            return False
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class AttainmentRow:
+    model: str
+    region: str
+    requests: int
+    within_sla: int
+    failed: int
+
+    @property
+    def attainment(self) -> float:
+        return self.within_sla / self.requests if self.requests else 1.0
+
+
+def attainment(records: Iterable[traffic.Record], slas: Mapping[str, Sla]) -> list[AttainmentRow]:
+    groups: dict[tuple[str, str], list[traffic.Record]] = {}
+    for r in records:
+        groups.setdefault((r.model, r.region), []).append(r)
+    rows = []
+    for (model, region), recs in sorted(groups.items()):
+        sla = slas.get(model)
+        ok = sum(1 for r in recs if sla is not None and within_sla(r, sla))
+        rows.append(AttainmentRow(model, region, len(recs), ok, sum(1 for r in recs if not r.ok)))
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementRow:
+    model: str
+    cloud: str
+    region: str
+    cluster: str
+    gpu_type: str
+    tier: str
+    replicas: int
+    gpus: int
+    cost_per_hour_usd: float
+
+
+def placement_rows(status: Mapping) -> list[PlacementRow]:
+    """Running replicas grouped by (model, cluster, pool), priced from the pools the agents report."""
+    rows: dict[tuple, list] = {}
+    for c in status.get("clusters", []):
+        pools = {p["pool_id"]: p for p in c.get("pool_details", [])}
+        for r in c.get("replica_details", []):
+            if r.get("state") not in ("ready", "starting"):
+                continue
+            pool = pools.get(r.get("pool_id"), {})
+            per_gpu = pool.get("price_per_node_hour_usd", 0.0) / max(1, pool.get("gpus_per_node", 1))
+            key = (r.get("served_model_name") or r.get("deployment"), c.get("cloud", ""), c.get("region", ""),
+                   c.get("cluster_id", ""), pool.get("gpu_type", "?"), pool.get("tier", "?"))
+            acc = rows.setdefault(key, [0, 0, 0.0])
+            acc[0] += 1
+            acc[1] += int(r.get("gpu_count", 0))
+            acc[2] += per_gpu * int(r.get("gpu_count", 0))
+    return [PlacementRow(*k, replicas=v[0], gpus=v[1], cost_per_hour_usd=round(v[2], 2))
+            for k, v in sorted(rows.items())]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterRow:
+    cluster: str
+    cloud: str
+    region: str
+    up: bool
+    gpus_used: int
+    gpus_total: int
+    replicas_ready: int
+    cost_per_hour_usd: float
+
+
+def cluster_rows(status: Mapping) -> list[ClusterRow]:
+    out = []
+    for c in status.get("clusters", []):
+        pools = c.get("pool_details", [])
+        total = sum(p.get("nodes_current", 0) * p.get("gpus_per_node", 0) for p in pools)
+        free = sum(p.get("gpus_free", 0) for p in pools)
+        cost = sum(p.get("nodes_current", 0) * p.get("price_per_node_hour_usd", 0.0) for p in pools)
+        out.append(ClusterRow(c.get("cluster_id", ""), c.get("cloud", ""), c.get("region", ""),
+                              bool(c.get("connected")) and not c.get("lost"), total - free, total,
+                              int(c.get("replicas", {}).get("ready", 0)), round(cost, 2)))
+    return out
+
+
+def replicas_by_model_region(status: Mapping) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for c in status.get("clusters", []):
+        for r in c.get("replica_details", []):
+            if r.get("state") == "ready":
+                model = r.get("served_model_name") or r.get("deployment")
+                out.setdefault(model, {}).setdefault(c.get("region", ""), 0)
+                out[model][c.get("region", "")] += 1
+    return out
+
+
+def failure_reasons(records: Iterable[traffic.Record], top: int = 5) -> list[tuple[str, int]]:
+    """The most common failure messages (first 90 characters), with counts."""
+    counts: dict[str, int] = {}
+    for r in records:
+        if not r.ok:
+            key = r.error[:90]
+            counts[key] = counts.get(key, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]

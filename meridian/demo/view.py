@@ -1,0 +1,84 @@
+"""The demo's live terminal view and its final report, rendered as text from the figures in
+``meridian.demo.stats`` (no I/O here: the runner decides where the text goes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from meridian.demo import stats
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cells[0], widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells[1:]]
+    return "\n".join(lines)
+
+
+def frame(elapsed_s: float, duration_s: float, phase: str, status: Mapping, regions: Sequence[stats.RegionRow],
+          events: Sequence[str]) -> str:
+    """One screen of the live view."""
+    plan = status.get("plan") or {}
+    clusters = stats.cluster_rows(status)
+    out = [f"Meridian demo  t={elapsed_s:5.0f}s / {duration_s:.0f}s   phase: {phase}   "
+           f"plan cost ${plan.get('cost_per_hour_usd', 0):,.2f}/h   fleet cost "
+           f"${sum(c.cost_per_hour_usd for c in clusters):,.2f}/h   routing v{status.get('routing_version', '-')}",
+           ""]
+    out.append(table(["cluster", "cloud", "region", "up", "GPUs used/total", "ready", "$/h"],
+                     [(c.cluster, c.cloud, c.region, "yes" if c.up else "LOST", f"{c.gpus_used}/{c.gpus_total}",
+                       c.replicas_ready, f"{c.cost_per_hour_usd:,.2f}") for c in clusters]))
+    out.append("")
+    by_model = stats.replicas_by_model_region(status)
+    out.append(table(["model", "ready replicas by region"],
+                     [(m, ", ".join(f"{r}:{n}" for r, n in sorted(regs.items()))) for m, regs in sorted(by_model.items())]
+                     or [("-", "none yet")]))
+    out.append("")
+    out.append(table(["client region", "req/s", "TTFT p50 ms", "TTFT p99 ms", "failed"],
+                     [(r.region, f"{r.rps:.1f}", _ms(r.ttft_p50_ms), _ms(r.ttft_p99_ms), r.failed) for r in regions]))
+    if events:
+        out.append("")
+        out.append("events:")
+        out.extend(f"  {e}" for e in events[-6:])
+    return "\n".join(out)
+
+
+def report(placement: Sequence[stats.PlacementRow], attainment: Sequence[stats.AttainmentRow],
+           total: int, failed: int, timings: Mapping[str, float | None], events: Sequence[str],
+           slas: Mapping[str, stats.Sla], failures: Sequence[tuple[str, int]] = ()) -> str:
+    """The end-of-run report."""
+    out = ["", "=" * 78, "Meridian demo report", "=" * 78, "", "Placement at the end:"]
+    out.append(table(["model", "cloud", "region", "cluster", "GPU", "tier", "replicas", "GPUs", "$/h"],
+                     [(p.model, p.cloud, p.region, p.cluster, p.gpu_type, p.tier, p.replicas, p.gpus,
+                       f"{p.cost_per_hour_usd:,.2f}") for p in placement] or [("-",) * 9]))
+    out.append(f"total: ${sum(p.cost_per_hour_usd for p in placement):,.2f}/h for "
+               f"{sum(p.gpus for p in placement)} GPUs in {len({p.region for p in placement})} regions on "
+               f"{len({p.cloud for p in placement})} clouds")
+    out.append("")
+    out.append("SLA attainment (requests within the model's p99 TTFT and TPOT targets):")
+    out.append(table(["model", "client region", "SLA TTFT/TPOT ms", "requests", "within SLA", "failed"],
+                     [(a.model, a.region, _sla_text(slas.get(a.model)), a.requests, f"{a.attainment:.1%}", a.failed)
+                      for a in attainment] or [("-",) * 6]))
+    out.append("")
+    share = failed / total if total else 0.0
+    out.append(f"requests: {total} sent, {failed} failed ({share:.2%})")
+    for reason, count in failures:
+        out.append(f"  {count:5d} x {reason}")
+    for name, value in timings.items():
+        out.append(f"{name}: {'not observed' if value is None else f'{value:.1f} s'}")
+    if events:
+        out.append("")
+        out.append("timeline:")
+        out.extend(f"  {e}" for e in events)
+    return "\n".join(out)
+
+
+def _sla_text(sla: stats.Sla | None) -> str:
+    if sla is None:
+        return "-"
+    return f"{sla.ttft_ms:.0f}/{sla.tpot_ms:.0f}" if sla.tpot_ms else f"{sla.ttft_ms:.0f}/-"
