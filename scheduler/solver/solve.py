@@ -124,6 +124,11 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     stats: dict[str, float] = {}
     t = time.perf_counter()
     only = sorted(changed) if changed is not None else None
+    short_fixed: dict[int, dict[str, float]] = {}
+    if changed is not None and current is not None:
+        # Deployments kept as they are still report the demand they leave unserved.
+        short_fixed = _shortfalls(prob, current, changed)
+        only = sorted(set(only or []) | set(short_fixed))
     c = cand_mod.build(prob, settings, only)
     stats["filter_s"] = time.perf_counter() - t
     member_group = {m.key: g.index for g in c.groups for m in g.members}
@@ -147,7 +152,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
                 if d is not None and d not in changed and key in member_group and units > 0:
                     fixed_serving[(name, region, key)] = units
 
-    scope = only if only is not None else range(len(c.views))
+    scope = sorted(changed) if changed is not None else range(len(c.views))
     unplaced: list[problem.Unplaced] = []
     active: list[int] = []
     for d in scope:
@@ -260,6 +265,9 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
         for region, wanted in sorted(view.demand.replicas_by_region.items()):
             if wanted > 0:
                 unplaced.append(explain.unplaced(c, book, d, region, float(wanted), False))
+    for d, gaps in sorted(short_fixed.items()):
+        for region, short in sorted(gaps.items()):
+            unplaced.append(explain.unplaced(c, book, d, region, short, False))
     parts = evaluate.breakdown(prob, c, settings, sol, placement, current, covered, set(active))
     elapsed = time.perf_counter() - start
     stats.update(cost_usd=parts.cost_usd, score_usd=parts.score_usd, churn_usd=parts.churn_usd,
@@ -271,3 +279,20 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
              "variables=%d unplaced=%d", result.mode, status.value, result.cost_per_hour_usd, result.objective,
              result.lower_bound, result.gap, elapsed, built.model.size, len(unplaced))
     return result
+
+
+def _shortfalls(prob: problem.PlacementProblem, current: problem.Placement,
+                changed: set[int]) -> dict[int, dict[str, float]]:
+    """Unchanged deployments whose current serving leaves demand unserved: d -> region -> replicas."""
+    served: dict[tuple[str, str], float] = {}
+    for (name, region, _), units in current.serving.items():
+        served[(name, region)] = served.get((name, region), 0.0) + units
+    out: dict[int, dict[str, float]] = {}
+    for d, dep in enumerate(prob.deployments):
+        if d in changed:
+            continue
+        for region, wanted in dep.replicas_by_region.items():
+            short = wanted - served.get((dep.name, region), 0.0)
+            if wanted > 0 and short > 0.005:
+                out.setdefault(d, {})[region] = round(short, 2)
+    return out

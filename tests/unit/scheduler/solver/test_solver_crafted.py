@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import solver_cases as sc
 
+from meridian import spec as spec_mod
 from scheduler import solver
+from scheduler.solver import inputs
 
 LIMIT_S = 10.0
 
@@ -267,3 +269,39 @@ def test_bad_inputs_are_refused_with_the_parameter_named():
         solver.solve(prob, time_limit_s=1, settings=solver.SolverSettings(filters=("latncy",)))
     with pytest.raises(ValueError, match="pool keys must be unique"):
         sc.problem([], [sc.pool("c", "aws", "us-east-1", "L4", 0.8), sc.pool("c", "aws", "us-east-1", "L4", 0.8)])
+
+
+def test_one_replica_serves_several_regions_within_their_sla():
+    """A replica in Virginia serves both na-east and na-central (one H100 worth 4 units covers 2 + 2)."""
+    d = sc.dep("chat", regions={"na-east": 2, "na-central": 2}, gpu_types=["L4", "H100"],
+               profile={"L4": 1.0, "H100": 4.0}, max_rtt_ms=60)
+    prob = sc.problem([d], [sc.pool("c", "aws", "us-east-1", "H100", 8.0, gpus_per_node=8, nodes_max=1)])
+    result = solve(prob)
+    assert result.placement.to_dict() == {"chat": {"c/h100-on-demand": 1}}
+    assert result.serving == {("chat", "na-east", "c/h100-on-demand"): 2.0, ("chat", "na-central", "c/h100-on-demand"): 2.0}
+
+
+def test_many_client_regions_use_flow_variables_and_stay_within_sla():
+    """Beyond HALL_MAX_REGIONS regions the model switches to flow variables; each region still gets nearby capacity."""
+    regions = {"na-east": 1, "na-central": 1, "na-west": 1, "eu-west": 1, "eu-central": 1, "ap-northeast": 1}
+    assert len(regions) > solver.formulation.HALL_MAX_REGIONS
+    pools = [sc.pool("use1", "aws", "us-east-1", "L4", 0.8), sc.pool("usw2", "aws", "us-west-2", "L4", 0.8),
+             sc.pool("euw1", "aws", "eu-west-1", "L4", 0.9), sc.pool("euc1", "aws", "eu-central-1", "L4", 0.9),
+             sc.pool("apne1", "aws", "ap-northeast-1", "L4", 1.0)]
+    result = solve(sc.problem([sc.dep("chat", regions=regions, max_rtt_ms=70)], pools))
+    assert result.unplaced == ()
+    assert result.placement.total("chat") == 6
+    for region in regions:
+        assert sum(v for (_, r, _), v in result.serving.items() if r == region) >= 1.0 - 1e-9
+
+
+def test_pools_from_cluster_specs_take_catalog_spot_and_reserved_prices():
+    """Declared pools get the catalog price, the spot price for spot pools and the commitment price for reserved ones."""
+    loaded = spec_mod.load_files(["examples/capacity-policy.yaml", "examples/clusters.yaml"])
+    policy = loaded.of_kind("CapacityPolicy")[0].spec
+    offers = {p.key: p for p in inputs.pools_from_clusters(loaded.of_kind("Cluster"), policy)}
+    assert offers["aws-use1/h100"].price_per_node_hour_usd == 31.46  # reserved commitment
+    assert offers["aws-use1/h100"].pool.nodes_min == 1
+    assert offers["aws-use1/l4-spot"].price_per_node_hour_usd < offers["aws-use1/l4"].price_per_node_hour_usd
+    assert offers["gcp-usc1/l4"].price_per_node_hour_usd == 0.70  # policy price override
+    assert offers["aws-use1/l4"].gpus_capacity == 8  # one node free now + 7 more it may grow to
