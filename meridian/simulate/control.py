@@ -69,11 +69,15 @@ class SimScheduler:
     # ------------------------------------------------------------ agent messages (as intake does)
 
     def intake(self, identity: fm.ClusterIdentity, pools: list[fm.GpuPool], reports: list[fm.ReplicaReport],
-               events: Iterable[fm.Event], now: float) -> None:
+               events: Iterable[fm.Event], now: float) -> bool:
+        """One agent's report; True when it calls for a round now (the loop's wake-ups: an agent
+        (re)connected, a pool stocked out, a spot notice or another event that asks for a plan)."""
         cid = identity.cluster_id
+        wake = False
         known = self.fleet.snapshot(now).clusters.get(cid)
         if known is None or known.lost:
             self.fleet.connect(identity, now)
+            wake = True
         old = self.fleet.pools_of(cid)
         for pool in pools:
             key = problem.pool_key(cid, pool.pool_id)
@@ -81,24 +85,27 @@ class SimScheduler:
             if pool.provisioning_state is fm.ProvisioningState.STOCKED_OUT and (
                     prev is None or prev.provisioning_state is not fm.ProvisioningState.STOCKED_OUT):
                 self.events.stock_out(key, now, "pool reported stocked out")
+                wake = True
             elif prev is not None and pool.nodes_current > prev.nodes_current:
                 self.events.pool_grew(key)
         self.fleet.inventory(cid, pools, True, now)
         self.fleet.report(cid, reports, True, now)
         for event in events:
-            self.on_event(cid, event, now)
+            wake = self.on_event(cid, event, now) or wake
+        return wake
 
-    def on_event(self, cluster_id: str, event: fm.Event, now: float) -> None:
+    def on_event(self, cluster_id: str, event: fm.Event, now: float) -> bool:
         self.fleet.seen(cluster_id, now)
-        self.events.on_event(cluster_id, event, now)
+        return self.events.on_event(cluster_id, event, now)
 
     # ------------------------------------------------------------ one round
 
-    def watch(self, now: float) -> tuple[reconciler.PlannedDirective, ...]:
-        """Between rounds: liveness and the fleet view only (routes follow every report)."""
-        self.fleet.sweep(now)
+    def watch(self, now: float) -> bool:
+        """Between rounds: liveness and the fleet view only (routes follow every report); True when
+        an agent was just found lost (the loop wakes for that)."""
+        lost = self.fleet.sweep(now)
         self.snapshot = self.fleet.snapshot(now)
-        return ()
+        return bool(lost)
 
     def tick(self, now: float, demand: list[records.Demand],
              preempted_zones: Mapping[str, float]) -> reconciler.ReconcileResult:

@@ -16,6 +16,8 @@ import random
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from meridian import spec
 from meridian.fleet import models as fm
 from meridian.simulate import clusters as clusters_mod
@@ -27,6 +29,7 @@ from scheduler.state import records
 
 log = logging.getLogger("meridian.simulate.engine")
 
+_QUANTILES = np.array([0.5, 0.9, 0.99])
 EPOCH_S = 1_767_225_600.0  # 2026-01-01T00:00:00Z; the run's start, moved to start_utc_hour
 Progress = Callable[[str, int, int], None]
 
@@ -116,6 +119,8 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
     preempted_zones: dict[str, float] = {}
     killed_replicas = starts = refused = preempted_by_wave = 0
     usage: dict[str, float] = {}
+    wake = False
+    rounds = 0
     tick_s = sc.tick_s
     report_every = max(1, trace.ticks // 50)
 
@@ -128,22 +133,27 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
         col = measured if k >= 0 else scratch
         killed, hit = faults.apply(k) if k >= 0 else ([], 0)
         preempted_by_wave += hit
+        wake = wake or bool(killed) or (k >= 0 and bool(faults.by_tick.get(k)))
         for cid, cluster in sorted(fleet.items()):
             obs = cluster.observe(now)
             killed += obs.killed
+            wake = wake or bool(obs.killed)
             if obs.pools is None:
                 continue
             for e in obs.events:
                 if e.kind is fm.EventKind.SPOT_INTERRUPTION:
                     pool = cluster.pool(e.pool_id)
                     preempted_zones[(pool.zone if pool and pool.zone else cluster.region)] = now
-            sched.intake(cluster.identity, obs.pools, obs.reports, obs.events, now)
+            wake = sched.intake(cluster.identity, obs.pools, obs.reports, obs.events, now) or wake
         for r in killed:
             killed_replicas += 1
             _fail_in_flight(col, max(k, 0), r)
         drained: set[str] = set()
-        planned = sched.tick(now, demand, preempted_zones).directives if (k + warmup) % sc.control_every == 0 \
-            else sched.watch(now)
+        planned: tuple = ()
+        if wake or (k + warmup) % sc.control_every == 0 or sched.watch(now):
+            planned = sched.tick(now, demand, preempted_zones).directives
+            rounds += 1
+        wake = False
         for pd in planned:
             cluster = fleet[pd.cluster_id]
             if cluster.down:
@@ -154,9 +164,11 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
                 drained.add(action.replica_id)
             elif isinstance(action, fm.StartReplica):
                 starts += ack.outcome is fm.DirectiveOutcome.ACCEPTED
-            refused += ack.outcome in (fm.DirectiveOutcome.REFUSED, fm.DirectiveOutcome.FAILED)
+            if ack.outcome in (fm.DirectiveOutcome.REFUSED, fm.DirectiveOutcome.FAILED):
+                refused += 1
+                wake = True  # the loop wakes when a directive is refused or fails
             for e in events:
-                sched.on_event(pd.cluster_id, e, now)
+                wake = sched.on_event(pd.cluster_id, e, now) or wake
         router.apply(routes.build_models(sched.snapshot, deployments, drained))
         live = {r.replica_id: (c, r) for c in fleet.values() if not c.down for r in c.replicas.values()}
         # Replicas still in the table but gone: the router's connect fails and it retries elsewhere.
@@ -183,7 +195,7 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
             progress(policy.name, k + 1, trace.ticks)
 
     stats = {
-        "wall_s": time.perf_counter() - wall, "plans": sched.stats.plans, "plan_s": sched.stats.plan_s,
+        "wall_s": time.perf_counter() - wall, "control_rounds": rounds, "plans": sched.stats.plans, "plan_s": sched.stats.plan_s,
         "directives": sched.stats.directives, "replicas_started": starts, "directives_refused": refused,
         "replicas_killed": killed_replicas, "spot_nodes_preempted": sum(c.preempted_nodes for c in fleet.values()),
         "spot_notices_by_wave": preempted_by_wave, "router_selections": router.selections,
@@ -244,13 +256,13 @@ def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, ser
         r.region_share = dict(by_region)
         values, probs = model.server_ttft_points(steady)
         cum = probs.cumsum()
-        server_p99 = float(values[min(len(values) - 1, int((cum < 0.99).sum()))])
-        server_mean = float((values * probs).sum())
+        p50, p90, server_p99 = (float(v) for v in values[np.minimum(np.searchsorted(cum, _QUANTILES),
+                                                                      len(values) - 1)])
+        server_mean = float(values @ probs)
         r.load = fm.ReplicaLoad(
             running_requests=int(round(steady.running)), queued_requests=int(round(steady.queued)),
             kv_cache_usage=steady.kv_usage,
-            ttft=fm.LatencyPercentiles(float(values[min(len(values) - 1, int((cum < 0.5).sum()))]),
-                                       float(values[min(len(values) - 1, int((cum < 0.9).sum()))]), server_p99),
+            ttft=fm.LatencyPercentiles(p50, p90, server_p99),
             inter_token_latency=fm.LatencyPercentiles(steady.tpot_ms, steady.tpot_ms, steady.tpot_ms),
             generation_tokens_per_s=steady.served_rps * model.output, requests_per_s=steady.served_rps,
             observed_at=now)
@@ -266,7 +278,7 @@ def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, ser
             col.failed(k, r.deployment, region, failed, "queue_full")
             served = n - failed
             rtt = lmap.rtt_ms(region, cluster.region)
-            idx = int((values <= sla - rtt).sum())
+            idx = int(np.searchsorted(values, sla - rtt, side="right"))
             met = served * (float(cum[idx - 1]) if idx > 0 else 0.0) * tpot_ok
             col.served(k, r.deployment, region, served, met, values + rtt, probs)
             key = (r.deployment, region)

@@ -125,7 +125,7 @@ class Collector:
         self.series["requests"][b] += requests
         self.series["met_slo"][b] += met
         self._rows.append(r)
-        self._bins.append(bin_of(ttft_ms))
+        self._bins.append(ttft_ms)
         self._weights.append(probs * requests)
 
     def failed(self, tick: int, deployment: str, region: str, requests: float, cause: str) -> None:
@@ -153,8 +153,8 @@ class Collector:
         """Move this tick's TTFT points into the histograms (one vectorised add)."""
         if not self._rows:
             return
-        rows = np.concatenate([np.full(len(b), r) for r, b in zip(self._rows, self._bins, strict=True)])
-        np.add.at(self.hist, (rows, np.concatenate(self._bins)), np.concatenate(self._weights))
+        rows = np.repeat(np.array(self._rows), [len(b) for b in self._bins])
+        np.add.at(self.hist, (rows, bin_of(np.concatenate(self._bins))), np.concatenate(self._weights))
         self._rows.clear()
         self._bins.clear()
         self._weights.clear()
@@ -185,6 +185,10 @@ class Collector:
             "spot_gpus": [round(x, 2) for x in s["spot_gpus"] / samples],
         }
         stats = dict(stats)
+        total_samples = float(s["samples"].sum())
+        if total_samples > 0:
+            stats["gpus_mean"] = float(s["gpus"].sum()) / total_samples
+            stats["spot_gpus_mean"] = float(s["spot_gpus"].sum()) / total_samples
         for cause, n in sorted(self.failures.items()):
             stats[f"failed_{cause}"] = n
         return RunResult(policy, label, routing, placement, hours, self.cost_usd, total, regions, deployments,

@@ -171,6 +171,7 @@ class SpotHedgePlacer:
         self.extra_replicas = extra_replicas
         self.avoid_zone_s = avoid_zone_s
         self._filters = framework.make_filters(self._FILTERS)
+        self._verdicts: dict[tuple, bool] = {}
 
     def place(self, view: PlanView) -> PlanOutcome:
         start = time.perf_counter()
@@ -187,8 +188,7 @@ class SpotHedgePlacer:
             if target <= 0:
                 continue
             dview = candidates.make_view(demand, policy)
-            usable = [o for o in view.offers
-                      if all(f.filter(framework.Candidate(cycle, dview, o)).ok for f in self._filters)]
+            usable = [o for o in view.offers if self._usable(cycle, dview, o)]
             spot = [o for o in usable if o.tier is fm.Tier.SPOT]
             other = [o for o in usable if o.tier is not fm.Tier.SPOT]
             need_other = float(target)
@@ -200,6 +200,18 @@ class SpotHedgePlacer:
         prob = problem.PlacementProblem((), tuple(view.offers), policy, view.specs.latency_map)
         return PlanOutcome(placement, evaluate.cost_per_hour(prob, placement), short, time.perf_counter() - start,
                            "rule")
+
+    def _usable(self, cycle: framework.Cycle, dview: framework.DeploymentView, offer: problem.PoolOffer) -> bool:
+        """The solver's filter plugins' verdict, remembered per (deployment, offer, exclusion):
+        it depends on nothing else, and offers repeat from round to round."""
+        key = (dview.name, id(dview.demand.spec), offer, cycle.excluded_pools.get(offer.key))
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = all(f.filter(framework.Candidate(cycle, dview, offer)).ok for f in self._filters)
+            if len(self._verdicts) > 20_000:
+                self._verdicts.clear()
+            self._verdicts[key] = verdict
+        return verdict
 
     @staticmethod
     def _unit_price(dview: framework.DeploymentView, offer: problem.PoolOffer) -> float:

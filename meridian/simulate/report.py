@@ -59,11 +59,14 @@ def text(cmp: runner.Comparison) -> str:
     ref = cmp.result("meridian")
     for r in cmp.results:
         vs = "" if ref is None or r.policy == "meridian" else f"{100.0 * (r.cost_usd / ref.cost_usd - 1.0):+.1f}%"
+        gpus = r.stats.get("gpus_mean", 0.0)
+        spot = r.stats.get("spot_gpus_mean", 0.0) / gpus if gpus else math.nan
         rows.append([r.policy, r.routing, f"${r.cost_usd:,.0f}", f"${r.cost_per_hour_usd:,.2f}", vs,
                      _pct(r.total.attainment), f"{r.total.failed:,.0f}", _ms(r.total.ttft_p50_ms),
-                     _ms(r.total.ttft_p99_ms), f"{r.stats.get('wall_s', 0.0):.1f}"])
+                     _ms(r.total.ttft_p99_ms), f"{gpus:.1f}", _pct(spot).replace(".00%", "%"),
+                     f"{r.stats.get('wall_s', 0.0):.1f}"])
     lines += _table(["policy", "routing", "cost", "$/h", "vs meridian", "SLO met", "failed", "TTFT p50 ms",
-                     "TTFT p99 ms", "run s"], rows)
+                     "TTFT p99 ms", "GPUs", "spot", "run s"], rows)
     regions = sorted({reg for r in cmp.results for reg in r.regions})
     lines += ["", "SLO attainment / failed requests / TTFT p50, p90, p99 (ms) per client region:"]
     rows = []

@@ -16,9 +16,11 @@ from collections.abc import Callable, Collection, Mapping
 
 from meridian import latency
 from meridian.fleet import models as fm
+from router import config as router_config
 from router import health, table
 
-PANIC_PERCENT = 50.0
+# The router's own default: below this share of healthy replicas, route to all of them (panic mode).
+PANIC_PERCENT = router_config.OutlierConfig().panic_threshold_percent
 
 
 class _Request:

@@ -115,7 +115,7 @@ class ReplicaSettings(_Model):
 
 
 class FidelitySettings(_Model):
-    """How finely requests are modelled (see docs/simulator.md, "Model")."""
+    """How finely requests are modelled (see docs/simulator.md, "How it works")."""
 
     samples_per_stream: int = pydantic.Field(
         default=defaults.SAMPLES_PER_STREAM, ge=1, le=1000,
@@ -124,8 +124,6 @@ class FidelitySettings(_Model):
                                       description="Coefficient of variation of prompt length (lognormal).")
     tpot_sigma: float = pydantic.Field(default=0.05, ge=0, le=2,
                                        description="Log-sd of a request's TPOT around the replica's mean.")
-    router_queue_timeout_s: float = pydantic.Field(
-        default=30.0, gt=0, le=600, description="A request with no replica to go to fails after this.")
 
 
 class Scenario(_Model):
