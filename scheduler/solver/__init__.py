@@ -12,6 +12,7 @@ from scheduler.solver import (
     formulation,
     framework,
     greedy,
+    inputs,
     ledger,
     linear,
     plan,
@@ -38,6 +39,6 @@ from scheduler.solver.solve import changed_deployments, solve
 __all__ = [
     "FILTERS", "SCORES", "Code", "DeploymentDemand", "Placement", "PlacementProblem", "PlacementResult", "PlanDiff",
     "PoolChange", "PoolOffer", "SolveStatus", "SolverSettings", "Status", "Unplaced", "candidates",
-    "changed_deployments", "diff", "evaluate", "explain", "filters", "flows", "formulation", "framework", "greedy", "ledger",
+    "changed_deployments", "diff", "evaluate", "explain", "filters", "flows", "formulation", "framework", "greedy", "inputs", "ledger",
     "linear", "plan", "pool_key", "problem", "register_filter", "register_score", "scores", "solve", "starts", "throughput",
 ]

@@ -38,7 +38,8 @@ def solve(prob: problem.PlacementProblem, *, time_limit_s: float = 10.0,
         share = len(changed) / max(1, len(prob.deployments)) if changed is not None else 1.0
         if changed is not None and (settings.incremental == "always" or share <= settings.incremental_max_share):
             result = _solve(prob, settings, current, deadline, start, changed)
-            blocked = [u for u in result.unplaced if u.constraint not in _FILTER_CONSTRAINTS]
+            names = {prob.deployments[d].name for d in changed}
+            blocked = [u for u in result.unplaced if u.constraint not in _FILTER_CONSTRAINTS and u.deployment in names]
             if result.status in (problem.SolveStatus.OPTIMAL, problem.SolveStatus.FEASIBLE) and (
                     not blocked or settings.incremental == "always" or time.perf_counter() > deadline - 0.5):
                 return result
