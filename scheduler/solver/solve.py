@@ -207,7 +207,9 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     small = not restricted and len(built.x) <= settings.small_model_pairs
     workers = settings.small_model_workers if small else settings.num_search_workers
     stats["workers"] = workers
-    sat = linear.solve_sat(built.model, time_limit_s=max(0.05, remaining * 0.95), workers=workers,
+    # Leave time for the split, the flows and the explanations (about 1 s per 100k pairs).
+    reserve = min(0.05 + stats["pairs"] / 100_000, 0.3 * remaining)
+    sat = linear.solve_sat(built.model, time_limit_s=max(0.05, remaining - reserve), workers=workers,
                            relative_gap=settings.relative_gap, hint=hint, seed=settings.seed,
                            known_bound=lower)
     stats["sat_s"] = time.perf_counter() - t

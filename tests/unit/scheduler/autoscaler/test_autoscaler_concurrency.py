@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hypothesis
+import hypothesis.strategies as st
 import pydantic
 import pytest
 
@@ -211,3 +213,22 @@ def test_traffic_by_region_aggregates_routers():
     assert out == (autoscaler.RegionTraffic("eu-west", 1.0, 0, 0.0), autoscaler.RegionTraffic("na-east", 15.0, 5, 400.0))
     with pytest.raises(ValueError, match="window_s"):
         autoscaler.traffic_by_region(samples, window_s=0)
+
+
+@hypothesis.settings(max_examples=40, deadline=None)
+@hypothesis.given(st.lists(st.tuples(st.integers(1, 30), st.integers(0, 200), st.integers(0, 50),
+                                     st.sampled_from([100.0, 3000.0])), min_size=1, max_size=40),
+                  st.booleans(), st.integers(0, 3))
+def test_decisions_always_within_bounds_and_regions_add_up(steps, to_zero, warm):
+    """Whatever the load sequence, replicas stay within [min, max] (0 only with scale to zero) and
+    the per-region split adds up to the total."""
+    spec = make_spec(min_replicas=0 if to_zero else 1, scale_to_zero=to_zero, scale_to_zero_after_s=60,
+                     max_replicas=12, warm_pool=warm)
+    drv = Driver(spec, replicas=1)
+    for dt, east, west, ttft in steps:
+        decision = drv.step(dt, {"na-east": east, "eu-west": west}, ttft_p99_ms=ttft)
+        assert sum(decision.replicas_by_region.values()) == decision.replicas
+        assert decision.replicas <= 12
+        assert decision.replicas >= (0 if to_zero else 1)
+        if decision.replicas == 0:
+            assert to_zero and east == 0 and west == 0
