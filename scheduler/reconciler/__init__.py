@@ -3,7 +3,7 @@ directives; the ``Executor`` sends them (claimed once, fenced) and tracks their 
 
 from scheduler.reconciler import executor, plan, ratelimit, tracking, types
 from scheduler.reconciler.executor import Executor, Transport
-from scheduler.reconciler.plan import reconcile
+from scheduler.reconciler.plan import reconcile, unplaced_deployments
 from scheduler.reconciler.tracking import Observed, Timeouts, resolve
 from scheduler.reconciler.types import (
     DeploymentInfo,
@@ -16,10 +16,12 @@ from scheduler.reconciler.types import (
     ReconcileSettings,
     ReconcileState,
     ReplicaInfo,
+    ServingFloor,
 )
 
 __all__ = [
     "DeploymentInfo", "Executor", "Held", "Observed", "OpenDirective", "PlannedDirective", "PoolInfo",
-    "ReconcileInput", "ReconcileResult", "ReconcileSettings", "ReconcileState", "ReplicaInfo", "Timeouts",
-    "Transport", "executor", "plan", "ratelimit", "reconcile", "resolve", "tracking", "types",
+    "ReconcileInput", "ReconcileResult", "ReconcileSettings", "ReconcileState", "ReplicaInfo", "ServingFloor",
+    "Timeouts", "Transport", "executor", "plan", "ratelimit", "reconcile", "resolve", "tracking", "types",
+    "unplaced_deployments",
 ]

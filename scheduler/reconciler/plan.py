@@ -10,6 +10,14 @@ Rules (all pure; the executor sends what this returns):
 - Make-before-break: a READY replica is drained only while the deployment keeps at least its target
   of READY replicas without it; replicas that serve nothing (STARTING, FAILED) are drained freely.
   Order: doomed spot replicas, outdated revisions, then surplus (least loaded first).
+- A plan that does not fully place a deployment (``inp.unplaced``: demand left unplaced, or no plan
+  found) never takes away the capacity serving it: the deployment keeps as many READY replicas as
+  were live when the plan first failed to place it (``types.ServingFloor``), up to what its demand
+  asks for (target + shortfall), and its STARTING replicas of that time are not drained while the
+  READY ones fall short of that.
+  Replicas the plan moves are still drained one for one as the new ones become READY; surplus
+  beyond demand drains (the autoscaler's scale-down delay already applies to that demand). A
+  deleted deployment (no spec) drains whatever the plan says.
 - A spot interruption notice makes the replica not count, so its replacement starts in the same
   round (or, without free GPUs, its pool is resized in that round); such directives are *urgent*:
   they pass the rate limit (and use its tokens).
@@ -22,12 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from meridian.fleet import models as fm
 from meridian.fleet import runtime
 from scheduler.reconciler import ratelimit
 from scheduler.reconciler import types as t
+from scheduler.solver import problem
 
 _URGENT, _RESIZE_UP, _START, _DRAIN_IDLE, _DRAIN_READY, _RESIZE_DOWN = range(6)
 _LIVE = (fm.ReplicaState.STARTING, fm.ReplicaState.READY)
@@ -69,6 +78,7 @@ def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.Reconc
     waiting: dict[str, int] = {}
     candidates: list[_Candidate] = []
 
+    floors: dict[str, t.ServingFloor] = {}
     by_deployment: dict[str, list[t.ReplicaInfo]] = {}
     for r in inp.replicas:
         by_deployment.setdefault(r.report.deployment, []).append(r)
@@ -78,7 +88,7 @@ def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.Reconc
             targets.setdefault(name, {})[pool_key] = n
     for name in sorted(set(inp.deployments) | set(by_deployment) | set(targets)):
         _deployment(name, inp, by_deployment.get(name, []), targets.get(name, {}), pending_starts, draining, free,
-                    wanted_gpus, waiting, candidates, held, settings)
+                    wanted_gpus, waiting, candidates, held, settings, state.floors, floors)
 
     idle_since = dict(state.pool_idle_since)
     pending_gpus: dict[str, int] = {}
@@ -104,13 +114,14 @@ def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.Reconc
         if isinstance(action, fm.StartReplica) and not action.replica_id:
             action = dataclasses.replace(action, replica_id=f"{action.deployment}-{id_prefix}-{serial}")
         out.append(t.PlannedDirective(c.cluster_id, fm.Directive(directive_id, action), c.reason, c.urgent))
-    return t.ReconcileResult(tuple(out), tuple(held), t.ReconcileState(buckets, idle_since, serial))
+    return t.ReconcileResult(tuple(out), tuple(held), t.ReconcileState(buckets, idle_since, serial, floors))
 
 
 def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], target: dict[str, int],
                 pending_starts: dict, draining: set[str], free: dict[str, int], wanted_gpus: dict[str, int],
                 waiting: dict[str, int], candidates: list[_Candidate], held: list[t.Held],
-                settings: t.ReconcileSettings) -> None:
+                settings: t.ReconcileSettings, floors_in: Mapping[str, t.ServingFloor],
+                floors_out: dict[str, t.ServingFloor]) -> None:
     now = inp.now_s
     info = inp.deployments.get(name)
     if info is None:
@@ -163,30 +174,67 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
                 retiring.append((2, r, f"plan wants {want} on {pool_key}"))
 
     # Drains: FAILED always; not-serving replicas freely; READY ones only while the deployment keeps
-    # its target of READY replicas without them (make-before-break).
+    # its target of READY replicas without them (make-before-break), and, while the plan does not
+    # place it fully, its serving floor.
     for r in mine:
         if r.report.state is fm.ReplicaState.FAILED and r.replica_id not in leaving:
             candidates.append(_Candidate(_DRAIN_IDLE, r.cluster_id, fm.DrainReplica(r.replica_id, 0),
                                          f"replica failed: {r.report.message[:200]}"))
     desired = sum(target.values())
-    ready = sum(1 for r in active if r.report.state is fm.ReplicaState.READY)
-    may_drain_ready = max(0, ready - desired)
+    # A spot replica past its deadline is drained anyway and serves nothing more: it does not let
+    # another READY replica go.
+    ready = sum(1 for r in active if r.report.state is fm.ReplicaState.READY and not _gone(r, now))
+    floor = _floor(name, info, inp, active, floors_in)
+    need = desired
+    if floor is not None:
+        short = inp.unplaced[name]
+        need = max(desired, floor.count if short.replicas is None else min(floor.count, desired + short.replicas))
+    may_drain_ready = max(0, ready - need)
     for _rank, r, why in sorted(retiring, key=lambda x: (x[0], _drain_rank(x[1]))):
-        gone_now = r.doomed_at_s is not None and r.doomed_at_s <= now
+        gone_now = _gone(r, now)
         deadline = settings.drain_deadline_s
         if r.doomed_at_s is not None:
             deadline = max(0, min(deadline, int(r.doomed_at_s - now)))
+        kept = floor is not None and r.replica_id in floor.replica_ids
         if r.report.state is fm.ReplicaState.READY and not gone_now:
             if may_drain_ready <= 0:
-                held.append(t.Held(r.cluster_id, f"drain {r.replica_id}",
-                                   f"make-before-break: {name} has {ready} ready, needs {desired}; waiting for "
-                                   "replacements to be ready"))
+                if floor is not None and need > desired:
+                    reason = (f"keeping {min(ready, need)} ready replica(s) of {name}: the plan could not place it "
+                              f"({inp.unplaced[name].reason})")
+                else:
+                    reason = (f"make-before-break: {name} has {ready} ready, needs {desired}; waiting for "
+                              "replacements to be ready")
+                held.append(t.Held(r.cluster_id, f"drain {r.replica_id}", reason))
                 continue
             may_drain_ready -= 1
             order = _DRAIN_READY
+            if kept:  # drained by us with a READY replica in its place: the floor stays where it is
+                floor = t.ServingFloor(floor.replica_ids - {r.replica_id}, floor.drained + 1)
+        elif kept and ready < need:  # on its way to serve demand the READY ones do not cover
+            held.append(t.Held(r.cluster_id, f"drain {r.replica_id}",
+                               f"keeping {name}'s starting replica: the plan could not place it "
+                               f"({inp.unplaced[name].reason})"))
+            continue
         else:
             order = _DRAIN_IDLE
         candidates.append(_Candidate(order, r.cluster_id, fm.DrainReplica(r.replica_id, deadline), why))
+    if floor is not None:
+        floors_out[name] = floor
+
+
+def _floor(name: str, info: t.DeploymentInfo | None, inp: t.ReconcileInput, active: list[t.ReplicaInfo],
+           floors_in: Mapping[str, t.ServingFloor]) -> t.ServingFloor | None:
+    """The serving floor of ``name`` this round: None while the plan places it fully (or it is
+    deleted); else the floor kept since the plan first failed to place it, less the replicas that
+    are no longer live (a spot replica past its deadline is not), or, on the first such round, every
+    live replica."""
+    if info is None or name not in inp.unplaced:
+        return None
+    live = frozenset(r.replica_id for r in active if not _gone(r, inp.now_s))
+    prev = floors_in.get(name)
+    if prev is None:
+        return t.ServingFloor(live)
+    return t.ServingFloor(prev.replica_ids & live, prev.drained)
 
 
 def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[str, int], resizing: set[str],
@@ -229,6 +277,11 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[
                                      f"{settings.pool_scale_down_delay_s:g}s"))
 
 
+def _gone(r: t.ReplicaInfo, now_s: float) -> bool:
+    """A replica under a spot notice whose deadline has come: its node is being reclaimed."""
+    return r.doomed_at_s is not None and r.doomed_at_s <= now_s
+
+
 def _drain_rank(r: t.ReplicaInfo) -> tuple:
     """Drain order among equals: not-ready first, newest first, then least loaded."""
     return (r.report.state is fm.ReplicaState.READY, -r.report.started_at, r.report.load.outstanding, r.replica_id)
@@ -240,6 +293,33 @@ def _describe(action: fm.Action) -> str:
     if isinstance(action, fm.DrainReplica):
         return f"drain {action.replica_id}"
     return f"resize {action.pool_id} to {action.target_nodes}"
+
+
+# Limits the user sets on spending: a plan held back by one of them serves less on purpose, so the
+# replicas beyond it are not kept (a missing cluster never shows as one of these: it shows as
+# capacity, isolation, placement, gpu_type or latency).
+USER_LIMITS = frozenset({"team_quota", "budget"})
+
+
+def unplaced_deployments(result: problem.PlacementResult,
+                         deployments: Iterable[str]) -> dict[str, t.Shortfall]:
+    """``ReconcileInput.unplaced`` from a solver result: the deployments it does not fully place, with
+    why in words and the unplaced replicas. Every one of ``deployments`` (shortfall unknown) when the
+    solve found no plan (its placement is only the current one kept); else those with unplaced demand,
+    each with the constraints that stop it, except demand held back only by a user's spending limit
+    (``USER_LIMITS``)."""
+    if result.status not in (problem.SolveStatus.OPTIMAL, problem.SolveStatus.FEASIBLE):
+        why = f"the solve found no plan ({result.status.value}{': ' + result.message if result.message else ''})"
+        return {name: t.Shortfall(why[:400]) for name in deployments}
+    parts: dict[str, list[str]] = {}
+    replicas: dict[str, float] = {}
+    for u in result.unplaced:
+        if u.replicas > 0 and u.constraint not in USER_LIMITS:
+            detail = u.reason.split(" unplaced: ", 1)[-1]
+            parts.setdefault(u.deployment, []).append(f"{u.replicas:g} for {u.client_region}: {detail}")
+            replicas[u.deployment] = replicas.get(u.deployment, 0.0) + u.replicas
+    return {name: t.Shortfall("; ".join(p)[:400], math.ceil(replicas[name] - 1e-6))
+            for name, p in sorted(parts.items())}
 
 
 def open_replica_ids(directives: Iterable[t.OpenDirective]) -> set[str]:

@@ -102,7 +102,10 @@ class ReconcileInput:
 
     ``pools``: pools of live clusters, by pool key. ``replicas``: replicas of live clusters (the
     current placement: replicas reported by agents are adopted, never restarted). ``no_growth``:
-    pools that must not grow now (stock-out backoff), with why."""
+    pools that must not grow now (stock-out backoff), with why. ``unplaced``: deployments the plan
+    does not fully place (it left demand unplaced, or the solve found no plan at all), with their
+    shortfall (``plan.unplaced_deployments`` builds it from a solver result); their serving capacity
+    is kept (see ``ServingFloor``)."""
 
     now_s: float
     target: problem.Placement
@@ -111,16 +114,53 @@ class ReconcileInput:
     replicas: tuple[ReplicaInfo, ...] = ()
     open_directives: tuple[OpenDirective, ...] = ()
     no_growth: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    unplaced: Mapping[str, Shortfall] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shortfall:
+    """Why the plan does not fully place a deployment, in words, and how many replicas of its demand
+    it leaves unplaced (None when the solve found no plan, so the shortfall is unknown)."""
+
+    reason: str
+    replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas is not None and self.replicas < 0:
+            raise ValueError(f"shortfall replicas must be >= 0, got {self.replicas}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingFloor:
+    """The capacity kept for a deployment while the plan cannot fully place it.
+
+    ``replica_ids``: its live replicas (STARTING or READY, not draining) when the plan first failed to
+    place it, those still live; ``drained``: how many of them the reconciler has drained since (each
+    only once another replica was READY in its place). The deployment keeps ``count`` READY replicas,
+    but never more than its demand asks for (the plan's target plus the shortfall, when known), so
+    surplus the autoscaler no longer wants still drains. A replica that vanishes on its own (its
+    cluster lost, it crashed, the cloud reclaimed it) leaves the set and lowers the floor; a drain of
+    ours does not. Forgotten once the plan places the deployment fully (then its target applies
+    again) or the deployment is deleted."""
+
+    replica_ids: frozenset[str]
+    drained: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.replica_ids) + self.drained
 
 
 @dataclasses.dataclass(frozen=True)
 class ReconcileState:
     """Carried between rounds: per-cluster token buckets (tokens, at_s), when each pool started
-    having idle nodes, and the serial that makes directive and replica ids unique within a term."""
+    having idle nodes, the serial that makes directive and replica ids unique within a term, and the
+    serving floor of each deployment the plan does not fully place."""
 
     buckets: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     pool_idle_since: Mapping[str, float] = dataclasses.field(default_factory=dict)
     serial: int = 0
+    floors: Mapping[str, ServingFloor] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

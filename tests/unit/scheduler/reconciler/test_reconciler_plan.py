@@ -1,4 +1,5 @@
-"""The pure reconciler: make-before-break, adoption, rate limits, stock-out, spot replacement."""
+"""The pure reconciler: make-before-break, adoption, rate limits, stock-out, spot replacement, and
+keeping the serving capacity of a deployment the plan cannot place."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 from meridian.fleet import models as fm
 from scheduler.reconciler import plan
 from scheduler.reconciler import types as t
+from scheduler.solver import problem
 
 from reconciler_helpers import deployment, of_kind, pool, replica, target
 
@@ -230,3 +232,160 @@ def test_scaling_change_keeps_the_replica_revision_but_a_runtime_change_rolls():
     flags = t.DeploymentInfo.of(dep.doc.model_copy(update={"spec": dep.doc.spec.model_copy(update={
         "runtime": dep.doc.spec.runtime.model_copy(update={"mem_fraction_static": 0.8})})}))
     assert flags.revision != dep.revision
+
+
+# ------------------------------------------------------------ a plan that cannot place a deployment
+
+WHY = "3 for na-east: no L4 meets isolation: it needs 2 clouds and 1 regions with room at once"
+
+
+def short(replicas: int | None = 3) -> t.Shortfall:
+    return t.Shortfall(WHY, replicas)
+
+
+def test_unplaced_deployment_keeps_every_ready_replica():
+    """A plan that places none of a deployment (isolation cannot be met) drains none of its READY
+    replicas, and says so in ``held`` with the count and the constraint."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0), "c2/l4": pool("c2", "l4", free=0)}
+    reps = (replica("c1", "l4", "r1", dep), replica("c1", "l4", "r2", dep), replica("c2", "l4", "r3", dep))
+    out = run(t.ReconcileInput(NOW, target(), {"chat-8b": dep}, pools, reps, unplaced={"chat-8b": short()}))
+    assert of_kind(out, fm.DrainReplica) == []
+    kept = [h for h in out.held if h.what.startswith("drain ")]
+    assert len(kept) == 3
+    assert kept[0].reason.startswith("keeping 3 ready replica(s) of chat-8b: the plan could not place it (")
+    assert "isolation" in kept[0].reason
+
+
+def test_partly_placed_deployment_moves_make_before_break_and_keeps_its_ready_count():
+    """When the plan places fewer replicas than are ready and leaves demand unplaced, old replicas are
+    drained only one for one as the plan's new replicas become READY: the ready count never drops."""
+    dep = deployment()
+    pools = {"c1/a": pool("c1", "a", free=0), "c2/b": pool("c2", "b", free=4)}
+    old = tuple(replica("c1", "a", f"o{i}", dep, started_at=float(i)) for i in range(3))
+    goal = target(("chat-8b", "c2/b", 1))
+    inp = t.ReconcileInput(NOW, goal, {"chat-8b": dep}, pools, old, unplaced={"chat-8b": short(2)})
+    r1 = run(inp)
+    assert len(of_kind(r1, fm.StartReplica)) == 1 and of_kind(r1, fm.DrainReplica) == []
+    new = replica("c2", "b", of_kind(r1, fm.StartReplica)[0].directive.action.replica_id, dep)
+    r2 = run(dataclasses.replace(inp, now_s=NOW + 60, replicas=old + (new,)), r1.state)
+    drained = [p.directive.action.replica_id for p in of_kind(r2, fm.DrainReplica)]
+    assert len(drained) == 1
+    # The drained replica is gone; the other two old ones still serve the unplaced demand.
+    rest = tuple(r for r in old if r.replica_id not in drained) + (new,)
+    r3 = run(dataclasses.replace(inp, now_s=NOW + 120, replicas=rest), r2.state)
+    assert of_kind(r3, fm.DrainReplica) == []
+    assert any(h.reason.startswith("keeping 3 ready replica(s) of chat-8b") for h in r3.held)
+
+
+def test_fully_placed_again_the_kept_surplus_drains():
+    """Once the plan places the deployment fully, replicas beyond its target drain as usual."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0)}
+    reps = tuple(replica("c1", "l4", f"r{i}", dep, outstanding=i) for i in range(3))
+    kept = run(t.ReconcileInput(NOW, target(), {"chat-8b": dep}, pools, reps, unplaced={"chat-8b": short()}))
+    assert of_kind(kept, fm.DrainReplica) == []
+    placed = run(t.ReconcileInput(NOW + 30, target(("chat-8b", "c1/l4", 1)), {"chat-8b": dep}, pools, reps),
+                 kept.state)
+    assert sorted(p.directive.action.replica_id for p in of_kind(placed, fm.DrainReplica)) == ["r0", "r1"]
+
+
+def test_replicas_lost_with_their_cluster_stop_counting_toward_the_kept_capacity():
+    """Replicas that vanish (their cluster lost) lower the capacity kept for an unplaced deployment, so
+    the plan's new replicas replace the survivors and the lost ones are not waited for."""
+    dep = deployment()
+    pools = {"c1/a": pool("c1", "a", free=0), "c2/b": pool("c2", "b", free=4)}
+    old = (replica("c1", "a", "o1", dep), replica("c1", "a", "o2", dep), replica("c3", "x", "o3", dep))
+    goal = target(("chat-8b", "c2/b", 2))
+    inp = t.ReconcileInput(NOW, goal, {"chat-8b": dep}, pools, old, unplaced={"chat-8b": short()})
+    r1 = run(inp)
+    ids = [p.directive.action.replica_id for p in of_kind(r1, fm.StartReplica)]
+    assert len(ids) == 2
+    # c3 is lost: its replica leaves the input; the two new replicas are READY.
+    now_up = old[:2] + tuple(replica("c2", "b", i, dep) for i in ids)
+    r2 = run(dataclasses.replace(inp, now_s=NOW + 60, replicas=now_up), r1.state)
+    assert sorted(p.directive.action.replica_id for p in of_kind(r2, fm.DrainReplica)) == ["o1", "o2"]
+
+
+def test_starting_replicas_of_an_unplaced_deployment_are_kept_too():
+    """A replica still STARTING when the plan fails to place its deployment is capacity on its way:
+    it is not drained either."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0)}
+    reps = (replica("c1", "l4", "r1", dep), replica("c1", "l4", "s1", dep, state=fm.ReplicaState.STARTING))
+    out = run(t.ReconcileInput(NOW, target(), {"chat-8b": dep}, pools, reps, unplaced={"chat-8b": short()}))
+    assert of_kind(out, fm.DrainReplica) == []
+
+
+def test_deleted_deployment_drains_even_while_the_plan_leaves_demand_unplaced():
+    """Replicas of a deployment that has no spec any more drain whatever the plan says about placement."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0)}
+    reps = (replica("c1", "l4", "r1", dep), replica("c1", "l4", "r2", dep))
+    out = run(t.ReconcileInput(NOW, target(), {}, pools, reps, unplaced={"chat-8b": short(None)}))
+    assert sorted(p.directive.action.replica_id for p in of_kind(out, fm.DrainReplica)) == ["r1", "r2"]
+
+
+def test_failed_replicas_of_an_unplaced_deployment_are_still_cleaned_up():
+    """Keeping capacity does not keep a FAILED replica: it serves nothing."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0)}
+    reps = (replica("c1", "l4", "f1", dep, state=fm.ReplicaState.FAILED), replica("c1", "l4", "r1", dep))
+    out = run(t.ReconcileInput(NOW, target(), {"chat-8b": dep}, pools, reps, unplaced={"chat-8b": short()}))
+    assert [p.directive.action.replica_id for p in of_kind(out, fm.DrainReplica)] == ["f1"]
+
+
+def test_kept_capacity_never_exceeds_what_demand_asks_for():
+    """With the shortfall known, an unplaced deployment keeps only as many ready replicas as its demand
+    asks for (target + shortfall): surplus the autoscaler no longer wants still drains, least loaded first."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0)}
+    reps = tuple(replica("c1", "l4", f"r{i}", dep, outstanding=i) for i in range(4))
+    out = run(t.ReconcileInput(NOW, target(), {"chat-8b": dep}, pools, reps, unplaced={"chat-8b": short(2)}))
+    assert sorted(p.directive.action.replica_id for p in of_kind(out, fm.DrainReplica)) == ["r0", "r1"]
+    assert any(h.reason.startswith("keeping 2 ready replica(s) of chat-8b") for h in out.held)
+
+
+def test_a_solve_without_a_plan_keeps_every_live_replica():
+    """When the solve found no plan at all (shortfall unknown), no ready replica of any deployment is
+    drained, however many there are."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0)}
+    reps = tuple(replica("c1", "l4", f"r{i}", dep) for i in range(4))
+    out = run(t.ReconcileInput(NOW, target(("chat-8b", "c1/l4", 1)), {"chat-8b": dep}, pools, reps,
+                               unplaced={"chat-8b": short(None)}))
+    assert of_kind(out, fm.DrainReplica) == []
+
+
+def test_a_spot_replica_at_its_deadline_does_not_let_another_ready_replica_go():
+    """Make-before-break counts only replicas that will still serve: a spot replica whose deadline has
+    come is drained, and it does not make room for draining an outdated READY replica too."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0)}
+    reps = (replica("c1", "l4", "a", dep), replica("c1", "l4", "d", dep, doomed_at_s=NOW - 1),
+            replica("c1", "l4", "o", dep, revision="old"))
+    out = run(t.ReconcileInput(NOW, target(("chat-8b", "c1/l4", 2)), {"chat-8b": dep}, pools, reps))
+    assert [p.directive.action.replica_id for p in of_kind(out, fm.DrainReplica)] == ["d"]
+
+
+def test_unplaced_deployments_names_the_constraint_or_the_failed_solve():
+    """``unplaced_deployments`` lists deployments with unplaced demand and why; a solve without a plan
+    marks every deployment."""
+    u = problem.Unplaced("chat-8b", "na-east", 3.0, "isolation",
+                         "3 replica(s) of chat-8b for na-east unplaced: no L4 within 80 ms of na-east meets isolation")
+    eu = problem.Unplaced("chat-8b", "eu-west", 0.5, "latency", "0.5 replica(s) of chat-8b for eu-west unplaced: far")
+    ok = problem.PlacementResult(problem.SolveStatus.OPTIMAL, target(), 0.0, 0.0, 0.0, 0.1, (u, eu))
+    why = plan.unplaced_deployments(ok, ["chat-8b", "embed"])
+    assert list(why) == ["chat-8b"] and why["chat-8b"].replicas == 4
+    assert "meets isolation" in why["chat-8b"].reason and "na-east" in why["chat-8b"].reason
+    failed = problem.PlacementResult(problem.SolveStatus.NO_SOLUTION, target(), 0.0, 0.0, 0.0, 5.0, ())
+    marked = plan.unplaced_deployments(failed, ["chat-8b", "embed"])
+    assert set(marked) == {"chat-8b", "embed"} and marked["embed"].replicas is None
+
+
+def test_demand_held_back_by_a_spending_limit_is_not_kept():
+    """Demand the plan leaves unplaced only because of a team quota or a budget does not mark the
+    deployment: the user asked to spend less, so replicas beyond the plan drain as usual."""
+    u = problem.Unplaced("chat-8b", "na-east", 2.0, "budget", "2 replica(s) of chat-8b for na-east unplaced: budget")
+    ok = problem.PlacementResult(problem.SolveStatus.OPTIMAL, target(), 0.0, 0.0, 0.0, 0.1, (u,))
+    assert plan.unplaced_deployments(ok, ["chat-8b"]) == {}
