@@ -4,7 +4,8 @@ cluster its identity, GPU pools, replicas, and liveness.
 An agent that has been silent (no message of any kind) for ``lost_after_s`` is *lost*: its replicas
 leave the routing table and the plan, and its pools are no longer offered to the solver. A stream
 that merely closed keeps its cluster live until then, so a scheduler restart or a network blip does
-not reroute traffic. ``snapshot()`` gives frozen values for the pure planners."""
+not reroute traffic. A lost agent that connects again counts only from its new reports (what it said
+before it was lost is forgotten). ``snapshot()`` gives frozen values for the pure planners."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class ClusterView:
     lost: bool
     last_seen_s: float
     reported: bool  # a complete replica report arrived since the agent (re)connected
+    first_connected_at_s: float = 0.0  # its first Hello to this leader (the view is cleared between terms)
 
     @property
     def cluster_id(self) -> str:
@@ -59,6 +61,7 @@ class _Cluster:
     lost: bool = False
     last_seen_s: float = 0.0
     reported: bool = False
+    first_connected_at_s: float | None = None
 
 
 class FleetView:
@@ -93,6 +96,12 @@ class FleetView:
             c = self._clusters[identity.cluster_id] = _Cluster(identity)
         was_lost = c.lost
         c.identity, c.connected, c.lost, c.last_seen_s, c.reported = identity, True, False, now_s, False
+        if was_lost:
+            # What it reported before it was lost is stale (its replicas were replaced elsewhere and
+            # may be gone): it counts again from its new inventory and report, not from memory.
+            c.pools, c.replicas = {}, {}
+        if c.first_connected_at_s is None:
+            c.first_connected_at_s = now_s
         if was_lost:
             log.info("event=cluster_back cluster=%s", identity.cluster_id)
         self._bump()
@@ -161,7 +170,7 @@ class FleetView:
     def snapshot(self, now_s: float) -> FleetSnapshot:
         return FleetSnapshot(
             {cid: ClusterView(c.identity, dict(c.pools), dict(c.replicas), c.connected, c.lost, c.last_seen_s,
-                              c.reported)
+                              c.reported, c.first_connected_at_s or 0.0)
              for cid, c in self._clusters.items()},
             self.version, now_s)
 

@@ -6,12 +6,16 @@ One ``tick``:
 1. reload specs if their generation moved (and the cluster tokens they name); mark silent agents lost;
 2. during the adoption grace after gaining leadership, stop here until every Cluster spec's agent
    has reported (or the grace ends): acting, or publishing routes, before would restart replicas
-   that are running and hide them from routers;
+   that are running and hide them from routers. Until the first plan of the term, also wait (grace
+   or not) for the first complete report of every agent connected now, for at most
+   ``REPORT_WAIT_INTERVALS`` heartbeats after it connected: a plan made the instant an agent
+   connects, before its inventory, knows neither its pools nor its replicas;
 3. publish the routing table if routes changed; resolve open directives from reports (done,
    failed, expired);
 4. run the autoscaler; re-plan (solver, on a worker thread) when its inputs changed, after a
    failure, or every ``plan_interval_s``;
-5. reconcile the plan against the reported fleet and send the directives.
+5. reconcile the plan against the reported fleet and send the directives; a deployment the plan
+   does not fully place keeps the replicas serving it (see ``reconciler.plan``).
 
 Every input is injected (clock, store, transport, autoscaling policy), so the simulator can call
 ``tick()`` on a simulated clock."""
@@ -42,6 +46,9 @@ from scheduler.state import base, records
 
 log = logging.getLogger("meridian.scheduler.loop")
 PRUNE_EVERY_S = 600.0  # closed directives older than directive_retention_s are forgotten this often
+# An agent sends its inventory and replicas right after its Hello; one that has not within this many
+# heartbeat intervals of first connecting is planned without (its pools and replicas count once they come).
+REPORT_WAIT_INTERVALS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +105,7 @@ class ControlLoop:
         self._wake = asyncio.Event()
         self._stopped = False
         self._pruned_at = 0.0
+        self._waiting_for: tuple[str, ...] = ()
 
     # ------------------------------------------------------------ term
 
@@ -157,11 +165,18 @@ class ControlLoop:
         self.fleet.sweep(now)
         snapshot = self.fleet.snapshot(now)
         self._export(snapshot, now)
-        if now < self.adopt_until_s and not self._all_reported(snapshot):
+        waits = self._adoption_waits(snapshot, now)
+        if waits:
             # Routers keep the last table and nothing is decided until agents have told what runs.
-            report = TickReport(now, "adopting")
+            waiting_for = tuple(w.cluster_id for w in waits)
+            if waiting_for != self._waiting_for:
+                log.info("event=adopting waiting_for=%s reasons=%r", ",".join(waiting_for),
+                         [w.reason for w in waits][:10])
+            self._waiting_for = waiting_for
+            report = TickReport(now, "adopting", held=tuple(waits))
             self.last_tick = report
             return report
+        self._waiting_for = ()
         self.events.prune({r.replica_id for _, r in snapshot.replicas()})
         open_dirs = self.executor.open_directives()
         draining = {od.directive.action.replica_id for od in open_dirs if isinstance(od.directive.action,
@@ -202,7 +217,8 @@ class ControlLoop:
                    for c in snapshot.live() for p in c.pools.values()},
             replicas=tuple(reconciler.ReplicaInfo(c.cluster_id, r, self.events.doomed_at(r.replica_id))
                            for c, r in snapshot.replicas()),
-            open_directives=open_dirs, no_growth=no_growth)
+            open_directives=open_dirs, no_growth=no_growth,
+            unplaced=reconciler.unplaced_deployments(self.plan.result, self._infos))
         result = reconciler.reconcile(inp, self.rstate, self.settings, id_prefix=f"t{fence}")
         self.rstate = result.state
         for held in result.held:
@@ -217,6 +233,41 @@ class ControlLoop:
         report = TickReport(now, "reconciled", trigger, tuple(r.directive_id for r in sent), result.held)
         self.last_tick = report
         return report
+
+    def _adoption_waits(self, snapshot: fleet_mod.FleetSnapshot, now: float) -> list[reconciler.Held]:
+        """What this term still waits for before it acts, one entry per cluster (empty: nothing).
+
+        During the grace: the complete report of every Cluster spec's agent. Until the first plan of
+        the term, grace or not: the first complete report of every agent connected now, for at most
+        ``REPORT_WAIT_INTERVALS`` heartbeats after its first Hello (an agent that connects and then
+        says nothing is planned without, like one that never connects)."""
+        waits: dict[str, reconciler.Held] = {}
+        if now < self.adopt_until_s and not self._all_reported(snapshot):
+            left_s = self.adopt_until_s - now
+            for cid in sorted(self.specs.clusters):
+                c = snapshot.clusters.get(cid)
+                if c is None or not c.reported:
+                    waits[cid] = reconciler.Held(cid, "act", f"adoption grace: waiting for this cluster's agent to "
+                                                             f"report what runs ({left_s:.1f}s of grace left)")
+            if not waits:
+                waits[""] = reconciler.Held("", "act", f"adoption grace: no Cluster spec yet ({left_s:.1f}s left)")
+        if self.plan is None:
+            limit_s = REPORT_WAIT_INTERVALS * self.config.heartbeat_interval_s
+            late: list[str] = []
+            for c in sorted(snapshot.clusters.values(), key=lambda c: c.cluster_id):
+                if not c.connected or c.reported or c.cluster_id in waits:
+                    continue
+                waited_s = now - c.first_connected_at_s
+                if waited_s < limit_s:
+                    waits[c.cluster_id] = reconciler.Held(
+                        c.cluster_id, "first plan", f"waiting for its first complete report: connected {waited_s:.1f}s "
+                                                    f"ago, planned without it after {limit_s:g}s")
+                else:
+                    late.append(c.cluster_id)
+            if late and not waits:
+                log.warning("event=planning_without clusters=%s reason='connected but no complete report within "
+                            "%gs'", ",".join(late), limit_s)
+        return list(waits.values())
 
     def _all_reported(self, snapshot: fleet_mod.FleetSnapshot) -> bool:
         expected = set(self.specs.clusters)

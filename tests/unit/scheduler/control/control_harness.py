@@ -42,7 +42,31 @@ spec:
   auth: {token_env: TOKEN_C2}
   pools: [{name: l4, instance_type: g6.xlarge, max_nodes: 4}]
 """
-REGIONS = {"c1": "us-east-1", "c2": "us-west-2"}
+REGIONS = {"c1": "us-east-1", "c2": "us-west-2", "g1": "us-east4", "z1": "eastus2"}
+
+# Four clusters on three clouds; ``chat`` must run on two clouds at once (the isolation rule).
+ISOLATED_SPECS = """
+apiVersion: meridian/v1
+kind: ModelDeployment
+metadata: {name: chat, team: t}
+spec:
+  model: {source: meta-llama/Llama-3.1-8B-Instruct, served_name: chat}
+  resources: {gpus_per_replica: 1, gpu_types: [L4]}
+  sla: {ttft_p99_ms: 2000, tpot_p99_ms: 200, client_regions: [na-east]}
+  scaling: {min_replicas: 3, max_replicas: 6, scale_up_delay_s: 0}
+  placement: {min_distinct_clouds: 2}
+""" + "".join(f"""---
+apiVersion: meridian/v1
+kind: Cluster
+metadata: {{name: {name}}}
+spec:
+  cloud: {cloud}
+  region: {REGIONS[name]}
+  provider: sim
+  auth: {{token_env: TOKEN_{name.upper()}}}
+  pools: [{{name: l4, instance_type: {instance}, max_nodes: 4}}]
+""" for name, cloud, instance in (("c1", "aws", "g6.xlarge"), ("c2", "aws", "g6.xlarge"),
+                                  ("g1", "gcp", "g2-standard-8"), ("z1", "azure", "Standard_NV36ads_A10_v5")))
 
 
 class Recorder:
@@ -95,6 +119,8 @@ class SimCluster:
 
     cluster_id: str
     nodes: int = 2
+    cloud: fm.Cloud = fm.Cloud.AWS
+    instance_type: str = "g6.xlarge"
     nodes_max: int = 4
     replicas: dict = dataclasses.field(default_factory=dict)
     done: list = dataclasses.field(default_factory=list)
@@ -103,12 +129,15 @@ class SimCluster:
     def pool(self) -> fm.GpuPool:
         used = sum(r.gpu_count for r in self.replicas.values())
         return dataclasses.replace(testing.gpu_pool("l4", nodes=self.nodes, nodes_max=self.nodes_max,
-                                                    price_per_node_hour_usd=0.8048), gpus_free=max(0, self.nodes - used))
+                                                    instance_type=self.instance_type, price_per_node_hour_usd=0.8048),
+                                   gpus_free=max(0, self.nodes - used))
 
-    async def hello(self, h: Harness) -> None:
-        ident = fm.ClusterIdentity(self.cluster_id, fm.Cloud.AWS, REGIONS[self.cluster_id])
+    async def hello(self, h: Harness, *, report: bool = True) -> None:
+        """Connect; with ``report`` false, only the Hello (the inventory and replicas come later)."""
+        ident = fm.ClusterIdentity(self.cluster_id, self.cloud, REGIONS[self.cluster_id])
         await h.intake.on_hello(ident, tuple(self.done), h.clock.now())
-        await self.report(h)
+        if report:
+            await self.report(h)
 
     async def report(self, h: Harness) -> None:
         now = h.clock.now()

@@ -1,10 +1,11 @@
-"""The control loop on a simulated clock: plan -> directives, re-adoption after a restart, failover
-without resending, spot replacement, stock-out backoff, lost clusters."""
+"""The control loop on a simulated clock: plan -> directives, re-adoption after a restart (waiting for
+agents that connect late), failover without resending, spot replacement, stock-out backoff, lost
+clusters, and a plan that cannot place a deployment keeping its replicas."""
 
 from __future__ import annotations
 
 import pytest
-from control_harness import Harness, SimCluster, apply_specs
+from control_harness import ISOLATED_SPECS, Harness, SimCluster, apply_specs
 
 from meridian.fleet import models as fm
 from scheduler import clock as clock_mod
@@ -240,3 +241,107 @@ async def test_shadow_mode_plans_and_routes_but_sends_nothing(store):
     assert report.stage == "shadow" and h.loop.plan is not None
     assert h.transport.sent == [] and len(report.held) == 2
     assert h.routes.version > 0
+
+
+async def _isolated_fleet(store) -> tuple[Harness, list[SimCluster]]:
+    """A first term on three of the four clusters (z1 never connects), converged: ``chat`` runs on two
+    clouds; then that leader's lease is released (a restart)."""
+    await apply_specs(store, ISOLATED_SPECS)
+    h1 = await lead(store, CLOCK)
+    clusters = [SimCluster("c1", nodes=4), SimCluster("c2", nodes=4),
+                SimCluster("g1", nodes=4, cloud=fm.Cloud.GCP, instance_type="g2-standard-8")]
+    for c in clusters:
+        await c.hello(h1)
+    CLOCK.advance(6.0)  # past the grace: z1 is planned without
+    await converge(h1, clusters)
+    assert sum(len(c.ready()) for c in clusters) >= 3 and clusters[2].ready()
+    await store.release_lease(*(lambda lease: (lease.holder, lease.token))(await store.lease()))
+    return h1, clusters
+
+
+async def test_restart_waits_for_an_agent_that_connects_after_the_grace(store):
+    """After a restart, an agent that connects once the adoption grace is over, and has not sent its
+    inventory and replicas yet, is waited for: the first plan comes after its report and adopts
+    every running replica (the plan made without it could not meet isolation and drained them all)."""
+    _, (c1, c2, g1) = await _isolated_fleet(store)
+    running = {c.cluster_id: set(c.replicas) for c in (c1, c2, g1)}
+    h2 = await lead(store, CLOCK)
+    CLOCK.advance(0.5)
+    await c1.hello(h2)
+    CLOCK.advance(1.5)
+    await c2.hello(h2)
+    CLOCK.advance(3.2)  # the 5 s grace is over; z1 never came
+    await g1.hello(h2, report=False)
+    CLOCK.advance(0.013)
+    report = await h2.loop.tick()
+    assert report.stage == "adopting" and h2.loop.plan is None
+    assert any(h.cluster_id == "g1" and "first complete report" in h.reason for h in report.held)
+    assert h2.transport.sent == []
+    await g1.report(h2)
+    for _ in range(3):
+        CLOCK.advance(2.0)
+        assert (await h2.loop.tick()).stage == "reconciled"
+    assert h2.loop.plan.trigger == "first plan of the term" and not h2.loop.plan.result.unplaced
+    assert h2.directives(fm.DrainReplica) == []
+    for c in (c1, c2, g1):
+        assert running[c.cluster_id] <= set(c.replicas)
+
+
+async def test_agent_that_never_reports_is_waited_for_only_a_few_heartbeats(store):
+    """A connected agent that never sends its report holds the first plan for three heartbeat intervals
+    (15 s here), not forever; the plan then made without its pools cannot place ``chat`` (isolation)
+    and keeps every ready replica instead of draining them, saying why."""
+    _, (c1, c2, g1) = await _isolated_fleet(store)
+    running = set(c1.replicas) | set(c2.replicas)
+    h2 = await lead(store, CLOCK)
+    for c in (c1, c2):
+        await c.hello(h2)
+    CLOCK.advance(5.5)
+    await g1.hello(h2, report=False)
+    connected_at = CLOCK.now()
+    stages = []
+    while CLOCK.now() < connected_at + 20.0:
+        CLOCK.advance(2.0)
+        for c in (c1, c2):
+            await c.report(h2)
+        await h2.intake.on_heartbeat("g1", CLOCK.now())
+        stages.append(((await h2.loop.tick()).stage, CLOCK.now() - connected_at))
+    assert all(stage == "adopting" for stage, at in stages if at < 14.9)
+    assert stages[-1][0] == "reconciled"
+    assert h2.loop.plan.result.unplaced and h2.loop.plan.result.placement.total("chat") == 0
+    assert h2.directives(fm.DrainReplica) == []
+    assert set(c1.replicas) | set(c2.replicas) == running
+    held = h2.loop.last_tick.held
+    assert any(h.reason.startswith("keeping ") and "of chat: the plan could not place it" in h.reason
+               and "isolation" in h.reason for h in held)
+
+
+async def test_a_lost_cluster_that_comes_back_counts_only_from_its_new_report(store):
+    """A lost cluster's agent that says Hello again does not bring back the replicas it had before it
+    was lost: until it reports, they are not counted, so the replacements serving in their place are
+    not drained for replicas that may be gone."""
+    await apply_specs(store)
+    h = await lead(store, CLOCK)
+    c1, c2 = SimCluster("c1"), SimCluster("c2")
+    for c in (c1, c2):
+        await c.hello(h)
+    await converge(h, [c1, c2])
+    assert len(c1.ready()) == 2
+    CLOCK.advance(16.0)
+    await c2.report(h)  # c1 is silent past the liveness limit: lost
+    index = len(h.transport.sent)
+    await h.loop.tick()
+    for _ in range(3):
+        await c2.carry_out(h, index)
+        index = len(h.transport.sent)
+        await c2.promote(h)
+        CLOCK.advance(2.0)
+        await h.loop.tick()
+    replacements = c2.ready()
+    assert len(replacements) == 2
+    c1.replicas.clear()  # the cluster came back without them (its nodes were replaced)
+    await c1.hello(h, report=False)
+    CLOCK.advance(0.05)
+    await h.loop.tick()
+    assert not any(d.action.replica_id in replacements for _, d in h.directives(fm.DrainReplica))
+    assert h.fleet.snapshot(CLOCK.now()).clusters["c1"].replicas == {}
