@@ -168,7 +168,7 @@ class ControlLoop:
         waits = self._adoption_waits(snapshot, now)
         if waits:
             # Routers keep the last table and nothing is decided until agents have told what runs.
-            waiting_for = tuple(w.cluster_id for w in waits)
+            waiting_for = tuple(w.cluster_id or "-" for w in waits)
             if waiting_for != self._waiting_for:
                 log.info("event=adopting waiting_for=%s reasons=%r", ",".join(waiting_for),
                          [w.reason for w in waits][:10])
