@@ -18,7 +18,7 @@ from __future__ import annotations
 import pathlib
 
 TICK_S = 60.0
-CONTROL_INTERVAL_S = 120.0
+CONTROL_INTERVAL_S = 180.0
 WARMUP_MIN = 60.0
 SAMPLES_PER_STREAM = 8
 PROVISIONING_DELAY_S = 180.0

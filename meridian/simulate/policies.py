@@ -24,7 +24,7 @@ from scheduler.solver import problem
 
 # The production defaults but one CP-SAT worker: the run is then deterministic for a seed (a
 # portfolio of workers is not), and the simulator runs policies side by side on the cores instead.
-SOLVER_SETTINGS = problem.SolverSettings(num_search_workers=1)
+SOLVER_SETTINGS = problem.SolverSettings(num_search_workers=1, small_model_workers=1)
 NON_SPOT = ("on_demand", "reserved")
 
 

@@ -79,3 +79,4 @@ def test_cold_start_grows_with_weights(deployments):
     small = perf.cold_start_s(_model(deployments["chat-8b"], "H100"), 60.0, 1.5)
     big = perf.cold_start_s(_model(deployments["reasoning-70b"], "H100"), 60.0, 1.5)
     assert 60.0 < small < big
+
