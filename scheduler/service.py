@@ -212,7 +212,7 @@ class SchedulerService:
             "leader": bool(self.token),
             "fencing_token": self.token,
             "current_leader": {"id": lease.holder, "token": lease.token, **dict(lease.meta)} if lease else None,
-            "adopting": bool(self.token) and now < self.loop.adopt_until_s,
+            "adopting": bool(self.token) and (now < self.loop.adopt_until_s or (tick is not None and tick.stage == "adopting")),
             "spec_generation": self.loop.specs.generation,
             "routing_version": self.route_hub.version,
             "clusters": [{"cluster_id": c.cluster_id, "cloud": c.identity.cloud.value, "region": c.identity.region,
