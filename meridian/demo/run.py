@@ -242,8 +242,12 @@ def _track_recovery(lost: dict, status: dict, recorder: traffic.Recorder, timeli
         last_failure = max(failures, default=lost["at_wall"])
         if time.time() - last_failure >= 3.0 and any(r.ok and r.started_s > last_failure for r in recent):
             lost["routed_around_s"] = round(last_failure - lost["at_wall"], 1)
-            timeline.note(f"traffic routed around {lost['cluster']}: last failed request "
-                          f"{lost['routed_around_s']:.1f}s after the loss ({len(failures)} failed)")
+            if failures:
+                timeline.note(f"traffic routed around {lost['cluster']}: last failed request "
+                              f"{lost['routed_around_s']:.1f}s after the loss ({len(failures)} failed)")
+            else:
+                timeline.note(f"traffic routed around {lost['cluster']} with no failed request "
+                              "(requests to its replicas were retried elsewhere before their first byte)")
     if "replaced_s" not in lost:
         ready = _ready_by_deployment(status, exclude=lost["cluster"])
         if all(ready.get(d, 0) >= n for d, n in lost["need"].items()):

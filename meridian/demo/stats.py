@@ -93,6 +93,8 @@ def placement_rows(status: Mapping) -> list[PlacementRow]:
     """Running replicas grouped by (model, cluster, pool), priced from the pools the agents report."""
     rows: dict[tuple, list] = {}
     for c in status.get("clusters", []):
+        if c.get("lost"):
+            continue
         pools = {p["pool_id"]: p for p in c.get("pool_details", [])}
         for r in c.get("replica_details", []):
             if r.get("state") not in ("ready", "starting"):
@@ -137,6 +139,8 @@ def cluster_rows(status: Mapping) -> list[ClusterRow]:
 def replicas_by_model_region(status: Mapping) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for c in status.get("clusters", []):
+        if c.get("lost"):
+            continue
         for r in c.get("replica_details", []):
             if r.get("state") == "ready":
                 model = r.get("served_model_name") or r.get("deployment")

@@ -1,0 +1,46 @@
+"""The demo's figures: SLA attainment, placement cost and failure reasons from crafted inputs."""
+
+from __future__ import annotations
+
+from meridian.demo import stats, traffic, view
+
+SLA = {"chat": stats.Sla(ttft_ms=500, tpot_ms=50)}
+
+
+def rec(ok=True, ttft=0.1, total=1.0, tokens=21, region="eu-west", model="chat", error=""):
+    return traffic.Record(0.0, model, region, ok, ttft, total, tokens, error)
+
+
+def test_attainment_counts_ttft_tpot_and_failures():
+    """A request counts as within SLA only if it succeeded, met the TTFT target and the TPOT target."""
+    records = [rec(), rec(ttft=0.6), rec(total=0.1 + 20 * 0.06), rec(ok=False, error="boom"), rec(region="na-east")]
+    rows = {(r.model, r.region): r for r in stats.attainment(records, SLA)}
+    eu = rows[("chat", "eu-west")]
+    assert (eu.requests, eu.within_sla, eu.failed) == (4, 1, 1)
+    assert rows[("chat", "na-east")].attainment == 1.0
+
+
+def test_placement_rows_price_replicas_by_their_pool_and_skip_lost_clusters():
+    """Each replica costs its share of its node's price; a lost cluster is not in the placement."""
+    pool = {"pool_id": "h100", "gpu_type": "H100", "tier": "on_demand", "gpus_per_node": 8,
+            "price_per_node_hour_usd": 80.0, "nodes_current": 1, "gpus_free": 3}
+    replica = {"replica_id": "r", "deployment": "chat", "served_model_name": "chat", "state": "ready",
+               "pool_id": "h100", "gpu_count": 4}
+    status = {"clusters": [
+        {"cluster_id": "a", "cloud": "aws", "region": "us-east-1", "pool_details": [pool],
+         "replica_details": [replica, {**replica, "replica_id": "r2", "gpu_count": 1}]},
+        {"cluster_id": "b", "cloud": "gcp", "region": "us-central1", "lost": True, "pool_details": [pool],
+         "replica_details": [replica]}]}
+    (row,) = stats.placement_rows(status)
+    assert (row.cluster, row.replicas, row.gpus, row.cost_per_hour_usd) == ("a", 2, 5, 50.0)
+    (c,) = [c for c in stats.cluster_rows(status) if c.cluster == "a"]
+    assert (c.gpus_used, c.gpus_total) == (5, 8)
+
+
+def test_failure_reasons_most_common_first_and_report_renders():
+    """The report lists failure reasons by count and every section renders."""
+    records = [rec(ok=False, error="503 no replica")] * 3 + [rec(ok=False, error="502 all failed")] + [rec()]
+    reasons = stats.failure_reasons(records)
+    assert reasons == [("503 no replica", 3), ("502 all failed", 1)]
+    text = view.report([], stats.attainment(records, SLA), 5, 4, {"time to re-place": 12.5}, ["t=1 x"], SLA, reasons)
+    assert "3 x 503 no replica" in text and "time to re-place: 12.5 s" in text and "80.00%" in text
