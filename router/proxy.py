@@ -29,6 +29,9 @@ _RETRY_STATUS_MIN = 500
 _FAILURE_PENALTY_MS = 1000.0
 _SSE_HEADERS = (("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"))
 _DEADLINE_HEADER = "x-meridian-timeout-s"
+# Sent to replicas with the client region the router resolved (emulators model network distance
+# from it; replica logs show it).
+_REGION_HEADER = "X-Meridian-Client-Region"
 DEADLINE_TICK_S = 0.05
 
 
@@ -84,6 +87,8 @@ class Proxy:
         self._id_prefix = os.urandom(4).hex() + "-"
         self._ids = itertools.count(1)
         self._content_types: dict[bytes, str] = {}
+        # Client region -> its header line; bounded by the latency map's region names.
+        self._region_lines: dict[str, bytes] = {}
         # Request deadlines: task -> (monotonic deadline, outcome). One sweeper task cancels the
         # overdue ones every DEADLINE_TICK_S; a timer per request (asyncio.timeout) measured as
         # ~8% of the per-request CPU on the short-request bench.
@@ -264,10 +269,20 @@ class Proxy:
         self.metrics.retries[(entry.name, reason)] += 1
         return True
 
-    def _request_bytes(self, ep, request_path: bytes, body: bytes, rid: bytes) -> bytes:
+    def _region_line(self, region: str) -> bytes:
+        """The ``X-Meridian-Client-Region`` header line for ``region`` (b"" when no region is known).
+        Regions are latency-map names (the router's own, validated at start, or a trusted header's
+        value found in the map), so they are safe to write into a header as they are."""
+        line = self._region_lines.get(region)
+        if line is None:
+            line = f"{_REGION_HEADER}: {region}\r\n".encode() if region else b""
+            self._region_lines[region] = line
+        return line
+
+    def _request_bytes(self, ep, request_path: bytes, body: bytes, rid: bytes, region_line: bytes) -> bytes:
         return b"".join((b"POST ", request_path, b" HTTP/1.1\r\nHost: ", ep.host_header,
                          b"\r\nContent-Type: application/json\r\nContent-Length: ", str(len(body)).encode(),
-                         b"\r\nX-Request-Id: ", rid, b"\r\n", self.upstream_auth, b"\r\n", body))
+                         b"\r\nX-Request-Id: ", rid, b"\r\n", region_line, self.upstream_auth, b"\r\n", body))
 
     async def _open(self, ep, data: bytes) -> upstream.Connection:
         """Send the request on a pooled connection (or a new one) and wait for the response head.
@@ -309,6 +324,7 @@ class Proxy:
         self.budget.on_request()
         rid_b = rid.encode()
         path = parsed.path
+        region_line = self._region_line(parsed.client_region)
         tried: tuple = ()
         last_response: tuple[int, bytes, bytes] | None = None
         last_error: upstream.UpstreamError | None = None
@@ -319,7 +335,7 @@ class Proxy:
                 break
             attempts += 1
             outcome.replica = ep.replica_id
-            data = self._request_bytes(ep, path, parsed.body, rid_b)
+            data = self._request_bytes(ep, path, parsed.body, rid_b, region_line)
             ep.pending += 1
             t0 = time.monotonic()
             conn = None
@@ -365,6 +381,7 @@ class Proxy:
                       outcome: _Outcome) -> web.StreamResponse:
         self.budget.on_request()
         rid_b = rid.encode()
+        region_line = self._region_line(parsed.client_region)
         tried: tuple = ()
         last_response: tuple[int, bytes, bytes] | None = None
         last_error: upstream.UpstreamError | None = None
@@ -375,7 +392,7 @@ class Proxy:
                 break
             attempts += 1
             outcome.replica = ep.replica_id
-            data = self._request_bytes(ep, parsed.path, parsed.body, rid_b)
+            data = self._request_bytes(ep, parsed.path, parsed.body, rid_b, region_line)
             ep.pending += 1
             t0 = time.monotonic()
             conn = None
