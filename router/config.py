@@ -81,6 +81,10 @@ class RouterConfig(_Frozen):
     max_in_flight_per_replica: int = pydantic.Field(default=256, ge=1, le=1_000_000)
     queue_size_per_model: int = pydantic.Field(default=1024, ge=0, le=10_000_000)
     queue_timeout_s: float = pydantic.Field(default=30.0, gt=0, le=3600)
+    cold_start_wait_s: float = pydantic.Field(
+        default=90.0, ge=0, le=3600,
+        description="How long a request for a model with no replica at all (scaled to zero, or not placed "
+                    "yet) waits for one to appear before 503; 0 answers 503 at once.")
     ewma_decay_s: float = pydantic.Field(default=10.0, gt=0, le=3600)
     default_cost_ms: float = pydantic.Field(default=30.0, gt=0, le=600_000)
     unknown_rtt_ms: float = pydantic.Field(default=150.0, ge=0, le=10_000)

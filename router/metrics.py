@@ -63,6 +63,7 @@ class RouterMetrics:
         self.budget_exhausted: collections.Counter = collections.Counter()
         self.ejections: collections.Counter = collections.Counter()
         self.rejected: collections.Counter = collections.Counter()
+        self.cold_start_waits: collections.Counter = collections.Counter()
         self.disconnects: collections.Counter = collections.Counter()
         self.background_errors: collections.Counter = collections.Counter()
         self.scheduler_connected = 0
@@ -116,6 +117,8 @@ class RouterMetrics:
             ("meridian_router_ejections", "Outlier ejections", ["model", "replica"], self.ejections),
             ("meridian_router_rejected", "Requests the router answered itself with an error",
              ["model", "reason"], self.rejected),
+            ("meridian_router_cold_start_waits", "Requests that waited for a model's first replica (scale from zero)",
+             ["model"], self.cold_start_waits),
             ("meridian_router_client_disconnects", "Clients gone before the response ended", ["model"],
              self.disconnects),
             ("meridian_router_background_errors", "Logged and survived background failures", ["component"],

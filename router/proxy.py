@@ -80,6 +80,7 @@ class Proxy:
         self.trusted_header = config.trusted_region_header
         self.max_body_bytes = config.max_body_bytes
         self.timeout_s = config.request_timeout_s
+        self.cold_start_wait_s = config.cold_start_wait_s
         self.max_attempts = config.retry.max_attempts
         self.panic_percent = config.outlier.panic_threshold_percent
         self.upstream_auth = (f"Authorization: Bearer {config.upstream_api_key}\r\n".encode()
@@ -185,6 +186,19 @@ class Proxy:
                     wait_s = await self.limiter.check(key)
                     if wait_s > 0:
                         raise errors.rate_limited(wait_s)
+            if not entry.endpoints and self.cold_start_wait_s > 0:
+                # No replica at all: scaled to zero or not placed yet. The traffic report counts this
+                # request, the autoscaler wakes the model, and the request waits for the replica.
+                self.metrics.cold_start_waits[model] += 1
+                waiting = self.traffic.in_flight
+                waiting[(model, region)] = waiting.get((model, region), 0) + 1
+                self.traffic.urgent.set()
+                try:
+                    entry = await self.state.wait_for_replica(model, min(self.cold_start_wait_s, timeout_s))
+                finally:
+                    waiting[(model, region)] -= 1
+                if entry is None:
+                    raise errors.no_replica(model)
             gate = entry.admission
             if not gate.try_enter():
                 await gate.enter()

@@ -7,6 +7,8 @@ Replicas that left the table have their idle connections closed; requests in fli
 
 from __future__ import annotations
 
+import asyncio
+
 import logging
 import random
 import time
@@ -45,6 +47,7 @@ class RoutingState:
         self.endpoints: dict[str, endpoints.Endpoint] = {}
         self.model_names: list[str] = []
         self._rtt_cache: dict[tuple[str, str], float] = {}
+        self._changed: asyncio.Future | None = None
 
     @property
     def version(self) -> int:
@@ -144,8 +147,31 @@ class RoutingState:
         self.model_names = sorted(new_models)
         self.table = table
         self.source = source
+        if self._changed is not None and not self._changed.done():
+            self._changed.set_result(None)
         log.info("event=routing_table_applied version=%d source=%s models=%d replicas=%d removed=%d",
                  table.version, source, len(new_models), len(new_endpoints), len(gone))
+
+    async def wait_for_replica(self, model: str, timeout_s: float) -> endpoints.ModelEntry | None:
+        """Wait (at most ``timeout_s``) until ``model`` has a routable replica; its entry, or None.
+
+        This is what makes scale-to-zero work for clients: the request that wakes a model up waits
+        for the replica the scheduler starts, instead of failing while it starts."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            entry = self.models.get(model)
+            if entry is not None and entry.routable:
+                return entry
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            if self._changed is None or self._changed.done():
+                self._changed = loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._changed), left)
+            except asyncio.TimeoutError:
+                return None
 
     def close(self) -> None:
         for ep in self.endpoints.values():

@@ -39,6 +39,8 @@ class TrafficAccumulator:
         self.window_start = clock()
         self._tallies: dict[tuple[str, str], _Tally] = {}
         self.in_flight: dict[tuple[str, str], int] = {}
+        # Set when a report should go out now rather than at the next interval (a model woken from zero).
+        self.urgent = asyncio.Event()
 
     def record(self, model: str, client_region: str, prompt_tokens: int, completion_tokens: int, error: bool,
                ttft_ms: float | None) -> None:
@@ -58,7 +60,11 @@ class TrafficAccumulator:
         """The window so far as a report; starts a new window."""
         now = self.clock()
         samples = []
-        for (model, region), t in sorted(self._tallies.items()):
+        # Requests still in flight (long streams, requests waiting for a first replica) are demand
+        # too, even in a window where none of them finished.
+        keys = set(self._tallies) | {k for k, n in self.in_flight.items() if n > 0}
+        for model, region in sorted(keys):
+            t = self._tallies.get((model, region)) or _Tally()
             ttft = sorted(t.ttft_ms)
             p99 = ttft[min(len(ttft) - 1, int(len(ttft) * 0.99))] if ttft else 0.0
             samples.append(fm.TrafficSample(model, region, t.requests, t.prompt_tokens, t.completion_tokens,
@@ -120,7 +126,11 @@ class TrafficReporter:
             stub = routing_pb2_grpc.RoutingServiceStub(channel)
             try:
                 while True:
-                    await asyncio.sleep(self.interval_s)
+                    try:
+                        await asyncio.wait_for(self.accumulator.urgent.wait(), self.interval_s)
+                    except asyncio.TimeoutError:
+                        pass
+                    self.accumulator.urgent.clear()
                     await self.send_once(stub)
             except asyncio.CancelledError:
                 await asyncio.shield(self.send_once(stub))
