@@ -48,6 +48,7 @@ class SimReplica:
     load: fm.ReplicaLoad = fm.ReplicaLoad()
     backlog: float = 0.0
     steady: perf.Steady | None = None
+    server_ttft_ms: float | None = None  # mean server-side TTFT of its last tick with traffic
     leave_at: float | None = None
     region_share: dict[str, float] = dataclasses.field(default_factory=dict)
 

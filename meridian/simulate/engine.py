@@ -227,13 +227,30 @@ def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, ser
     arrivals_row = trace.arrivals[k]
     demand: list[records.Demand] = []
     lam: dict[str, dict[str, float]] = {}
+    # The live router's peak-EWMA is fed by every response, so it tracks a replica's latency within
+    # seconds; a tick routes a minute of requests with one estimate, so each replica's is set now:
+    # what its requests saw last tick, or for a replica that had none (new, or avoided), what its
+    # first responses would show (unloaded, its backlog included). Left to decay over the tick, an
+    # idle replica would read as free and draw the whole minute's traffic (a herd the live router
+    # stops after the first slow responses).
+    for rid, (_c, r) in live.items():
+        if r.state is not fm.ReplicaState.READY:
+            continue
+        ms = r.server_ttft_ms
+        if ms is None:
+            m = model_of(r.deployment, r.gpu_type)
+            v, p = m.server_ttft_points(m.steady(0.0, r.backlog, tick_s))
+            ms = float(v @ p)
+        router.observe(rid, ms)
     for dep, streams in sorted(streams_of.items()):
         arrivals = {region: int(arrivals_row[i]) for i, region in streams}
         spec_ = deployments[dep].spec
         expected = {}
         for rid, (_c, r) in live.items():
             if r.deployment == dep:
-                expected[rid] = r.steady.request_s if r.steady is not None else 1.0
+                # A request's time there: last tick's figure, or an unloaded one for a new replica.
+                expected[rid] = r.steady.request_s if r.steady is not None \
+                    else model_of(dep, r.gpu_type).per_request_s(1.0)
         shares = router.route(served_name[dep], arrivals, int(spec_.workload.prompt_tokens_mean),
                               fid.samples_per_stream, expected, tick_s, dead)
         routed: dict[str, float] = {}
@@ -244,7 +261,7 @@ def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, ser
         for region, n in arrivals.items():
             col.failed(k, dep, region, n - routed.get(region, 0.0), "no_replica")
     in_flight: dict[tuple[str, str], float] = {}
-    p99: dict[tuple[str, str], float] = {}
+    seen: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
     for rid, (cluster, r) in sorted(live.items()):
         if r.state is not fm.ReplicaState.READY:
             continue
@@ -267,8 +284,9 @@ def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, ser
             generation_tokens_per_s=steady.served_rps * model.output, requests_per_s=steady.served_rps,
             observed_at=now)
         if rate <= 0:
+            r.server_ttft_ms = None  # no responses: next tick starts from its unloaded estimate
             continue
-        router.observe(rid, server_mean)
+        r.server_ttft_ms = server_mean
         tpot_ok = model.tpot_ok(steady)
         dropped_share = steady.dropped / (rate * tick_s) if rate > 0 else 0.0
         sla = deployments[r.deployment].spec.sla.ttft_p99_ms
@@ -283,11 +301,24 @@ def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, ser
             col.served(k, r.deployment, region, served, met, values + rtt, probs)
             key = (r.deployment, region)
             in_flight[key] = in_flight.get(key, 0.0) + rps * steady.request_s
-            p99[key] = max(p99.get(key, 0.0), server_p99 + rtt)
+            seen.setdefault(key, []).append((values + rtt, probs * served))
     for dep, streams in sorted(streams_of.items()):
         for i, region in streams:
             n = int(arrivals_row[i])
             demand.append(records.Demand(served_name[dep], region, n / tick_s, 0.0,
                                          int(math.ceil(in_flight.get((dep, region), 0.0))),
-                                         p99.get((dep, region), 0.0), 0.0, 0.0, now))
+                                         _p99(seen.get((dep, region))), 0.0, 0.0, now))
     return demand
+
+
+def _p99(points: list[tuple[np.ndarray, np.ndarray]] | None) -> float:
+    """TTFT p99 (ms) over the requests of one stream, as its routers measure it (RTT included)."""
+    if not points:
+        return 0.0
+    values = np.concatenate([v for v, _ in points])
+    weights = np.concatenate([w for _, w in points])
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    if cum[-1] <= 0:
+        return 0.0
+    return float(values[order][min(len(values) - 1, int(np.searchsorted(cum, 0.99 * cum[-1])))])

@@ -63,7 +63,7 @@ def text(cmp: runner.Comparison) -> str:
         spot = r.stats.get("spot_gpus_mean", 0.0) / gpus if gpus else math.nan
         rows.append([r.policy, r.routing, f"${r.cost_usd:,.0f}", f"${r.cost_per_hour_usd:,.2f}", vs,
                      _pct(r.total.attainment), f"{r.total.failed:,.0f}", _ms(r.total.ttft_p50_ms),
-                     _ms(r.total.ttft_p99_ms), f"{gpus:.1f}", _pct(spot).replace(".00%", "%"),
+                     _ms(r.total.ttft_p99_ms), f"{gpus:.1f}", _pct(spot),
                      f"{r.stats.get('wall_s', 0.0):.1f}"])
     lines += _table(["policy", "routing", "cost", "$/h", "vs meridian", "SLO met", "failed", "TTFT p50 ms",
                      "TTFT p99 ms", "GPUs", "spot", "run s"], rows)
