@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from bench import common
+
 BENCHES = {
     "emulator": "SGLang emulator: sustainable request rate of one process (is it a bottleneck?)",
     "router": "Router: Meridian vs sglang-router vs direct, short and streaming requests",
@@ -24,14 +26,7 @@ BENCHES = {
 
 
 def machine() -> list[str]:
-    cpu = "unknown"
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = common.cpu_model()
     mem_gib = "?"
     try:
         kb = next(int(line.split()[1]) for line in pathlib.Path("/proc/meminfo").read_text().splitlines()

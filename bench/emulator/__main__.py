@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
+from bench import common
 from meridian import capacity
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -32,34 +30,10 @@ wrk.headers["Content-Type"] = "application/json"
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def wait_port(port: int, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"emulator not listening on 127.0.0.1:{port} after {timeout_s}s")
 
 
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        cpu = platform.processor() or "unknown CPU"
-    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
 
 
 def start_emulator(port: int, speedup: float) -> subprocess.Popen:
@@ -68,7 +42,7 @@ def start_emulator(port: int, speedup: float) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "runtime_adapter.emulator", "--model-path", MODEL, "--port", str(port),
                              "--enable-metrics", "--max-running-requests", "256", "--log-level", "warning"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    wait_port(port)
+    common.wait_port(port)
     return proc
 
 
@@ -105,14 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("wrk") is None:
         print("bench.emulator needs wrk: apt-get install -y wrk", file=sys.stderr)
         return 1
-    print(f"machine: {machine()}")
+    print(f"machine: {common.machine()}")
     print(f"emulator: {MODEL} on 1x H100 (capacity model), {args.tokens} output tokens/request, "
           f"{args.connections} connections, {args.duration_s}s per run, wrk on the same cores")
     print(f"{'scenario':<40} {'req/s':>9} {'tok/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'non-2xx':>8}")
     for label, speedup, stream in (("overhead-bound, non-streaming", 1e6, False),
                                    ("overhead-bound, streaming", 1e6, True),
                                    ("model-bound (speedup 1), non-streaming", 1.0, False)):
-        port = free_port()
+        port = common.free_port()
         proc = start_emulator(port, speedup)
         try:
             run_wrk(port, stream=stream, tokens=args.tokens, connections=args.connections, duration_s=1)  # warm-up

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from bench import common
 
 SHORT_JSON = ('{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"m-short","choices":[{"index":0,'
               '"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],'
@@ -33,21 +33,8 @@ wrk.headers["Content-Type"] = "application/json"
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def wait_port(port: int, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout_s}s")
 
 
 def ensure_tools() -> None:
@@ -80,7 +67,7 @@ class Stack:
         log = open(os.path.join(self.workdir, f"{name}.log"), "wb")
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append((name, proc))
-        wait_port(port, timeout_s)
+        common.wait_port(port, timeout_s)
 
     def stop(self) -> None:
         for _, proc in self.procs:
@@ -145,19 +132,6 @@ def wrk(url: str, script: str, connections: int, duration_s: float) -> dict:
     return parse_wrk(done.stdout)
 
 
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        model = platform.processor() or model
-    load = os.getloadavg()
-    return (f"{os.cpu_count()} cores, {model}, Python {platform.python_version()}, "
-            f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start")
 
 
 def main() -> None:
@@ -179,9 +153,9 @@ def main() -> None:
     stack = Stack(workdir)
     scenarios = [s for s in args.scenarios.split(",") if s]
     try:
-        short_ports, stream_ports = [free_port(), free_port()], [free_port(), free_port()]
+        short_ports, stream_ports = [common.free_port(), common.free_port()], [common.free_port(), common.free_port()]
         stack.start("nginx", [nginx_binary(), "-c", nginx_conf(workdir, short_ports)], short_ports[0])
-        wait_port(short_ports[1])
+        common.wait_port(short_ports[1])
         for i, p in enumerate(stream_ports):
             stack.start(f"sse{i}", [py, "-m", "bench.router.sse_backend", "--port", str(p), "--chunks", str(args.chunks),
                                     "--token-delay-ms", str(args.token_delay_ms)], p)
@@ -196,22 +170,22 @@ def main() -> None:
         for s in scenarios:
             ports = short_ports if s == "short" else stream_ports
             targets[s]["direct"] = f"http://127.0.0.1:{ports[0]}"
-            sp = free_port()
+            sp = common.free_port()
             stack.start(f"sglang-router-{s}", [py, "-m", "sglang_router.launch_router", "--worker-urls",
                                                *[f"http://127.0.0.1:{p}" for p in ports], "--policy", "round_robin",
                                                "--host", "127.0.0.1", "--port", str(sp), "--log-level", "warn",
-                                               "--prometheus-port", str(free_port())],
+                                               "--prometheus-port", str(common.free_port())],
                         sp, timeout_s=60)
             targets[s]["sglang-router"] = f"http://127.0.0.1:{sp}"
         for w in [int(x) for x in args.meridian_workers.split(",") if x]:
-            mp = free_port()
+            mp = common.free_port()
             stack.start(f"meridian-w{w}", [py, "-m", "meridian.cli.main", "router", "--listen", f"127.0.0.1:{mp}",
                                            "--routes-file", routes, "--lkg-store", "none", "--region", "na-east",
                                            "--workers", str(w), "--policy", args.policy, "--log-level", "warning"], mp)
             time.sleep(1.0 if w > 1 else 0.2)  # let every worker bind
             for s in scenarios:
                 targets[s][f"meridian-w{w}"] = f"http://127.0.0.1:{mp}"
-        print(f"machine: {machine()}")
+        print(f"machine: {common.machine()}")
         print(f"load: wrk -t1, {args.duration_s:g} s runs x {args.repeats} repeats, interleaved; "
               f"short: {args.connections} connections, nginx static JSON; stream: {args.stream_connections} "
               f"connections, {args.chunks} SSE chunks/response, {args.token_delay_ms:g} ms between chunks; "
