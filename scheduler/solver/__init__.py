@@ -20,6 +20,7 @@ from scheduler.solver import (
     scores,
     starts,
     throughput,
+    validate,
 )
 from scheduler.solver.framework import FILTERS, SCORES, Code, Status, register_filter, register_score
 from scheduler.solver.plan import PlanDiff, PoolChange, diff
@@ -41,4 +42,5 @@ __all__ = [
     "PoolChange", "PoolOffer", "SolveStatus", "SolverSettings", "Status", "Unplaced", "candidates",
     "changed_deployments", "diff", "evaluate", "explain", "filters", "flows", "formulation", "framework", "greedy", "inputs", "ledger",
     "linear", "plan", "pool_key", "problem", "register_filter", "register_score", "scores", "solve", "starts", "throughput",
+    "validate",
 ]

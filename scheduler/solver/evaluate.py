@@ -1,7 +1,8 @@
 """Turning a group-level solution into pool-level replicas, and pricing any placement honestly.
 
 The split back assigns each group's replicas to its member pools: first where the deployment runs
-now (no churn), then first fit, so nodes fill before new ones start. Cost is recomputed on member
+now (no churn), then onto nodes already paid for or running, then first fit, so nodes fill before
+new ones start and the members run no more nodes than the model counted for the group. Cost is recomputed on member
 pools (each pool's nodes: max(nodes_min, ceil(GPUs used / GPUs per node))), so the reported cost
 is what the plan would bill, not the model's aggregate figure."""
 
@@ -27,17 +28,27 @@ class Breakdown:
         return self.cost_usd + self.score_usd + self.churn_usd + self.unplaced_usd
 
 
-def split(c: cand_mod.Candidates, sol: greedy.Solution,
-          current: problem.Placement | None) -> problem.Placement | None:
+def split(c: cand_mod.Candidates, sol: greedy.Solution, current: problem.Placement | None,
+          held: Mapping[str, int] | None = None) -> problem.Placement | None:
     """Pair counts and arc flows -> member-pool placement with its serving map (reference
     replicas of each region's demand per pool, shared over a group's members by their replicas);
     None when a group's replicas do not fit its members (fragmentation), so the caller can solve
-    without merging."""
-    replicas: dict[tuple[str, str], int] = {}
+    without merging.
+
+    ``held``: member pool key -> GPUs already taken there by replicas the model did not decide
+    (those an incremental re-solve keeps); new replicas fit around them. The model counts a
+    group's nodes as if its members were one pool, so the split fills nodes already paid for
+    (nodes_min) or running before it opens one, and drops the preference for where a deployment
+    runs now when keeping it would run more nodes than the model counted."""
+    held = held or {}
     by_group: dict[int, list[tuple[int, int]]] = {}
     for p, n in sol.counts.items():
         if n > 0:
             by_group.setdefault(c.pairs[p].g, []).append((p, n))
+    now: dict[str, dict[str, int]] = {}
+    for (name, key), n in (current.replicas.items() if current is not None else ()):
+        if n > 0:
+            now.setdefault(name, {})[key] = n
     share: dict[int, dict[str, int]] = {}  # pair -> member key -> replicas
     for g, items in sorted(by_group.items()):
         group = c.groups[g]
@@ -45,47 +56,84 @@ def split(c: cand_mod.Candidates, sol: greedy.Solution,
             for p, n in items:
                 share[p] = {group.members[0].key: n}
             continue
-        free = {m.key: m.gpus_capacity for m in group.members}
-        order = [m.key for m in group.members]
-        # Largest replicas first (first-fit decreasing), each deployment's current pools first.
-        for p, n in sorted(items, key=lambda it: (-c.pairs[it[0]].gpus_packed, it[0])):
-            pair = c.pairs[p]
-            name = c.views[pair.d].name
-            here = current.of(name) if current is not None else {}
-            got: dict[str, int] = {}
-            left = n
-            for key in sorted(order, key=lambda k: (0 if here.get(k, 0) else 1, order.index(k))):
-                cap = free[key] // pair.gpus_packed
-                room = min(left, cap, here[key]) if here.get(key, 0) else min(left, cap)
-                if room > 0:
-                    free[key] -= room * pair.gpus_packed
-                    got[key] = got.get(key, 0) + room
-                    left -= room
-            for key in order:
-                room = min(left, free[key] // pair.gpus_packed)
-                if room > 0:
-                    free[key] -= room * pair.gpus_packed
-                    got[key] = got.get(key, 0) + room
-                    left -= room
-            if left:
-                return None
-            share[p] = got
-    for p, got in share.items():
+        got = _split_group(c, group, items, now, held)
+        if got is not None and now and _member_nodes(group, got[1]) > _group_nodes(group, got[1]):
+            plain = _split_group(c, group, items, {}, held)
+            if plain is not None and _member_nodes(group, plain[1]) < _member_nodes(group, got[1]):
+                got = plain
+        if got is None:
+            return None
+        share.update(got[0])
+    replicas: dict[tuple[str, str], int] = {}
+    for p, members in share.items():
         name = c.views[c.pairs[p].d].name
-        for key, n in got.items():
+        for key, n in members.items():
             replicas[(name, key)] = replicas.get((name, key), 0) + n
     serving: dict[tuple[str, str, str], float] = {}
     for a, flow in sol.flows.items():
         if flow <= 0:
             continue
         arc = c.arcs[a]
-        got = share.get(arc.p, {})
-        total = sum(got.values())
+        members = share.get(arc.p, {})
+        total = sum(members.values())
         name = c.views[arc.d].name
-        for key, n in got.items():
+        for key, n in members.items():
             k = (name, arc.region, key)
             serving[k] = serving.get(k, 0.0) + flow / formulation.SCALE * n / total
     return problem.Placement(replicas, serving)
+
+
+def _split_group(c: cand_mod.Candidates, group: cand_mod.Group, items: list[tuple[int, int]],
+                 now: Mapping[str, Mapping[str, int]], held: Mapping[str, int]
+                 ) -> tuple[dict[int, dict[str, int]], dict[str, int]] | None:
+    """One group's replicas over its members, largest replicas first (first-fit decreasing): a
+    deployment's current members first (``now``: no churn), then room on nodes already running or
+    paid for, then a new node on the first member with room. Returns (pair -> member -> replicas,
+    member -> GPUs used), or None when they do not fit."""
+    gpn = group.offer.gpus_per_node
+    order = [m.key for m in group.members]
+    free = {m.key: m.gpus_capacity - held.get(m.key, 0) for m in group.members}
+    used = {m.key: held.get(m.key, 0) for m in group.members}
+    paid = {m.key: m.pool.nodes_min * gpn for m in group.members}
+
+    def open_room(key: str) -> int:
+        return max(paid[key], math.ceil(used[key] / gpn) * gpn) - used[key]
+
+    share: dict[int, dict[str, int]] = {}
+    for p, n in sorted(items, key=lambda it: (-c.pairs[it[0]].gpus_packed, it[0])):
+        size = c.pairs[p].gpus_packed
+        here = now.get(c.views[c.pairs[p].d].name, {})
+        got: dict[str, int] = {}
+        left = n
+        while left:
+            key = next((k for k in order if here.get(k, 0) > got.get(k, 0) and free[k] >= size), None)
+            if key is not None:
+                take = min(left, here[key] - got.get(key, 0), free[key] // size)
+            else:
+                key = next((k for k in order if free[k] >= size and open_room(k) >= size), None)
+                if key is not None:
+                    take = min(left, free[key] // size, open_room(key) // size)
+                else:
+                    key = next((k for k in order if free[k] >= size), None)
+                    if key is None:
+                        return None
+                    take = min(left, free[key] // size, max(1, gpn // size))
+            free[key] -= take * size
+            used[key] += take * size
+            got[key] = got.get(key, 0) + take
+            left -= take
+        share[p] = got
+    return share, used
+
+
+def _member_nodes(group: cand_mod.Group, used: Mapping[str, int]) -> int:
+    gpn = group.offer.gpus_per_node
+    return sum(max(m.pool.nodes_min, math.ceil(used.get(m.key, 0) / gpn)) for m in group.members)
+
+
+def _group_nodes(group: cand_mod.Group, used: Mapping[str, int]) -> int:
+    """Nodes the model counts for the group: its members as one pool."""
+    return max(group.nodes_min, math.ceil(sum(used.values()) / group.offer.gpus_per_node))
 
 
 def pool_nodes(prob: problem.PlacementProblem, placement: problem.Placement) -> dict[str, int]:

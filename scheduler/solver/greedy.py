@@ -7,6 +7,7 @@ replica in another cloud or region, or the deployment is left out. Never violate
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from scheduler.solver import candidates as cand_mod
 from scheduler.solver import formulation, ledger, problem
@@ -21,14 +22,20 @@ class Solution:
 
 
 def place(prob: problem.PlacementProblem, c: cand_mod.Candidates, active: list[int] | None = None,
-          prefer: dict[int, int] | None = None, order_by: str = "priority") -> Solution:
+          prefer: dict[int, int] | None = None, order_by: str = "priority",
+          fixed: Mapping[int, list[tuple[int, int]]] | None = None) -> Solution:
     """A feasible solution for the deployments in ``active`` (default: all with arcs).
 
     ``prefer``: replicas per pair to take first where they fit (an LP rounding or the current
     placement): a repair step that turns a near-feasible point into a feasible one.
     ``order_by``: "priority" (higher classes first: the baseline) or "constrained" (deployments
-    with isolation and the fewest candidate pools first: a better start for the optimiser)."""
+    with isolation and the fewest candidate pools first: a better start for the optimiser).
+    ``fixed``: deployment -> [(group, replicas)] an incremental re-solve keeps; they hold their
+    share of every limit before anything is placed, so the result is feasible next to them."""
     book = ledger.Ledger(prob, c)
+    for d, entries in (fixed or {}).items():
+        for g, n in entries:
+            book.hold(d, g, n)
     out = Solution()
     chosen = active if active is not None else [d for d in range(len(c.views)) if c.arcs_by_d[d]]
     if order_by == "constrained":

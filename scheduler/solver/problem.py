@@ -196,9 +196,10 @@ class Placement:
 
 
 class SolveStatus(str, enum.Enum):
+    # OPTIMAL and FEASIBLE plans have passed the last check (``validate``): they break no hard constraint.
     OPTIMAL = "optimal"
-    FEASIBLE = "feasible"  # time limit reached: best plan found, gap to the bound reported
-    NO_SOLUTION = "no_solution"  # time limit reached before any plan (result keeps the current one)
+    FEASIBLE = "feasible"  # time limit reached (best plan found, gap to the bound reported), or a repaired plan
+    NO_SOLUTION = "no_solution"  # no plan (result keeps the current one); solve() falls back to the greedy start instead
     ERROR = "error"  # the model could not be built or solved; see message
 
 

@@ -3,21 +3,26 @@
 Pipeline: candidates (filter and score plugins) -> deployments that cannot meet isolation with the
 candidates they have are set aside, with the reason -> the integer program (formulation) -> the LP
 relaxation with GLOP (a lower bound; rounded, a hint when there is no current placement) -> CP-SAT,
-hinted with the current placement (warm start), within the time limit -> the split back to member
-pools, the honest cost, and an explanation for every unplaced demand.
+hinted with the current placement (warm start), within the time limit (without a CP-SAT solution in
+time, the feasible greedy start is the plan) -> the split back to member pools -> the last check
+(``validate``: whatever path produced it, a plan that breaks a hard constraint is repaired, never
+returned as is) -> the honest cost, and an explanation for every unplaced demand.
 
 Incremental re-solve: with a current placement that serves most deployments exactly as they now
 ask, only the deployments that changed get variables; the others stay where they are and their
-usage is taken off the shared limits. When that leaves demand unplaced, a full solve follows."""
+usage is taken off the shared limits (unless their replicas break the problem as it is now: a pool
+or a limit that shrank; those are re-solved too). When that leaves demand unplaced, a full solve
+follows."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
 
 from scheduler.solver import candidates as cand_mod
-from scheduler.solver import evaluate, explain, formulation, framework, greedy, ledger, linear, problem, starts
+from scheduler.solver import evaluate, explain, formulation, framework, greedy, ledger, linear, problem, starts, validate
 
 log = logging.getLogger("meridian.scheduler.solver")
 
@@ -35,19 +40,58 @@ def solve(prob: problem.PlacementProblem, *, time_limit_s: float = 10.0,
     deadline = start + time_limit_s
     if current is not None and settings.incremental != "never":
         changed = changed_deployments(prob, current, settings)
+        if changed is not None:
+            changed |= _kept_conflicts(prob, current, changed, settings)
         share = len(changed) / max(1, len(prob.deployments)) if changed is not None else 1.0
         if changed is not None and (settings.incremental == "always" or share <= settings.incremental_max_share):
             result = _solve(prob, settings, current, deadline, start, changed)
             names = {prob.deployments[d].name for d in changed}
             blocked = [u for u in result.unplaced if u.constraint not in _FILTER_CONSTRAINTS and u.deployment in names]
+            # A repaired plan means the kept replicas no longer fit the problem (a pool or a limit
+            # shrank): a full solve may place better what the repair dropped.
+            repaired = bool(result.stats.get("repaired_replicas"))
             if result.status in (problem.SolveStatus.OPTIMAL, problem.SolveStatus.FEASIBLE) and (
-                    not blocked or settings.incremental == "always" or time.perf_counter() > deadline - 0.5):
+                    not (blocked or repaired) or settings.incremental == "always"
+                    or time.perf_counter() > deadline - 0.5):
                 return result
-            log.info("solver incremental=fallback reason=%s", "unplaced" if blocked else result.status.value)
+            log.info("solver incremental=fallback reason=%s",
+                     "repaired" if repaired else "unplaced" if blocked else result.status.value)
     return _solve(prob, settings, current, deadline, start, None)
 
 
 _FILTER_CONSTRAINTS = {"gpu_type", "placement", "policy", "excluded", "latency", "spot", "error"}
+
+
+def _kept_conflicts(prob: problem.PlacementProblem, current: problem.Placement, changed: set[int],
+                    settings: problem.SolverSettings) -> set[int]:
+    """Deployments an incremental re-solve may not keep as they are although their demand did
+    not change: their replicas, with the others kept, break a hard constraint of the problem as it
+    is now (a pool that shrank, a quota or budget that was lowered). Per violation: the deployment
+    itself, or every kept deployment on that pool, of that team, in that cloud, or in the fleet.
+    Without them the kept replicas only use less of every limit, so what remains is valid."""
+    index = {d.name: i for i, d in enumerate(prob.deployments)}
+    names = {prob.deployments[d].name for d in changed}
+    keep = {name for (name, _), n in current.replicas.items() if n > 0 and name in index and name not in names}
+    if not keep:
+        return set()
+    kept = problem.Placement({k: n for k, n in current.replicas.items() if k[0] in keep},
+                             {k: v for k, v in current.serving.items() if k[0] in keep})
+    views = {d.name: cand_mod.make_view(d, prob.policy) for d in prob.deployments if d.name in keep}
+    offers = {p.key: p for p in prob.pools}
+    out: set[int] = set()
+    found = validate.violations(prob, kept, settings, views)
+    for v in found:
+        for (name, key), n in kept.replicas.items():
+            offer = offers.get(key)
+            if n > 0 and (v.scope == "fleet" or (v.scope == "deployment" and name == v.subject)
+                          or (v.scope == "pool" and key == v.subject)
+                          or (v.scope == "team" and prob.deployments[index[name]].team == v.subject)
+                          or (v.scope == "cloud" and offer is not None and offer.cloud == v.subject)):
+                out.add(index[name])
+    if found:
+        log.info("solver incremental=resolve deployments=%d violations=%d first=%r", len(out), len(found),
+                 found[0].detail)
+    return out
 
 
 def changed_deployments(prob: problem.PlacementProblem, current: problem.Placement,
@@ -133,6 +177,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     c = cand_mod.build(prob, settings, only)
     stats["filter_s"] = time.perf_counter() - t
     member_group = {m.key: g.index for g in c.groups for m in g.members}
+    members = {m.key: m for g in c.groups for m in g.members}
     index = {d.name: i for i, d in enumerate(prob.deployments)}
     current_g: dict[tuple[int, int], int] = {}
     fixed: dict[int, list[tuple[int, int]]] = {}
@@ -182,7 +227,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     if current is not None:
         # Warm start: the current replicas where they still fit, the rest filled greedily.
         kept = starts.from_current(c, built, current, index, member_group)
-        begin = starts.best_start(prob, c, settings, active, kept.counts)
+        begin = starts.best_start(prob, c, settings, active, kept.counts, fixed)
     if settings.lp_hint and built.x:
         t = time.perf_counter()
         lp = linear.solve_lp(built.model, time_limit_s=max(0.2, (deadline - time.perf_counter()) * 0.5))
@@ -191,7 +236,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
             lower = lp.objective
             stats["lp_bound"] = lp.objective
             if begin is None:
-                begin = starts.best_start(prob, c, settings, active, starts.round_lp(c, built, lp.values))
+                begin = starts.best_start(prob, c, settings, active, starts.round_lp(c, built, lp.values), fixed)
             if len(built.x) > settings.restrict_above_pairs:
                 t = time.perf_counter()
                 keep = starts.restrict(c, built, lp.values, begin, settings.pairs_per_region)
@@ -199,7 +244,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
                 restricted = True
                 stats.update(restrict_s=time.perf_counter() - t, sat_variables=built.model.size, sat_pairs=len(built.x))
     if begin is None:
-        begin = starts.best_start(prob, c, settings, active, None)
+        begin = starts.best_start(prob, c, settings, active, None, fixed)
     hint = starts.complete(c, built, begin)
 
     t = time.perf_counter()
@@ -223,19 +268,20 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
         iso_off = {d for d, (z, _, _) in built.iso.items() if sat.values[z] == 0}
         if status is problem.SolveStatus.OPTIMAL and restricted:
             status = problem.SolveStatus.FEASIBLE  # optimal among the kept pairs only
-    elif changed is None:
-        sol = greedy.place(prob, c, active)
-        status = problem.SolveStatus.FEASIBLE
-        message = f"CP-SAT returned {sat.status} within the time limit; greedy plan returned"
-        iso_off = set()
     else:
-        return problem.PlacementResult(
-            problem.SolveStatus.NO_SOLUTION, current or problem.Placement(),
-            evaluate.cost_per_hour(prob, current or problem.Placement()), math.inf, lower,
-            time.perf_counter() - start, tuple(unplaced), "incremental",
-            f"CP-SAT returned {sat.status} within the time limit; incremental scope unsolved", stats)
+        # Out of time without a CP-SAT solution: the start is a feasible plan (the greedy repair
+        # of the current placement or of the LP rounding, next to the replicas kept).
+        sol = starts.with_flows(c, begin, active) if begin.counts else greedy.place(prob, c, active, fixed=fixed)
+        status = problem.SolveStatus.FEASIBLE
+        message = f"CP-SAT returned {sat.status} within the time limit; the greedy start plan returned"
+        iso_off = set()
 
-    placement = evaluate.split(c, sol, current)
+    held: dict[str, int] = {}
+    for (name, key), n in fixed_members.items():
+        offer = members[key]
+        gpus = c.views[index[name]].gpus_for(offer.gpu_type)
+        held[key] = held.get(key, 0) + n * cand_mod.packed_gpus(gpus, offer.gpus_per_node)
+    placement = evaluate.split(c, sol, current, held)
     if placement is None:
         if settings.aggregate_pools:
             log.info("solver aggregate=off reason=fragmentation")
@@ -249,6 +295,23 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
         merged_serving[k] = merged_serving.get(k, 0.0) + v
     planned = {d.name: dict(d.replicas_by_region) for d in prob.deployments}
     placement = problem.Placement(merged, merged_serving, planned)
+    views = {view.name: view for view in c.views}
+    found = validate.violations(prob, placement, settings, views)
+    if found and settings.aggregate_pools and len(c.groups) < len(members):
+        # The merged model's view of member pools (nodes, capacity) did not hold for this plan.
+        log.info("solver aggregate=off reason=%s detail=%r", found[0].constraint, found[0].detail)
+        return _solve(prob, settings.model_copy(update={"aggregate_pools": False}), current, deadline, start, changed)
+    repaired = validate.repair(prob, placement, settings, views) if found else None
+    if repaired is not None:
+        # Whatever produced it, a plan that breaks a hard constraint is never returned as is.
+        log.warning("solver repaired=%d violations=%d first=%r", repaired.dropped_replicas, len(repaired.found),
+                    repaired.found[0].detail)
+        placement = repaired.placement
+        status = problem.SolveStatus.FEASIBLE
+        note = (f"plan repaired: {repaired.dropped_replicas} replica(s) dropped for {len(repaired.found)} "
+                f"violation(s), first: {repaired.found[0].detail}")
+        message = f"{message}; {note}" if message else note
+        stats["repaired_replicas"] = repaired.dropped_replicas
 
     book = ledger.Ledger(prob, c)
     book.add_all(sol.counts)
@@ -271,7 +334,14 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     for d, gaps in sorted(short_fixed.items()):
         for region, short in sorted(gaps.items()):
             unplaced.append(explain.unplaced(c, book, d, region, short, False))
+    if repaired is not None:
+        unplaced.extend(repaired.unplaced)
     parts = evaluate.breakdown(prob, c, settings, sol, placement, current, covered, set(active))
+    if repaired is not None:
+        # Dropped demand pays its penalty; scores of dropped replicas stay in (an upper bound).
+        weight = {d.name: formulation.priority_weight(d.priority) for d in prob.deployments}
+        extra = sum(settings.unplaced_usd_per_replica * weight[u.deployment] * u.replicas for u in repaired.unplaced)
+        parts = dataclasses.replace(parts, unplaced_usd=parts.unplaced_usd + extra)
     elapsed = time.perf_counter() - start
     stats.update(cost_usd=parts.cost_usd, score_usd=parts.score_usd, churn_usd=parts.churn_usd,
                  unplaced_usd=parts.unplaced_usd, sat_bound=sat.bound)

@@ -62,12 +62,14 @@ def round_lp(c: cand_mod.Candidates, built: formulation.Built, values: list[floa
 
 
 def best_start(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: problem.SolverSettings,
-               active: list[int], prefer: dict[int, int] | None) -> greedy.Solution:
+               active: list[int], prefer: dict[int, int] | None,
+               fixed: Mapping[int, list[tuple[int, int]]] | None = None) -> greedy.Solution:
     """A feasible start: the greedy repair of ``prefer`` (an LP rounding) in most-constrained-first
-    order; without ``prefer``, the better (by objective) of that order and priority order."""
+    order; without ``prefer``, the better (by objective) of that order and priority order.
+    ``fixed``: replicas an incremental re-solve keeps (they hold their share of every limit)."""
     best, best_value = greedy.Solution(), math.inf
     for order_by in ("constrained",) if prefer else ("constrained", "priority"):
-        sol = greedy.place(prob, c, active, prefer=prefer, order_by=order_by)
+        sol = greedy.place(prob, c, active, prefer=prefer, order_by=order_by, fixed=fixed)
         placement = evaluate.split(c, sol, None)
         if placement is None:
             continue

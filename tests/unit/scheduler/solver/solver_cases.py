@@ -3,14 +3,17 @@ constraint (written from the spec, not from the solver's own ledger)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from unittest import mock
 
 from meridian import capacity, fleet, latency
 from meridian.spec import deployment as deployment_spec
 from meridian.spec import policy as policy_spec
 from scheduler import solver
-from scheduler.solver import throughput
+from scheduler.solver import linear, throughput
 
 CHAT = "meta-llama/Llama-3.1-8B-Instruct"
 BIG = "meta-llama/Llama-3.1-70B-Instruct"
@@ -185,3 +188,53 @@ def unit_capacity(prob: solver.PlacementProblem, name: str, offer: solver.PoolOf
     ref = throughput.reference_gpu_type(d.spec, d.reference_gpu_type)
     units = throughput.units_by_type(d.spec, ref).get(offer.gpu_type, 1.0)
     return units * (solver.SolverSettings().spot_capacity_credit if offer.tier is fleet.Tier.SPOT else 1.0)
+
+
+# How a solve meets its time limit, forced so that every branch runs whatever the machine's speed:
+# path -> time limit (s). "tiny_time_limit" is past its deadline before CP-SAT starts; the others
+# replace one backend with what it answers when time runs out (see ``timeout_path``).
+TIMEOUT_PATHS = {
+    "cp_sat_in_time": 1.0,
+    "tiny_time_limit": 0.001,
+    "no_cp_sat_solution": 1.0,
+    "first_cp_sat_solution": 1.0,
+    "lp_out_of_time": 1.0,
+}
+
+
+@contextlib.contextmanager
+def timeout_path(path: str) -> Iterator[list[str]]:
+    """Within the block, the solver meets ``path`` (a TIMEOUT_PATHS key): CP-SAT stopped before
+    any solution (status unknown), CP-SAT stopped at its first solution (whatever feasible point it
+    reaches first, usually the hint), or the LP relaxation out of time. Yields the list of forced
+    backend calls, so a test can check the path was taken."""
+    if path not in TIMEOUT_PATHS:
+        raise ValueError(f"path must be one of {sorted(TIMEOUT_PATHS)}, got {path!r}")
+    calls: list[str] = []
+    real_sat = linear.solve_sat
+
+    def no_solution(model: linear.LinearModel, **kw: object) -> linear.SatOutcome:
+        calls.append("sat")
+        return linear.SatOutcome("unknown", [], math.inf, -math.inf, 0.0)
+
+    def first_solution(model: linear.LinearModel, **kw: object) -> linear.SatOutcome:
+        calls.append("sat")
+        # With no objective the first feasible point is final; one worker keeps it deterministic.
+        flat = dataclasses.replace(model, cost=[0.0] * model.size)
+        out = real_sat(flat, **{**kw, "workers": 1, "known_bound": None, "relative_gap": 0.0})
+        if out.status not in ("optimal", "feasible"):
+            return out
+        objective = sum(c * v for c, v in zip(model.cost, out.values, strict=True)) + model.constant
+        return dataclasses.replace(out, status="feasible", objective=objective, bound=-math.inf)
+
+    def lp_out_of_time(model: linear.LinearModel, **kw: object) -> linear.LpOutcome:
+        calls.append("lp")
+        return linear.LpOutcome(False, [], -math.inf)
+
+    forced = {"no_cp_sat_solution": ("solve_sat", no_solution), "first_cp_sat_solution": ("solve_sat", first_solution),
+              "lp_out_of_time": ("solve_lp", lp_out_of_time)}.get(path)
+    if forced is None:
+        yield calls
+        return
+    with mock.patch.object(linear, forced[0], forced[1]):
+        yield calls

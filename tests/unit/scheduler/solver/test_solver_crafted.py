@@ -15,6 +15,7 @@ LIMIT_S = 10.0
 def solve(prob: solver.PlacementProblem, **kw: object) -> solver.PlacementResult:
     result = solver.solve(prob, time_limit_s=kw.pop("time_limit_s", LIMIT_S), **kw)
     assert sc.violations(prob, result) == []
+    assert "repaired_replicas" not in result.stats  # valid by construction, not by the last check's repair
     return result
 
 
