@@ -1,10 +1,18 @@
 """Property tests: on random small fleets no plan breaks a hard constraint, and every unserved
-demand is reported with the constraint that stops it. Bounded: few examples, 1 s per solve."""
+demand is reported with the constraint that stops it, by whichever path the solve meets its time
+limit (CP-SAT in time, a tiny limit, no CP-SAT solution, CP-SAT's first solution, the LP out of
+time: ``solver_cases.TIMEOUT_PATHS``), first placements and warm-started re-solves alike.
+Bounded: few examples, at most 1 s per solve (most take tens of ms). Settings: the
+``meridian-solver`` profile (conftest.py), derandomized under CI."""
 
 from __future__ import annotations
 
+import dataclasses
+import random
+
 import hypothesis
 import hypothesis.strategies as st
+import pytest
 import solver_cases as sc
 
 from scheduler import solver
@@ -26,7 +34,8 @@ def instances(draw: st.DrawFn) -> solver.PlacementProblem:
         tier = draw(st.sampled_from(["on_demand", "on_demand", "spot", "reserved"]))
         nodes_max = draw(st.integers(0, 5))
         nodes_min = min(nodes_max, 1) if tier == "reserved" else draw(st.integers(0, min(1, nodes_max)))
-        price = draw(st.floats(0.2, 4.0)) * per_node
+        # Round prices often repeat, so identical pools of a region merge into one group.
+        price = draw(st.one_of(st.floats(0.2, 4.0), st.sampled_from([0.5, 1.0, 2.0]))) * per_node
         pools.append(sc.pool(f"c{i}", cloud, region, gpu, round(price, 2), gpus_per_node=per_node,
                              nodes_max=nodes_max, nodes_min=nodes_min, tier=tier, pool_id=f"p{i}"))
     deps = []
@@ -51,11 +60,12 @@ def instances(draw: st.DrawFn) -> solver.PlacementProblem:
     return sc.problem(deps, pools, pol, excluded)
 
 
-@hypothesis.settings(max_examples=60, deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow])
-@hypothesis.given(instances())
-def test_no_plan_violates_a_hard_constraint_and_unserved_demand_is_explained(prob: solver.PlacementProblem):
-    """Capacity, quotas, budgets, latency, isolation, spot share, max_replicas hold; shortfalls carry reasons."""
-    result = solver.solve(prob, time_limit_s=1.0)
+PROFILE = hypothesis.settings.get_profile("meridian-solver")
+PATHS = list(sc.TIMEOUT_PATHS)
+
+
+def check(prob: solver.PlacementProblem, result: solver.PlacementResult) -> None:
+    """A returned plan breaks nothing, and what it leaves unserved is explained."""
     assert result.status in (solver.SolveStatus.OPTIMAL, solver.SolveStatus.FEASIBLE)
     assert sc.violations(prob, result) == []
     for u in result.unplaced:
@@ -64,16 +74,77 @@ def test_no_plan_violates_a_hard_constraint_and_unserved_demand_is_explained(pro
     assert result.lower_bound <= result.objective + 1e-6
 
 
-@hypothesis.settings(max_examples=25, deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow])
-@hypothesis.given(instances(), st.integers(0, 4))
-def test_warm_started_resolve_after_a_change_stays_valid(prob: solver.PlacementProblem, extra: int):
-    """Re-solving from a plan after one deployment's demand changes yields a plan that breaks nothing."""
-    first = solver.solve(prob, time_limit_s=1.0)
+def taken(path: str, calls: list[str], result: solver.PlacementResult) -> None:
+    """The forced path really ran (an LP is solved only when some pair survives the filters)."""
+    lp_ran = path == "lp_out_of_time" and result.stats.get("pairs")
+    if path in ("no_cp_sat_solution", "first_cp_sat_solution") or lp_ran:
+        assert calls
+    if path == "no_cp_sat_solution":
+        assert "CP-SAT returned unknown" in result.message
+
+
+def changed_demand(prob: solver.PlacementProblem, extra: int) -> solver.PlacementProblem:
+    """The first deployment rebuilt with another demand in its first region (and default spec knobs)."""
     d = prob.deployments[0]
     region = sorted(d.replicas_by_region)[0]
-    changed = sc.problem([sc.dep(d.name, regions={**d.replicas_by_region, region: extra},
-                                 gpu_types=d.spec.resources.gpu_types, team=d.team,
-                                 profile=dict(d.spec.resources.throughput_profile)), *prob.deployments[1:]],
-                         prob.pools, prob.policy, dict(prob.excluded_pools))
-    again = solver.solve(changed, time_limit_s=1.0, current=first.placement)
-    assert sc.violations(changed, again) == []
+    return sc.problem([sc.dep(d.name, regions={**d.replicas_by_region, region: extra},
+                              gpu_types=d.spec.resources.gpu_types, team=d.team,
+                              profile=dict(d.spec.resources.throughput_profile)), *prob.deployments[1:]],
+                      prob.pools, prob.policy, dict(prob.excluded_pools))
+
+
+@pytest.mark.parametrize("path", PATHS)
+@hypothesis.settings(PROFILE, max_examples=40)
+@hypothesis.given(instances())
+def test_no_plan_violates_a_hard_constraint_and_unserved_demand_is_explained(path: str, prob: solver.PlacementProblem):
+    """Capacity, quotas, budgets, latency, isolation, spot share, max_replicas hold; shortfalls carry reasons."""
+    with sc.timeout_path(path) as calls:
+        result = solver.solve(prob, time_limit_s=sc.TIMEOUT_PATHS[path])
+    check(prob, result)
+    taken(path, calls, result)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@hypothesis.settings(PROFILE, max_examples=25)
+@hypothesis.given(instances(), st.integers(0, 4), st.sampled_from(["auto", "always"]))
+def test_warm_started_resolve_after_a_change_stays_valid(path: str, prob: solver.PlacementProblem, extra: int,
+                                                         incremental: str):
+    """Re-solving from a plan after one deployment's demand changes yields a plan that breaks nothing."""
+    settings = solver.SolverSettings(incremental=incremental)
+    first = solver.solve(prob, time_limit_s=1.0, settings=settings)
+    changed = changed_demand(prob, extra)
+    with sc.timeout_path(path) as calls:
+        again = solver.solve(changed, time_limit_s=sc.TIMEOUT_PATHS[path], current=first.placement, settings=settings)
+    check(changed, again)
+    taken(path, calls, again)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@hypothesis.settings(PROFILE, max_examples=25)
+@hypothesis.given(instances(), st.sampled_from(["stock-out", "shrink", "quota"]), st.sampled_from(["auto", "always"]),
+                  st.randoms(use_true_random=False))
+def test_resolve_after_a_pool_or_a_limit_shrinks_stays_valid(path: str, prob: solver.PlacementProblem, change: str,
+                                                             incremental: str, rnd: random.Random):
+    """A pool the plan uses stocks out or loses half its GPUs, or team quotas drop: the re-solve from
+    the old plan (the warm start, the replicas an incremental solve would keep) still breaks nothing."""
+    settings = solver.SolverSettings(incremental=incremental)
+    first = solver.solve(prob, time_limit_s=1.0, settings=settings)
+    used = sorted({key for (_, key), n in first.placement.replicas.items() if n > 0}) or [p.key for p in prob.pools]
+    victim = rnd.choice(used)
+    pools, excluded, policy = list(prob.pools), dict(prob.excluded_pools), prob.policy
+    if change == "stock-out":
+        excluded[victim] = "stock-out"
+    elif change == "shrink":
+        pools = [dataclasses.replace(p, gpus_capacity=p.gpus_capacity // 2) if p.key == victim else p for p in pools]
+    else:
+        teams = [t.model_copy(update={"max_gpus": rnd.randint(0, 4)}) for t in policy.teams]
+        policy = policy.model_copy(update={"teams": teams})
+    # The first deployment also asks for one more replica, so an incremental re-solve has work to do.
+    d = prob.deployments[0]
+    region = sorted(d.replicas_by_region)[0]
+    grown = dataclasses.replace(d, replicas_by_region={**d.replicas_by_region, region: d.replicas_by_region[region] + 1})
+    changed = sc.problem([grown, *prob.deployments[1:]], pools, policy, excluded)
+    with sc.timeout_path(path) as calls:
+        again = solver.solve(changed, time_limit_s=sc.TIMEOUT_PATHS[path], current=first.placement, settings=settings)
+    check(changed, again)
+    taken(path, calls, again)
