@@ -200,6 +200,8 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
         timeline.note(f"{dropped} arrivals not sent: the generator's in-flight cap was reached")
     timings = {"time to route around the lost region": lost.get("routed_around_s"),
                "time to re-place its capacity": lost.get("replaced_s")}
+    for u in (status.get("plan") or {}).get("unplaced", []):
+        timeline.note(f"unplaced at the end: {u.get('reason', '')}")
     print(view.report(stats.placement_rows(status), stats.attainment(recorder.records, slas), total, failed,
                       timings, timeline.lines, slas, stats.failure_reasons(recorder.records)), file=out, flush=True)
     return 0
@@ -212,13 +214,10 @@ def _lose_region(fleet, status: dict, opts: DemoOptions, timeline: Timeline) -> 
         return {}
     details = next((c for c in status.get("clusters", []) if c["cluster_id"] == victim), {})
     lost_replicas = [r for r in details.get("replica_details", []) if r.get("state") == "ready"]
-    others_ready = _ready_by_deployment(status, exclude=victim)
-    need = {d: others_ready.get(d, 0) + sum(1 for r in lost_replicas if r.get("deployment") == d)
-            for d in {r.get("deployment") for r in lost_replicas}}
     pids = fleet.kill_cluster(victim)
     timeline.note(f"REGION LOST: cluster {victim} ({details.get('cloud')} {details.get('region')}) killed: agent and "
                   f"{len(pids) - 1} replica processes")
-    return {"cluster": victim, "at": time.monotonic(), "at_wall": time.time(), "need": need,
+    return {"cluster": victim, "at": time.monotonic(), "at_wall": time.time(),
             "endpoints": {r.get("endpoint") for r in lost_replicas}}
 
 
@@ -249,7 +248,19 @@ def _track_recovery(lost: dict, status: dict, recorder: traffic.Recorder, timeli
                 timeline.note(f"traffic routed around {lost['cluster']} with no failed request "
                               "(requests to its replicas were retried elsewhere before their first byte)")
     if "replaced_s" not in lost:
-        ready = _ready_by_deployment(status, exclude=lost["cluster"])
-        if all(ready.get(d, 0) >= n for d, n in lost["need"].items()):
-            lost["replaced_s"] = round(now - lost["at"], 1)
-            timeline.note(f"capacity of {lost['cluster']} re-placed elsewhere and ready after {lost['replaced_s']:.1f}s")
+        # Re-placed once a plan made after the loss is carried out: every deployment has, outside the
+        # lost cluster, as many ready replicas as that plan wants there.
+        plan = status.get("plan") or {}
+        known_lost = any(c["cluster_id"] == lost["cluster"] and c.get("lost")
+                         for c in status.get("clusters", []))
+        if known_lost and "seen_lost_wall" not in lost:
+            lost["seen_lost_wall"] = time.time()
+            timeline.note(f"scheduler marked {lost['cluster']} lost after {now - lost['at']:.1f}s")
+        if "seen_lost_wall" in lost and plan.get("at", 0) > lost["seen_lost_wall"]:
+            wanted = {d: sum(n for where, n in pools.items() if not where.startswith(lost["cluster"] + "/"))
+                      for d, pools in plan.get("placement", {}).items()}
+            ready = _ready_by_deployment(status, exclude=lost["cluster"])
+            if all(ready.get(d, 0) >= n for d, n in wanted.items()):
+                lost["replaced_s"] = round(now - lost["at"], 1)
+                timeline.note(f"capacity of {lost['cluster']} re-placed: the plan made after the loss is carried out "
+                              f"after {lost['replaced_s']:.1f}s")
