@@ -380,6 +380,10 @@ class Proxy:
             if not self._may_retry(entry, attempts, reason):
                 break
             tried += (ep,)
+        return self._give_up(entry, last_response, last_error, rid, outcome)
+
+    def _give_up(self, entry, last_response, last_error, rid: str, outcome) -> web.Response:
+        """No attempt succeeded: relay the last replica answer as it was, or say why there was none."""
         if last_response is not None:
             status, content_type, body = last_response
             outcome.status = status
@@ -436,14 +440,7 @@ class Proxy:
             if not self._may_retry(entry, attempts, reason):
                 break
             tried += (ep,)
-        if last_response is not None:
-            status, content_type, body = last_response
-            outcome.status = status
-            return web.Response(body=body, status=status, headers={
-                "Content-Type": self._content_type(content_type), "X-Request-Id": rid})
-        err = errors.no_replica(entry.name) if last_error is None else errors.upstream_failed(entry.name, str(last_error))
-        outcome.status = err.status
-        return err.response(rid)
+        return self._give_up(entry, last_response, last_error, rid, outcome)
 
     async def _relay(self, request: web.Request, entry, ep, conn: upstream.Connection, first: bytes, rid: str,
                      started: float, outcome: _Outcome) -> web.StreamResponse:
