@@ -12,7 +12,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -53,6 +53,8 @@ def _finish_reason(req: engine_mod.GenRequest) -> dict[str, Any]:
 
 
 CLIENT_REGION_HEADER = "X-Meridian-Client-Region"
+# What SGLang streams (after a 200) when its queue is full.
+_QUEUE_FULL_STREAM = protocol.stream_error(QUEUE_FULL, "SERVICE_UNAVAILABLE", 503) + "data: [DONE]\n\n"
 
 
 class Handlers:
@@ -113,6 +115,50 @@ class Handlers:
             await req.progress.wait()
             req.progress.clear()
 
+    @staticmethod
+    async def _steps(req: engine_mod.GenRequest) -> AsyncIterator[tuple[int, int, bool]]:
+        """(tokens already sent, tokens generated now, finished) at each engine step, until finished."""
+        sent = 0
+        while True:
+            done, now = req.finished, req.generated
+            yield sent, now, done
+            sent = now
+            if done:
+                return
+            await req.progress.wait()
+            req.progress.clear()
+
+    async def _unary(self, req: engine_mod.GenRequest) -> web.Response | None:
+        """Admit and wait for the whole answer; the 503 answer when the queue is full, else None."""
+        try:
+            self._admit(req)
+        except engine_mod.QueueFull:
+            return _openai_error(QUEUE_FULL, "503", 503)
+        await self._wait(req)
+        return None
+
+    async def _sse(self, request: web.Request, req: engine_mod.GenRequest, queue_full: str,
+                   body: Callable[[web.StreamResponse], Awaitable[None]]) -> web.StreamResponse:
+        """A streamed answer: admit (``queue_full`` is the stream SGLang sends when the queue is full),
+        let ``body`` write the events, end the stream; a client gone mid-stream aborts the request."""
+        resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        try:
+            self._admit(req)
+        except engine_mod.QueueFull:
+            await resp.prepare(request)
+            await resp.write(queue_full.encode())
+            await resp.write_eof()
+            return resp
+        try:
+            await body(resp)
+            await resp.write_eof()
+        except ConnectionError:
+            # The client went away mid-stream: the engine drops the request (counted as aborted).
+            log.debug("event=client_disconnected rid=%s", req.rid)
+        finally:
+            self.s.engine.abort(req)
+        return resp
+
     def _usage(self, req: engine_mod.GenRequest) -> dict[str, Any]:
         return protocol.usage(req.prompt_tokens, req.generated, req.cached_tokens, self.s.config.enable_cache_report)
 
@@ -166,11 +212,9 @@ class Handlers:
             return _openai_error(str(exc), "BadRequestError" if body.stream else "BadRequest", 400)
         created = int(time.time())
         if not body.stream:
-            try:
-                self._admit(req)
-            except engine_mod.QueueFull:
-                return _openai_error(QUEUE_FULL, "503", 503)
-            await self._wait(req)
+            refused = await self._unary(req)
+            if refused is not None:
+                return refused
             text = tokens.output_text(req.seed, 0, req.generated)
             return protocol.json_response(protocol.chat_response(req.rid, created, body.model, text, _finish_reason(req),
                                                             self._usage(req)))
@@ -178,45 +222,27 @@ class Handlers:
 
     async def _chat_stream(self, request: web.Request, body: protocol.ChatCompletionRequest,
                            req: engine_mod.GenRequest, created: int) -> web.StreamResponse:
-        resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
-        try:
-            self._admit(req)
-        except engine_mod.QueueFull:
-            await resp.prepare(request)
-            await resp.write((protocol.stream_error(QUEUE_FULL, "SERVICE_UNAVAILABLE", 503) + "data: [DONE]\n\n").encode())
-            await resp.write_eof()
-            return resp
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        model, sent = body.model, 0
-        try:
+        model = body.model
+
+        async def events(resp: web.StreamResponse) -> None:
             await self._first_output(req)
             await resp.prepare(request)
             out = [protocol.chat_chunk(req.rid, created, model, role="assistant", content="")]
-            while True:
-                done, now = req.finished, req.generated
+            async for sent, now, _done in self._steps(req):
                 if now > sent:
                     out.append(protocol.chat_chunk(req.rid, created, model, content=tokens.output_text(req.seed, sent, now)))
-                    sent = now
                 if out:
                     await resp.write("".join(out).encode())
                     out = []
-                if done:
-                    break
-                await req.progress.wait()
-                req.progress.clear()
             finish = _finish_reason(req)
             tail = [protocol.chat_chunk(req.rid, created, model, finish_reason=finish["type"], matched_stop=finish.get("matched"))]
             if include_usage:
                 tail.append(protocol.chat_usage_chunk(req.rid, created, model, self._usage(req)))
             tail.append("data: [DONE]\n\n")
             await resp.write("".join(tail).encode())
-            await resp.write_eof()
-        except ConnectionError:
-            # The client went away mid-stream: the engine drops the request (counted as aborted).
-            log.debug("event=client_disconnected rid=%s", req.rid)
-        finally:
-            self.s.engine.abort(req)
-        return resp
+
+        return await self._sse(request, req, _QUEUE_FULL_STREAM, events)
 
     # ----- /v1/completions ------------------------------------------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -239,50 +265,29 @@ class Handlers:
             return _openai_error(str(exc), "BadRequestError" if body.stream else "BadRequest", 400)
         created = int(time.time())
         if not body.stream:
-            try:
-                self._admit(req)
-            except engine_mod.QueueFull:
-                return _openai_error(QUEUE_FULL, "503", 503)
-            await self._wait(req)
+            refused = await self._unary(req)
+            if refused is not None:
+                return refused
             text = tokens.output_text(req.seed, 0, req.generated)
             return protocol.json_response(protocol.completion_response(req.rid, created, body.model, text,
                                                                   _finish_reason(req), self._usage(req)))
-        resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
-        try:
-            self._admit(req)
-        except engine_mod.QueueFull:
-            await resp.prepare(request)
-            await resp.write((protocol.stream_error(QUEUE_FULL, "SERVICE_UNAVAILABLE", 503) + "data: [DONE]\n\n").encode())
-            await resp.write_eof()
-            return resp
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        sent = 0
-        try:
+
+        async def events(resp: web.StreamResponse) -> None:
             await self._first_output(req)
             await resp.prepare(request)
-            while True:
-                done, now = req.finished, req.generated
+            async for sent, now, done in self._steps(req):
                 if now > sent or done:
                     finish = _finish_reason(req) if done else None
                     await resp.write(protocol.completion_chunk(req.rid, created, body.model,
                                                                tokens.output_text(req.seed, sent, now), finish).encode())
-                    sent = now
-                if done:
-                    break
-                await req.progress.wait()
-                req.progress.clear()
             tail = []
             if include_usage:
                 tail.append(protocol.completion_usage_chunk(req.rid, created, body.model, self._usage(req)))
             tail.append("data: [DONE]\n\n")
             await resp.write("".join(tail).encode())
-            await resp.write_eof()
-        except ConnectionError:
-            # The client went away mid-stream: the engine drops the request (counted as aborted).
-            log.debug("event=client_disconnected rid=%s", req.rid)
-        finally:
-            self.s.engine.abort(req)
-        return resp
+
+        return await self._sse(request, req, _QUEUE_FULL_STREAM, events)
 
     # ----- /generate ------------------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
@@ -305,43 +310,22 @@ class Handlers:
         except ValueError as exc:
             return protocol.json_response({"error": {"message": str(exc)}}, status=400)
         if not body.stream:
-            try:
-                self._admit(req)
-            except engine_mod.QueueFull:
-                return _openai_error(QUEUE_FULL, "503", 503)
-            await self._wait(req)
+            refused = await self._unary(req)
+            if refused is not None:
+                return refused
             return protocol.json_response(self._native(req, finished=True))
-        resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
-        try:
-            self._admit(req)
-        except engine_mod.QueueFull:
+        abort = protocol.meta_info(req.rid, {"type": "abort", "message": QUEUE_FULL, "status_code": 503},
+                                   req.prompt_tokens, 0, 0, None)
+        queue_full = "data: " + protocol.dumps(protocol.generate_response("", [], abort)) + "\n\ndata: [DONE]\n\n"
+
+        async def events(resp: web.StreamResponse) -> None:
             await resp.prepare(request)
-            abort = protocol.meta_info(req.rid, {"type": "abort", "message": QUEUE_FULL, "status_code": 503},
-                                       req.prompt_tokens, 0, 0, None)
-            await resp.write(("data: " + protocol.dumps(protocol.generate_response("", [], abort)) +
-                              "\n\ndata: [DONE]\n\n").encode())
-            await resp.write_eof()
-            return resp
-        sent = 0
-        try:
-            await resp.prepare(request)
-            while True:
-                done, now = req.finished, req.generated
+            async for sent, now, done in self._steps(req):
                 if now > sent or done:
                     await resp.write(("data: " + protocol.dumps(self._native(req, finished=done)) + "\n\n").encode())
-                    sent = now
-                if done:
-                    break
-                await req.progress.wait()
-                req.progress.clear()
             await resp.write(b"data: [DONE]\n\n")
-            await resp.write_eof()
-        except ConnectionError:
-            # The client went away mid-stream: the engine drops the request (counted as aborted).
-            log.debug("event=client_disconnected rid=%s", req.rid)
-        finally:
-            self.s.engine.abort(req)
-        return resp
+
+        return await self._sse(request, req, queue_full, events)
 
     def _native(self, req: engine_mod.GenRequest, *, finished: bool) -> dict[str, Any]:
         e2e = (req.finished_s - req.arrival_s) if finished and req.finished_s is not None else None
