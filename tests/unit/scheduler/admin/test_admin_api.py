@@ -8,7 +8,7 @@ import json
 import pathlib
 
 import pytest
-from conftest import ADMIN_TOKEN, TOKENS, leading
+from tests.unit.scheduler.service_harness import ADMIN_TOKEN, TOKENS, leading
 
 from meridian.cli import main as cli
 from meridian.fleet import models as fm

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import TOKENS, leading
+from tests.unit.scheduler.service_harness import TOKENS, leading
 
 from meridian import spec
 from meridian.fleet import models as fm

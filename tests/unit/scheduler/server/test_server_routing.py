@@ -6,7 +6,7 @@ import asyncio
 
 import grpc
 import pytest
-from conftest import ROUTER_TOKEN, TOKENS, leading
+from tests.unit.scheduler.service_harness import ROUTER_TOKEN, TOKENS, leading
 
 from meridian.fleet import models as fm
 from meridian.fleet import wire
