@@ -252,6 +252,7 @@ class TrafficSample:
     errors: int = 0
     in_flight: int = 0
     ttft_p99_ms: float = 0.0
+    revision: str = ""  # the replica revision that served them; "" when not told apart
 
 
 @dataclasses.dataclass(frozen=True)

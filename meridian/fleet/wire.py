@@ -286,7 +286,8 @@ def traffic_to_pb(t: m.TrafficReport, token: str = "") -> rt.TrafficReport:
         window_end=ts(t.window_end), token=token,
         samples=[rt.TrafficSample(model=s.model, client_region=s.client_region, requests=s.requests,
                                   prompt_tokens=s.prompt_tokens, completion_tokens=s.completion_tokens,
-                                  errors=s.errors, in_flight=s.in_flight, ttft_p99_ms=s.ttft_p99_ms)
+                                  errors=s.errors, in_flight=s.in_flight, ttft_p99_ms=s.ttft_p99_ms,
+                                  revision=s.revision)
                  for s in t.samples],
     )
 
@@ -296,5 +297,5 @@ def traffic_from_pb(p: rt.TrafficReport) -> m.TrafficReport:
         router_id=p.router_id, router_region=p.router_region, window_start=from_ts(p.window_start),
         window_end=from_ts(p.window_end),
         samples=tuple(m.TrafficSample(s.model, s.client_region, s.requests, s.prompt_tokens, s.completion_tokens,
-                                      s.errors, s.in_flight, s.ttft_p99_ms) for s in p.samples),
+                                      s.errors, s.in_flight, s.ttft_p99_ms, s.revision) for s in p.samples),
     )

@@ -79,7 +79,7 @@ class RoutingTable(_message.Message):
     def __init__(self, version: _Optional[int] = ..., generated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., models: _Optional[_Iterable[_Union[ModelRoutes, _Mapping]]] = ..., scheduler_id: _Optional[str] = ...) -> None: ...
 
 class TrafficSample(_message.Message):
-    __slots__ = ("model", "client_region", "requests", "prompt_tokens", "completion_tokens", "errors", "in_flight", "ttft_p99_ms")
+    __slots__ = ("model", "client_region", "requests", "prompt_tokens", "completion_tokens", "errors", "in_flight", "ttft_p99_ms", "revision")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     CLIENT_REGION_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,7 @@ class TrafficSample(_message.Message):
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     TTFT_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
     model: str
     client_region: str
     requests: int
@@ -96,7 +97,8 @@ class TrafficSample(_message.Message):
     errors: int
     in_flight: int
     ttft_p99_ms: float
-    def __init__(self, model: _Optional[str] = ..., client_region: _Optional[str] = ..., requests: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., errors: _Optional[int] = ..., in_flight: _Optional[int] = ..., ttft_p99_ms: _Optional[float] = ...) -> None: ...
+    revision: str
+    def __init__(self, model: _Optional[str] = ..., client_region: _Optional[str] = ..., requests: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., errors: _Optional[int] = ..., in_flight: _Optional[int] = ..., ttft_p99_ms: _Optional[float] = ..., revision: _Optional[str] = ...) -> None: ...
 
 class TrafficReport(_message.Message):
     __slots__ = ("router_id", "router_region", "window_start", "window_end", "samples", "token")
