@@ -1,8 +1,8 @@
 """Every knob of a scheduler process, validated in one place (a frozen pydantic model).
 
 Defaults suit a small fleet; docs/scheduler.md lists them with their meaning. Cross-field rules
-(the lease must outlive several renewals, liveness must span several heartbeats) are checked here so
-a bad combination fails at start with the field named."""
+(the lease must outlive several renewals, liveness must span several heartbeats, a TLS certificate
+comes with its key) are checked here so a bad combination fails at start with the field named."""
 
 from __future__ import annotations
 
@@ -36,6 +36,14 @@ class SchedulerConfig(pydantic.BaseModel):
                                     description="Key prefix in a shared store; one fleet per namespace.")
     tokens_file: str | None = pydantic.Field(default=None, description="YAML/JSON file of cluster and router tokens.")
     admin_token_file: str | None = pydantic.Field(default=None, description="Admin bearer token file.")
+    tls_cert_file: str | None = pydantic.Field(
+        default=None, min_length=1,
+        description="PEM certificate chain the gRPC port presents; with tls_key_file it turns TLS on.")
+    tls_key_file: str | None = pydantic.Field(default=None, min_length=1,
+                                              description="Unencrypted PEM private key of tls_cert_file.")
+    tls_client_ca_file: str | None = pydantic.Field(
+        default=None, min_length=1,
+        description="PEM CA bundle: clients must present a certificate it signed (mutual TLS).")
 
     heartbeat_interval_s: float = pydantic.Field(default=5.0, gt=0, le=300, description="Told to agents in Welcome.")
     lost_after_intervals: int = pydantic.Field(default=3, ge=2, le=100,
@@ -99,4 +107,12 @@ class SchedulerConfig(pydantic.BaseModel):
         if self.stock_out_backoff_max_s < self.stock_out_backoff_s:
             raise ValueError(f"stock_out_backoff_max_s ({self.stock_out_backoff_max_s}) must be >= "
                              f"stock_out_backoff_s ({self.stock_out_backoff_s})")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            given, missing = (("tls_cert_file (--tls-cert-file)", "tls_key_file (--tls-key-file)")
+                              if self.tls_cert_file else
+                              ("tls_key_file (--tls-key-file)", "tls_cert_file (--tls-cert-file)"))
+            raise ValueError(f"{given} is set but {missing} is not: TLS needs both the certificate and its key")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ValueError("tls_client_ca_file (--tls-client-ca-file) needs tls_cert_file (--tls-cert-file) and "
+                             "tls_key_file (--tls-key-file): mutual TLS is server TLS plus client certificates")
         return self

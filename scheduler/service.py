@@ -26,7 +26,7 @@ from scheduler.control import fleet as fleet_mod
 from scheduler.control import intake as intake_mod
 from scheduler.control import loop as loop_mod
 from scheduler.control import routes
-from scheduler.server import agents, auth, capacity, routing
+from scheduler.server import agents, auth, capacity, routing, tls
 from scheduler.state import election, records
 
 log = logging.getLogger("meridian.scheduler.service")
@@ -37,6 +37,8 @@ class SchedulerService:
                  store: state.StateStore | None = None, env: Mapping[str, str] | None = None,
                  tokens: auth.TokenBook | None = None, admin_auth: auth.AdminAuth | None = None):
         self.config = config
+        # TLS files first: a bad certificate stops the process before any state is opened.
+        self.grpc_tls = tls.load(config)
         self.clock = clock or clock_mod.SystemClock()
         self.env = env
         self.metrics = metrics_mod.SchedulerMetrics()
@@ -134,10 +136,14 @@ class SchedulerService:
             heartbeat_interval_s=self.config.heartbeat_interval_s), self._grpc)
         routing_pb2_grpc.add_RoutingServiceServicer_to_server(routing.RoutingServicer(
             hub=self.route_hub, tokens=self.tokens, traffic=self, metrics=self.metrics, clock=self.clock), self._grpc)
-        self.grpc_port = self._grpc.add_insecure_port(self.config.grpc_address)
+        if self.grpc_tls is None:
+            self.grpc_port = self._grpc.add_insecure_port(self.config.grpc_address)
+        else:
+            self.grpc_port = self._grpc.add_secure_port(self.config.grpc_address, self.grpc_tls.credentials())
         if not self.grpc_port:
             raise OSError(f"cannot listen on grpc_address {self.config.grpc_address}")
         await self._grpc.start()
+        tls.log_mode(self.grpc_tls, self.config.grpc_address, self.grpc_port)
         advertise = self.config.advertise_grpc_address or self.config.grpc_address
         host, port = advertise.rsplit(":", 1)
         if port == "0":  # asked for any free port: advertise the one bound
@@ -211,6 +217,7 @@ class SchedulerService:
             "scheduler_id": self.config.scheduler_id,
             "leader": bool(self.token),
             "fencing_token": self.token,
+            "grpc_tls": self.grpc_tls.mode if self.grpc_tls is not None else "off",
             "current_leader": {"id": lease.holder, "token": lease.token, **dict(lease.meta)} if lease else None,
             "adopting": bool(self.token) and (now < self.loop.adopt_until_s or (tick is not None and tick.stage == "adopting")),
             "spec_generation": self.loop.specs.generation,

@@ -34,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--id", dest="scheduler_id", help="this node's id (default host-pid)")
     parser.add_argument("--tokens-file", help="YAML file of cluster tokens and router tokens")
     parser.add_argument("--admin-token-file", help="admin bearer token file (else MERIDIAN_ADMIN_TOKEN)")
+    parser.add_argument("--tls-cert-file", metavar="PEM",
+                        help="certificate chain of the gRPC port; with --tls-key-file serves TLS (default: plaintext)")
+    parser.add_argument("--tls-key-file", metavar="PEM", help="unencrypted private key of --tls-cert-file")
+    parser.add_argument("--tls-client-ca-file", metavar="PEM",
+                        help="CA bundle that signs agents' and routers' certificates: requires them (mutual TLS)")
     parser.add_argument("-f", "--apply", dest="apply_files", action="append", default=[], metavar="FILE",
                         help="spec file or directory to apply at start (validated first; repeatable)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -52,7 +57,7 @@ def build_config(args: argparse.Namespace) -> config_mod.SchedulerConfig:
             raise ValueError(f"--set {key}: unknown setting" + (f"; did you mean {hint!r}?" if hint else ""))
         values[key] = value
     for key in ("grpc_address", "admin_address", "state_url", "namespace", "scheduler_id", "tokens_file",
-                "admin_token_file"):
+                "admin_token_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file"):
         if getattr(args, key, None):
             values[key] = getattr(args, key)
     return config_mod.SchedulerConfig(**values)
