@@ -6,7 +6,8 @@ Package face; the roles live in small modules:
 ``health`` (outlier ejection, active checks, panic mode), ``retry`` (retry budget), ``admission``
 (bounded queue per model), ``auth`` / ``ratelimit`` (API keys, token buckets in Redis),
 ``validation`` / ``errors`` (400s the OpenAI way), ``watch`` / ``store`` (route stream, last known
-good), ``traffic`` (reports to the scheduler), ``metrics``, ``config``, ``cli``, ``testing``."""
+good), ``traffic`` (reports to the scheduler), ``scheduler_tls`` (TLS on the scheduler link),
+``metrics``, ``config``, ``cli``, ``testing``."""
 
 from router.app import Router
 from router.config import RouterConfig, load as load_config

@@ -107,15 +107,19 @@ class Router:
         if cfg.routes_file:
             self.state.apply(routes_file.load(cfg.routes_file), "static")
         if cfg.scheduler_address:
+            client_tls = cfg.scheduler_tls()
+            log.info("event=scheduler_link scheduler=%s tls=%s", cfg.scheduler_address,
+                     client_tls.mode if client_tls is not None else "off")
             self.watcher = watch.RouteWatcher(
                 cfg.scheduler_address, router_id=self.router_id, router_region=cfg.region,
                 token=cfg.scheduler_token, apply=self.state.apply, current_version=lambda: self.state.version,
-                store=lkg, on_connected=self._connected, on_error=self._count_error)
+                store=lkg, on_connected=self._connected, on_error=self._count_error, tls=client_tls)
             await self.watcher.load_last_known_good()
             self._tasks.append(asyncio.create_task(self.watcher.run(), name="route-watch"))
             self.reporter = traffic.TrafficReporter(
                 cfg.scheduler_address, self.traffic, router_id=self.router_id, router_region=cfg.region,
-                token=cfg.scheduler_token, interval_s=cfg.traffic_report_interval_s, on_error=self._count_error)
+                token=cfg.scheduler_token, interval_s=cfg.traffic_report_interval_s, on_error=self._count_error,
+                tls=client_tls)
             self._tasks.append(asyncio.create_task(self.reporter.run(), name="traffic-report"))
         if cfg.health.enabled:
             self.checker = health.ActiveChecker(cfg.health.settings(), self.session,

@@ -32,6 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="LatencyMap spec file with RTT overrides (repeatable)")
     parser.add_argument("--scheduler", dest="scheduler_address", help="HOST:PORT of the scheduler's RoutingService")
     parser.add_argument("--scheduler-token", help="token presented to the scheduler")
+    parser.add_argument("--scheduler-tls-ca-file", metavar="PEM",
+                        help="CA bundle that signed the scheduler's certificate: connect over TLS (default: plaintext)")
+    parser.add_argument("--scheduler-tls-cert-file", metavar="PEM",
+                        help="client certificate, for a scheduler that requires mutual TLS")
+    parser.add_argument("--scheduler-tls-key-file", metavar="PEM", help="unencrypted private key of the client certificate")
     parser.add_argument("--routes-file", help="static routing table (YAML) to run without a scheduler")
     parser.add_argument("--lkg-store", choices=["file", "redis", "none"], help="where the last-known-good table lives")
     parser.add_argument("--lkg-path", help="last-known-good table file")
@@ -57,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _overrides(args: argparse.Namespace) -> dict:
     out = {k: getattr(args, k, None) for k in (
         "workers", "router_id", "region", "trusted_region_header", "scheduler_address", "scheduler_token",
+        "scheduler_tls_ca_file", "scheduler_tls_cert_file", "scheduler_tls_key_file",
         "routes_file", "lkg_store", "lkg_path", "redis_url", "api_keys_file", "api_keys_in_redis",
         "default_rate_limit_rps", "default_rate_limit_burst", "policy", "max_body_bytes", "request_timeout_s",
         "max_in_flight_per_replica", "queue_size_per_model", "upstream_api_key", "log_level")}

@@ -13,7 +13,7 @@ import pydantic
 import yaml
 
 from meridian import latency, spec
-from router import health, policies
+from router import health, policies, scheduler_tls
 
 
 class _Frozen(pydantic.BaseModel):
@@ -63,6 +63,11 @@ class RouterConfig(_Frozen):
     latency_map_files: tuple[str, ...] = ()
     scheduler_address: str = pydantic.Field(default="", description="host:port of the RoutingService.")
     scheduler_token: str = ""
+    scheduler_tls_ca_file: str = pydantic.Field(
+        default="", description="PEM CA bundle that signed the scheduler's certificate; set: TLS to the scheduler.")
+    scheduler_tls_cert_file: str = pydantic.Field(
+        default="", description="PEM client certificate for a scheduler that requires mutual TLS.")
+    scheduler_tls_key_file: str = pydantic.Field(default="", description="Unencrypted PEM key of the client cert.")
     routes_file: str = pydantic.Field(default="", description="Static routing table (YAML), for running without a scheduler.")
     lkg_store: Literal["file", "redis", "none"] = "file"
     lkg_path: str = pydantic.Field(default="", description="Last-known-good table file; default under ~/.local/state.")
@@ -125,6 +130,14 @@ class RouterConfig(_Frozen):
             problems.append(f"region: {latency.UnknownRegion(self.region)}; see meridian/data/regions.csv")
         if self.outlier.base_ejection_s > self.outlier.max_ejection_s:
             problems.append("outlier.base_ejection_s: must be <= outlier.max_ejection_s")
+        tls_problems = scheduler_tls.pairing_problems(self.scheduler_tls_ca_file, self.scheduler_tls_cert_file,
+                                                      self.scheduler_tls_key_file, self.scheduler_address)
+        problems.extend(tls_problems)
+        if not tls_problems:
+            try:
+                self.scheduler_tls()
+            except ValueError as exc:
+                problems.append(str(exc))
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -138,6 +151,11 @@ class RouterConfig(_Frozen):
         for doc in loaded.of_kind("LatencyMap"):
             base = doc.spec.apply(base)
         return base
+
+    def scheduler_tls(self) -> scheduler_tls.ClientTls | None:
+        """The TLS material for the scheduler connection (files read and checked); None: plaintext."""
+        return scheduler_tls.load(self.scheduler_tls_ca_file, self.scheduler_tls_cert_file,
+                                  self.scheduler_tls_key_file)
 
     @property
     def effective_router_id(self) -> str:

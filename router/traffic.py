@@ -17,6 +17,7 @@ import grpc
 from meridian.fleet import models as fm
 from meridian.fleet import wire
 from meridian.v1 import routing_pb2_grpc
+from router import scheduler_tls
 
 log = logging.getLogger("meridian.router.traffic")
 _TTFT_SAMPLES = 512
@@ -93,8 +94,9 @@ class TrafficAccumulator:
 class TrafficReporter:
     def __init__(self, address: str, accumulator: TrafficAccumulator, *, router_id: str, router_region: str,
                  token: str = "", interval_s: float = 10.0, timeout_s: float = 5.0,
-                 on_error: Callable[[str], None] | None = None):
+                 on_error: Callable[[str], None] | None = None, tls: scheduler_tls.ClientTls | None = None):
         self.address = address
+        self.tls = tls
         self.accumulator = accumulator
         self.router_id = router_id
         self.router_region = router_region
@@ -122,7 +124,7 @@ class TrafficReporter:
 
     async def run(self) -> None:
         """Report every ``interval_s`` forever (cancel to stop; the last window is sent on cancel)."""
-        async with grpc.aio.insecure_channel(self.address) as channel:
+        async with scheduler_tls.channel(self.address, self.tls) as channel:
             stub = routing_pb2_grpc.RoutingServiceStub(channel)
             try:
                 while True:

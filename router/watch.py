@@ -16,6 +16,7 @@ import grpc
 from meridian.fleet import models as fm
 from meridian.fleet import wire
 from meridian.v1 import routing_pb2, routing_pb2_grpc
+from router import scheduler_tls
 
 log = logging.getLogger("meridian.router.watch")
 
@@ -25,8 +26,10 @@ class RouteWatcher:
                  apply: Callable[[fm.RoutingTable, str], None], current_version: Callable[[], int],
                  store=None, on_connected: Callable[[bool], None] | None = None,
                  on_error: Callable[[str], None] | None = None, backoff_initial_s: float = 0.5,
-                 backoff_max_s: float = 30.0, rng: random.Random | None = None):
+                 backoff_max_s: float = 30.0, rng: random.Random | None = None,
+                 tls: scheduler_tls.ClientTls | None = None):
         self.address = address
+        self.tls = tls
         self.router_id = router_id
         self.router_region = router_region
         self.token = token
@@ -78,7 +81,7 @@ class RouteWatcher:
         delay = self.backoff_initial_s
         while True:
             try:
-                async with grpc.aio.insecure_channel(self.address) as channel:
+                async with scheduler_tls.channel(self.address, self.tls) as channel:
                     stub = routing_pb2_grpc.RoutingServiceStub(channel)
                     request = routing_pb2.WatchRoutesRequest(
                         router_id=self.router_id, router_region=self.router_region,
