@@ -10,6 +10,12 @@ Rules (all pure; the executor sends what this returns):
 - Make-before-break: a READY replica is drained only while the deployment keeps at least its target
   of READY replicas without it; replicas that serve nothing (STARTING, FAILED) are drained freely.
   Order: doomed spot replicas, outdated revisions, then surplus (least loaded first).
+- A deployment under rollout (``inp.rollouts``, see ``types.RevisionSplit``) splits each pool's
+  target between its new revision and its old side (``revisions.pool_targets``); each side starts
+  its own deficits (old-side starts run the old spec) and retires its own surplus, the old side's
+  other revisions first. The make-before-break count is the routed READY replicas of both sides
+  against the plan's target; replicas out of traffic (``revisions.unrouted``: blue_green's idle side,
+  a withdrawn revision) count for nothing and drain freely.
 - A plan that does not fully place a deployment (``inp.unplaced``: demand left unplaced, or no plan
   found) never takes away the capacity serving it: the deployment keeps as many READY replicas as
   were live when the plan first failed to place it (``types.ServingFloor``), up to what its demand
@@ -34,7 +40,7 @@ from collections.abc import Iterable, Mapping
 
 from meridian.fleet import models as fm
 from meridian.fleet import runtime
-from scheduler.reconciler import ratelimit
+from scheduler.reconciler import ratelimit, revisions
 from scheduler.reconciler import types as t
 from scheduler.solver import problem
 
@@ -129,30 +135,46 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
     leaving = {r.replica_id for r in mine if r.replica_id in draining or r.report.state is fm.ReplicaState.DRAINING}
     active = [r for r in mine if r.replica_id not in leaving and r.report.state in _LIVE]
     doomed = [r for r in active if r.doomed_at_s is not None]
+    split = inp.rollouts.get(name) if info is not None else None
+    hidden = revisions.unrouted(split, info, [r.report for r in active])
 
-    counted: dict[str, list[t.ReplicaInfo]] = {}
+    counted: dict[str, dict[str, list[t.ReplicaInfo]]] = {revisions.NEW: {}, revisions.OLD: {}}
     retiring: list[tuple[int, t.ReplicaInfo, str]] = []
     for r in active:
+        side = _side(split, info, r.report.revision)
         if r.doomed_at_s is not None:
             retiring.append((0, r, "spot interruption notice"))
         elif info is None:
             retiring.append((2, r, "deployment deleted"))
-        elif r.report.revision != info.revision:
-            retiring.append((1, r, f"outdated revision {r.report.revision} (now {info.revision})"))
+        elif side == revisions.WITHDRAWN:
+            retiring.append((0, r, f"rolled back: revision {info.revision} withdrawn"))
+        elif side == revisions.OUTDATED:
+            retiring.append((1, r, f"outdated revision {r.report.revision} (now {_serving(split, info)})"))
         elif r.pool_key not in target:
             retiring.append((2, r, "not in the plan for this pool"))
         else:
-            counted.setdefault(r.pool_key, []).append(r)
+            counted[side].setdefault(r.pool_key, []).append(r)
+
+    sides: list[tuple[str, t.DeploymentInfo, dict[str, int]]] = []
+    if info is not None and split is None:
+        sides = [(revisions.NEW, info, target)]
+    elif info is not None and split is not None:
+        present = {key: len(counted[revisions.NEW].get(key, []))
+                   + _pending(pending_starts.get((name, key), []), split, info, revisions.NEW) for key in target}
+        new_want, old_want = revisions.pool_targets(target, split, present)
+        sides = [(revisions.NEW, info, new_want), (revisions.OLD, split.old, old_want)]
 
     # Starts for deficits; replacements of doomed replicas go first and are urgent.
     urgent_left = len(doomed)
-    if info is not None:
-        for pool_key, want in sorted(target.items()):
+    for side, side_info, wants in sides:
+        for pool_key, want in sorted(wants.items()):
             pool = inp.pools[pool_key]
-            pending = len(pending_starts.get((name, pool_key), []))
-            deficit = want - len(counted.get(pool_key, [])) - pending
-            gpus = info.gpus_on(pool.pool.gpu_type)
+            pending = _pending(pending_starts.get((name, pool_key), []), split, info, side)
+            have = counted[side].get(pool_key, [])
+            deficit = want - len(have) - pending
+            gpus = side_info.gpus_on(pool.pool.gpu_type)
             wanted_gpus[pool_key] += want * gpus
+            of_revision = f" of revision {side_info.revision}" if split is not None else ""
             for _ in range(max(0, deficit)):
                 urgent = urgent_left > 0
                 urgent_left -= 1 if urgent else 0
@@ -165,13 +187,20 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
                     continue
                 free[pool_key] -= gpus
                 action = fm.StartReplica(
-                    replica_id="", deployment=name, revision=info.revision,
-                    runtime=runtime.runtime_spec(info.doc, pool.pool.gpu_type), pool_id=pool.pool.pool_id,
-                    gpu_count=gpus, deployment_spec_json=info.spec_json)
-                why = "replace a replica under spot interruption" if urgent else f"plan wants {want} on {pool_key}"
+                    replica_id="", deployment=name, revision=side_info.revision,
+                    runtime=runtime.runtime_spec(side_info.doc, pool.pool.gpu_type), pool_id=pool.pool.pool_id,
+                    gpu_count=gpus, deployment_spec_json=side_info.spec_json)
+                why = ("replace a replica under spot interruption" if urgent
+                       else f"plan wants {want}{of_revision} on {pool_key}")
                 candidates.append(_Candidate(_URGENT if urgent else _START, pool.cluster_id, action, why, urgent))
-            for r in sorted(counted.get(pool_key, []), key=_drain_rank)[: max(0, -deficit)]:
-                retiring.append((2, r, f"plan wants {want} on {pool_key}"))
+            if side == revisions.OLD:  # the old side's other revisions give way first
+                surplus = sorted(have, key=lambda r: (r.report.revision == split.old.revision, _drain_rank(r)))
+                why = f"rollout: revision {info.revision} takes the place of an old-revision replica on {pool_key}"
+            else:
+                surplus = sorted(have, key=_drain_rank)
+                why = f"plan wants {want}{of_revision} on {pool_key}"
+            for r in surplus[: max(0, -deficit)]:
+                retiring.append((1 if side == revisions.OLD else 2, r, why))
 
     # Drains: FAILED always; not-serving replicas freely; READY ones only while the deployment keeps
     # its target of READY replicas without them (make-before-break), and, while the plan does not
@@ -183,7 +212,9 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
     desired = sum(target.values())
     # A spot replica past its deadline is drained anyway and serves nothing more: it does not let
     # another READY replica go.
-    ready = sum(1 for r in active if r.report.state is fm.ReplicaState.READY and not _gone(r, now))
+    # Replicas out of traffic (a rollout's idle side) do not let another READY replica go either.
+    ready = sum(1 for r in active if r.report.state is fm.ReplicaState.READY and not _gone(r, now)
+                and r.replica_id not in hidden)
     floor = _floor(name, info, inp, active, floors_in)
     need = desired
     if floor is not None:
@@ -196,7 +227,7 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
         if r.doomed_at_s is not None:
             deadline = max(0, min(deadline, int(r.doomed_at_s - now)))
         kept = floor is not None and r.replica_id in floor.replica_ids
-        if r.report.state is fm.ReplicaState.READY and not gone_now:
+        if r.report.state is fm.ReplicaState.READY and not gone_now and r.replica_id not in hidden:
             if may_drain_ready <= 0:
                 if floor is not None and need > desired:
                     reason = (f"keeping {min(ready, need)} ready replica(s) of {name}: the plan could not place it "
@@ -220,6 +251,27 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
         candidates.append(_Candidate(order, r.cluster_id, fm.DrainReplica(r.replica_id, deadline), why))
     if floor is not None:
         floors_out[name] = floor
+
+
+def _side(split: t.RevisionSplit | None, info: t.DeploymentInfo | None, revision: str) -> str:
+    if info is None:
+        return revisions.OUTDATED
+    if split is None:
+        return revisions.NEW if revision == info.revision else revisions.OUTDATED
+    return revisions.side_of(split, info, revision)
+
+
+def _serving(split: t.RevisionSplit | None, info: t.DeploymentInfo) -> str:
+    """The revision replicas should run (the old one once a rollout rolled back)."""
+    return split.old.revision if split is not None and split.withdrawn else info.revision
+
+
+def _pending(starts: list[fm.StartReplica], split: t.RevisionSplit | None, info: t.DeploymentInfo | None,
+             side: str) -> int:
+    """Open starts of one side (every open start of the deployment when it is not under rollout)."""
+    if split is None or info is None:
+        return len(starts)
+    return sum(1 for s in starts if (s.revision == info.revision) == (side == revisions.NEW))
 
 
 def _floor(name: str, info: t.DeploymentInfo | None, inp: t.ReconcileInput, active: list[t.ReplicaInfo],

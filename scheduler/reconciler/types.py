@@ -61,6 +61,45 @@ class DeploymentInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class RevisionSplit:
+    """How a deployment under rollout divides the plan's replicas between its *new* revision (the
+    applied spec's, ``DeploymentInfo.revision``) and its *old* side (every other revision; starts on
+    that side run ``old``, the last spec fully rolled out). ``scheduler.rollout`` decides it.
+
+    ``new_percent``: the new revision's share of the plan's replicas, rounded up, at least one while
+    above 0. ``keep_old``: the old side keeps the plan's full size beside the new one (blue_green
+    before its switch); the new side then serves no traffic. ``old_unrouted``: the old side serves no
+    traffic (blue_green after its switch). ``withdrawn``: the new revision was rolled back: its
+    replicas leave the routes and drain without waiting for replacements while the old revision has a
+    READY replica, and only ``old.revision`` counts on the old side (any third revision is outdated)."""
+
+    old: DeploymentInfo
+    new_percent: int
+    keep_old: bool = False
+    old_unrouted: bool = False
+    withdrawn: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.new_percent <= 100:
+            raise ValueError(f"new_percent must be in 0..100, got {self.new_percent}")
+        if self.withdrawn and self.new_percent:
+            raise ValueError("a withdrawn revision gets no replicas: new_percent must be 0")
+
+    def counts(self, total: int) -> tuple[int, int]:
+        """(new, old) replicas out of the plan's ``total`` for the deployment."""
+        return split_counts(total, self.new_percent, self.keep_old)
+
+
+def split_counts(total: int, new_percent: int, keep_old: bool) -> tuple[int, int]:
+    """(new, old) replicas out of ``total``: the new side ``new_percent`` of it, rounded up, at least
+    one while the percent is above 0; the old side the rest (all of ``total`` with ``keep_old``)."""
+    if total <= 0:
+        return 0, 0
+    new = 0 if new_percent == 0 else min(total, max(1, -(-total * new_percent // 100)))
+    return new, total if keep_old else total - new
+
+
+@dataclasses.dataclass(frozen=True)
 class PoolInfo:
     cluster_id: str
     pool: fm.GpuPool
@@ -105,7 +144,9 @@ class ReconcileInput:
     pools that must not grow now (stock-out backoff), with why. ``unplaced``: deployments the plan
     does not fully place (it left demand unplaced, or the solve found no plan at all), with their
     shortfall (``plan.unplaced_deployments`` builds it from a solver result); their serving capacity
-    is kept (see ``ServingFloor``)."""
+    is kept (see ``ServingFloor``). ``rollouts``: deployments whose replicas are split between two
+    revisions (see ``RevisionSplit``); any other deployment replaces a replica of another revision
+    than its spec's as soon as a replacement is READY."""
 
     now_s: float
     target: problem.Placement
@@ -115,6 +156,7 @@ class ReconcileInput:
     open_directives: tuple[OpenDirective, ...] = ()
     no_growth: Mapping[str, str] = dataclasses.field(default_factory=dict)
     unplaced: Mapping[str, Shortfall] = dataclasses.field(default_factory=dict)
+    rollouts: Mapping[str, RevisionSplit] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
