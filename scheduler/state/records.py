@@ -3,9 +3,12 @@
 - ``SpecStore``: applied spec documents (canonical JSON) and a generation that changes with them;
 - ``DirectiveLog``: every directive, claimed (fenced) before it is sent, with its outcome, so that a
   directive is sent at most once even across leader changes;
-- ``TrafficLog``: router traffic per (model, client region, router), the autoscaler's demand input;
+- ``TrafficLog``: router traffic per (model, client region, router[, revision]), the autoscaler's
+  demand input and, per revision, a rollout's health signal;
 - ``RoutingStore``: the routing-table version counter and the last table, shared by all nodes so the
-  version keeps increasing across leader changes and a standby can serve WatchRoutes."""
+  version keeps increasing across leader changes and a standby can serve WatchRoutes;
+- ``RolloutLog``: each deployment's rollout record (``scheduler.rollout`` encodes it), so a rollout
+  resumes where it was after a restart or a leader change."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from meridian.fleet import wire
 from meridian.v1 import capacity_pb2, routing_pb2
 from scheduler.state import base
 
-SPECS, META, DIRECTIVES, TRAFFIC, ROUTING = "specs", "meta", "directives", "traffic", "routing"
+SPECS, META, DIRECTIVES, TRAFFIC, ROUTING, ROLLOUTS = "specs", "meta", "directives", "traffic", "routing", "rollouts"
 
 
 # ---------------------------------------------------------------- specs
@@ -56,6 +59,11 @@ def spec_key(kind: str, name: str) -> str:
 class SpecStore:
     def __init__(self, store: base.StateStore):
         self._store = store
+
+    @property
+    def store(self) -> base.StateStore:
+        """The state store the specs live in (records kept beside them, such as rollouts, use it too)."""
+        return self._store
 
     async def generation(self) -> int:
         raw = await self._store.get(META, "spec_generation")
@@ -209,6 +217,21 @@ class DirectiveLog:
 
 
 @dataclasses.dataclass(frozen=True)
+class RevisionTraffic:
+    """One router's last traffic window for one replica revision of a served model: ``key`` names the
+    (model, client region, router, revision) it came from, ``at_s`` when the scheduler received it, so
+    a reader can tell a window it has counted from the next one."""
+
+    model: str
+    revision: str
+    key: str
+    at_s: float
+    requests: int
+    errors: int
+    ttft_p99_ms: float
+
+
+@dataclasses.dataclass(frozen=True)
 class Demand:
     """Traffic of one model from one client region, summed over routers. Rates per second."""
 
@@ -228,10 +251,12 @@ class TrafficLog:
         self._store = store
 
     async def record(self, report: fm.TrafficReport, received_at: float) -> int:
+        """Keep each sample as the last window of its (model, client region, router[, revision])."""
         window_s = max(1e-3, report.window_end - report.window_start)
         ops: list[base.Op] = []
         for s in report.samples:
-            key = json.dumps([s.model, s.client_region, report.router_id])
+            parts = [s.model, s.client_region, report.router_id] + ([s.revision] if s.revision else [])
+            key = json.dumps(parts)
             ops.append(base.Put(TRAFFIC, key, json.dumps({
                 "requests": s.requests, "errors": s.errors, "in_flight": s.in_flight, "ttft_p99_ms": s.ttft_p99_ms,
                 "prompt_tokens": s.prompt_tokens, "completion_tokens": s.completion_tokens,
@@ -241,12 +266,13 @@ class TrafficLog:
         return len(ops)
 
     async def demand(self, now_s: float, max_age_s: float) -> list[Demand]:
-        """Current demand per (model, client region); reports older than ``max_age_s`` are dropped."""
+        """Current demand per (model, client region), summed over routers and revisions; reports older
+        than ``max_age_s`` are dropped."""
         items = await self._store.items(TRAFFIC)
         sums: dict[tuple[str, str], dict] = {}
         stale: list[base.Op] = []
         for key, raw in items.items():
-            model, region, _router = json.loads(key)
+            model, region = json.loads(key)[:2]
             v = json.loads(raw)
             if now_s - v["at"] > max_age_s:
                 stale.append(base.Delete(TRAFFIC, key))
@@ -267,6 +293,44 @@ class TrafficLog:
                        a["prompt"] / a["req"] if a["req"] else 0.0, a["completion"] / a["req"] if a["req"] else 0.0,
                        a["at"])
                 for (model, region), a in sorted(sums.items())]
+
+    async def revision_windows(self, models: Iterable[str]) -> list[RevisionTraffic]:
+        """The last window of every (client region, router, revision) of ``models`` that names its
+        revision (stale ones included: a reader skips what it has counted by ``at_s``)."""
+        wanted = set(models)
+        out = []
+        for key, raw in (await self._store.items(TRAFFIC)).items():
+            parts = json.loads(key)
+            if len(parts) < 4 or parts[0] not in wanted:
+                continue
+            v = json.loads(raw)
+            out.append(RevisionTraffic(parts[0], parts[3], key, float(v["at"]), int(v["requests"]), int(v["errors"]),
+                                       float(v["ttft_p99_ms"])))
+        return sorted(out, key=lambda w: (w.model, w.key))
+
+
+# ---------------------------------------------------------------- rollouts
+
+
+class RolloutLog:
+    """Rollout records by deployment name, as the JSON text ``scheduler.rollout`` writes (this module
+    only stores them). Writes are fenced: only the leader moves a rollout."""
+
+    def __init__(self, store: base.StateStore):
+        self._store = store
+
+    async def all(self) -> dict[str, str]:
+        return await self._store.items(ROLLOUTS)
+
+    async def get(self, deployment: str) -> str | None:
+        return await self._store.get(ROLLOUTS, deployment)
+
+    async def save(self, records: dict[str, str], removed: Iterable[str], fence: int) -> None:
+        """Store ``records`` and forget ``removed`` in one atomic write."""
+        ops: list[base.Op] = [base.Put(ROLLOUTS, name, text) for name, text in sorted(records.items())]
+        ops += [base.Delete(ROLLOUTS, name) for name in sorted(set(removed))]
+        if ops:
+            await self._store.write(ops, fence=fence)
 
 
 # ---------------------------------------------------------------- routing
