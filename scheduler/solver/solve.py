@@ -22,7 +22,8 @@ import math
 import time
 
 from scheduler.solver import candidates as cand_mod
-from scheduler.solver import evaluate, explain, formulation, framework, greedy, ledger, linear, problem, starts, validate
+from scheduler.solver import (dive, evaluate, explain, formulation, framework, greedy, ledger, linear, problem, starts,
+                              validate)
 
 log = logging.getLogger("meridian.scheduler.solver")
 
@@ -236,7 +237,10 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
             lower = lp.objective
             stats["lp_bound"] = lp.objective
             if begin is None:
-                begin = starts.best_start(prob, c, settings, active, starts.round_lp(c, built, lp.values), fixed)
+                t = time.perf_counter()
+                begin = dive.dive(prob, c, settings, built, lp.values,
+                                  t + 0.25 * (deadline - t), fixed)
+                stats["dive_s"] = time.perf_counter() - t
             if len(built.x) > settings.restrict_above_pairs:
                 t = time.perf_counter()
                 keep = starts.restrict(c, built, lp.values, begin, settings.pairs_per_region)
