@@ -48,6 +48,15 @@ class SchedulerMetrics:
         self.fencing_token = prom.Gauge(f"{PREFIX}_fencing_token", "Fencing token of the lease held (0: none).",
                                         registry=r)
         self.stocked_out_pools = prom.Gauge(f"{PREFIX}_stocked_out_pools", "Pools in stock-out backoff.", registry=r)
+        self.rollout_step = prom.Gauge(
+            f"{PREFIX}_rollout_step", "Step of the deployment's rollout in progress (1-based; 0: none in progress).",
+            ["deployment"], registry=r)
+        self.rollout_new_percent = prom.Gauge(
+            f"{PREFIX}_rollout_new_percent", "Share (%) of the deployment's replicas its applied revision gets now "
+            "(100: fully rolled out; 0: rolled back).", ["deployment"], registry=r)
+        self.rollbacks = prom.Counter(
+            f"{PREFIX}_rollbacks_total", "Automatic rollout rollbacks by reason (error_rate, ttft).",
+            ["deployment", "reason"], registry=r)
         self.errors = prom.Counter(f"{PREFIX}_errors_total", "Errors handled without crashing, by where.",
                                    ["where"], registry=r)
         self._replica_keys: set[tuple[str, str, str, str]] = set()

@@ -14,8 +14,10 @@ One ``tick``:
    failed, expired);
 4. run the autoscaler; re-plan (solver, on a worker thread) when its inputs changed, after a
    failure, or every ``plan_interval_s``;
-5. reconcile the plan against the reported fleet and send the directives; a deployment the plan
-   does not fully place keeps the replicas serving it (see ``reconciler.plan``).
+5. advance every deployment's rollout (``scheduler.rollout``: canary steps, blue_green switch,
+   rollback) and store it; reconcile the plan, split between revisions as the rollouts say, against
+   the reported fleet and send the directives; a deployment the plan does not fully place keeps the
+   replicas serving it (see ``reconciler.plan``).
 
 Every input is injected (clock, store, transport, autoscaling policy), so the simulator can call
 ``tick()`` on a simulated clock."""
@@ -40,6 +42,7 @@ from scheduler import reconciler
 from scheduler.control import events as events_mod
 from scheduler.control import fleet as fleet_mod
 from scheduler.control import planner, routes
+from scheduler.control import rollouts as rollouts_mod
 from scheduler.server import auth
 from scheduler.solver import problem, throughput
 from scheduler.state import base, records
@@ -77,7 +80,8 @@ class ControlLoop:
                  executor: reconciler.Executor, publisher: routes.RoutePublisher, metrics: metrics_mod.SchedulerMetrics,
                  tokens: auth.TokenBook, fence: Callable[[], int], on_fenced: Callable[[], None],
                  autoscaling: planner.Autoscaler | None = None, env: Mapping[str, str] | None = None,
-                 solver_settings: problem.SolverSettings | None = None):
+                 solver_settings: problem.SolverSettings | None = None,
+                 rollout_log: records.RolloutLog | None = None):
         self.config = config
         self._clock = clock
         self._specs_store = spec_store
@@ -91,6 +95,9 @@ class ControlLoop:
         self._fence = fence
         self._on_fenced = on_fenced
         self.autoscaler = autoscaling or planner.Autoscaler()
+        # Rollout records live beside the specs they roll out, in the same store.
+        self.rollouts = rollouts_mod.RolloutDriver(log_store=rollout_log or records.RolloutLog(spec_store.store),
+                                                   traffic=traffic, metrics=metrics)
         self._env = env
         self._solver_settings = solver_settings
         self.settings = reconciler.ReconcileSettings(
@@ -112,17 +119,20 @@ class ControlLoop:
     async def start_term(self) -> None:
         """Called when this node becomes leader, before it accepts agents."""
         opened = await self.executor.load()
+        rolling = await self.rollouts.load()
         self.rstate = reconciler.ReconcileState()
         self.plan = None
         self.autoscaler = planner.Autoscaler(self.autoscaler.policy)
         self._publisher.reset()
         self.adopt_until_s = self._clock.now() + self.config.adopt_grace_s
         await self.refresh_specs(force=True)
-        log.info("event=term_started open_directives=%d adopt_grace_s=%g deployments=%d clusters=%d", opened,
-                 self.config.adopt_grace_s, len(self.specs.deployments), len(self.specs.clusters))
+        log.info("event=term_started open_directives=%d rollout_records=%d adopt_grace_s=%g deployments=%d "
+                 "clusters=%d", opened, rolling, self.config.adopt_grace_s, len(self.specs.deployments),
+                 len(self.specs.clusters))
 
     def end_term(self) -> None:
         self.executor.clear()
+        self.rollouts.clear()
         self.fleet.clear()
         self.plan = None
 
@@ -181,7 +191,8 @@ class ControlLoop:
         open_dirs = self.executor.open_directives()
         draining = {od.directive.action.replica_id for od in open_dirs if isinstance(od.directive.action,
                                                                                       fm.DrainReplica)}
-        await self._publisher.refresh(routes.build_models(snapshot, self.specs.deployments, draining), fence)
+        unrouted = self.rollouts.unrouted(self._infos, snapshot, draining)
+        await self._publisher.refresh(routes.build_models(snapshot, self.specs.deployments, draining, unrouted), fence)
 
         reported = [c for c in snapshot.live() if c.reported]
         observed = reconciler.Observed(
@@ -196,7 +207,8 @@ class ControlLoop:
 
         doomed = set(self.events.doomed)
         demand = await self._traffic.demand(now, self.config.demand_max_age_s)
-        decisions = self.autoscaler.decide(self.specs, snapshot, demand, now, doomed=doomed)
+        # Replicas a rollout keeps out of traffic serve no demand: the autoscaler does not count them.
+        decisions = self.autoscaler.decide(self.specs, snapshot, demand, now, doomed=doomed | unrouted)
         open_dirs = self.executor.open_directives()
         draining = {od.directive.action.replica_id for od in open_dirs if isinstance(od.directive.action,
                                                                                       fm.DrainReplica)}
@@ -211,6 +223,7 @@ class ControlLoop:
             self.last_tick = report
             return report
 
+        splits = await self.rollouts.advance(self._infos, snapshot, self.plan.result.placement, draining, now, fence)
         inp = reconciler.ReconcileInput(
             now_s=now, target=self.plan.result.placement, deployments=self._infos,
             pools={problem.pool_key(c.cluster_id, p.pool_id): reconciler.PoolInfo(c.cluster_id, p)
@@ -218,7 +231,7 @@ class ControlLoop:
             replicas=tuple(reconciler.ReplicaInfo(c.cluster_id, r, self.events.doomed_at(r.replica_id))
                            for c, r in snapshot.replicas()),
             open_directives=open_dirs, no_growth=no_growth,
-            unplaced=reconciler.unplaced_deployments(self.plan.result, self._infos))
+            unplaced=reconciler.unplaced_deployments(self.plan.result, self._infos), rollouts=splits)
         result = reconciler.reconcile(inp, self.rstate, self.settings, id_prefix=f"t{fence}")
         self.rstate = result.state
         for held in result.held:

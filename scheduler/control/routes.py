@@ -1,5 +1,7 @@
 """Routing tables from the fleet view: per served model, its READY replicas on live clusters (not
-the ones being drained), with where they run and their last load.
+the ones being drained, nor those a rollout keeps out of traffic), with where they run and their
+last load. Every routed replica has weight 1: during a canary the new revision's traffic share is
+its share of the routed replicas.
 
 ``build_models`` is pure. ``RoutePublisher`` publishes a new version whenever the routes change
 (replicas added, removed, moved between states) and, for load alone, at most every
@@ -23,13 +25,14 @@ log = logging.getLogger("meridian.scheduler.routes")
 
 
 def build_models(snapshot: fleet_mod.FleetSnapshot, deployments: Mapping[str, deployment_spec.ModelDeployment],
-                 draining: Collection[str] = ()) -> tuple[fm.ModelRoutes, ...]:
+                 draining: Collection[str] = (), unrouted: Collection[str] = ()) -> tuple[fm.ModelRoutes, ...]:
     """Every applied deployment gets an entry (empty while it has no ready replica, so routers know
-    the model and can hold its first request while it scales from zero)."""
+    the model and can hold its first request while it scales from zero). ``unrouted``: replicas a
+    rollout keeps out of traffic (``RolloutDriver.unrouted``)."""
     by_deployment: dict[str, list[fm.RouteReplica]] = {}
     served_name: dict[str, str] = {}
     for cluster, r in snapshot.replicas():
-        if r.state is not fm.ReplicaState.READY or r.replica_id in draining:
+        if r.state is not fm.ReplicaState.READY or r.replica_id in draining or r.replica_id in unrouted:
             continue
         pool = cluster.pools.get(r.pool_id)
         ident = cluster.identity
