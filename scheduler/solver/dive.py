@@ -12,6 +12,7 @@ What no round settles is placed by the greedy repair, next to the kept replicas.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping
 
@@ -43,6 +44,8 @@ def dive(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: probl
         missed = []
         for d in _order(c, left):
             mine = by_d.get(d, {})
+            if mine and not _valid_alone(c, d, mine):
+                mine = _spot_down(c, current, values, d)
             if mine and _valid_alone(c, d, mine) and _fits(book, c, mine):
                 _keep(c, out, kept, mine)
             else:
@@ -69,6 +72,22 @@ def _keep(c: cand_mod.Candidates, out: greedy.Solution, kept: dict[int, list[tup
     out.counts.update(counts)
     d = c.pairs[next(iter(counts))].d
     kept[d] = [(c.pairs[p].g, n) for p, n in counts.items() if n > 0]
+
+
+def _spot_down(c: cand_mod.Candidates, built: formulation.Built, values: list[float], d: int) -> dict[int, int]:
+    """The other rounding of ``d``'s LP replicas: spot ones down, on-demand ones up. Rounding
+    fractions up on both tiers often breaks the spot share cap the LP kept."""
+    out: dict[int, int] = {}
+    for p in c.pairs_by_d[d]:
+        v = built.x.get(p)
+        x = values[v] if v is not None else 0.0
+        if x <= 1e-6:
+            continue
+        spot = c.groups[c.pairs[p].g].offer.tier is fleet.Tier.SPOT
+        n = math.floor(x + 1e-6) if spot else math.ceil(x - 1e-6)
+        if n > 0:
+            out[p] = n
+    return out
 
 
 def _order(c: cand_mod.Candidates, ds: list[int]) -> list[int]:
