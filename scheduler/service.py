@@ -242,6 +242,7 @@ class SchedulerService:
                      for h in (tick.held[:100] if tick else ())],
             "stocked_out_pools": self.events.no_growth(now),
             "doomed_replicas": {k: round(v - now, 1) for k, v in self.events.doomed.items()},
+            "rollouts": self.loop.rollouts.status(),  # the leader's; any node: GET /v1/specs/ModelDeployment/NAME
             "cluster_token_problems": dict(self.tokens.problems),
         }
 

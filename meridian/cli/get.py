@@ -1,4 +1,7 @@
-"""``meridian get [KIND [NAME]]``: list applied specs, or print one (YAML by default)."""
+"""``meridian get [KIND [NAME]]``: list applied specs, or print one (YAML by default). A deployment's
+rollout (strategy, step, replicas of each revision, since when, why it rolled back) follows its YAML
+as comment lines, so the output still applies as is; ``-o json`` prints the whole item, rollout
+included."""
 
 from __future__ import annotations
 
@@ -26,10 +29,12 @@ def run(args: argparse.Namespace) -> int:
         if args.name:
             item = client.get(args.kind, args.name)
             if (args.output or "yaml") == "json":
-                json.dump(item["document"], sys.stdout, indent=2)
+                json.dump(item, sys.stdout, indent=2)
                 print()
             else:
                 print(yaml.safe_dump(item["document"], sort_keys=False), end="")
+                for line in rollout_lines(item.get("rollout")):
+                    print(f"# {line}")
             return 0
         result = client.list(args.kind)
     except admin_client.AdminError as exc:
@@ -49,3 +54,37 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
     return 0
+
+
+def _when(unix_s: float | None) -> str:
+    if unix_s is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(unix_s, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def rollout_lines(ro: dict | None) -> list[str]:
+    """A rollout status (``scheduler.rollout.view``) in a few lines of text."""
+    if not ro:
+        return []
+    if "error" in ro:
+        return [f"rollout: {ro['error']}"]
+    if ro["phase"] == "complete":
+        return [f"rollout: complete, revision {ro['revision']} serves ({ro['strategy']}; since {_when(ro['ended_at'])}"
+                f": {ro['reason']})"]
+    step = f"step {ro['step']}/{ro['steps']}"
+    if ro["strategy"] == "blue_green":
+        step += " (new set beside the old, out of traffic)" if ro["step"] == 1 else " (traffic switched)"
+    else:
+        step += f" ({ro['new_percent']}% new)"
+    new, old = ro["new_replicas"], ro["old_replicas"]
+    lines = [f"rollout: {ro['strategy']}, {ro['phase']}, {step}, started {_when(ro['started_at'])}, "
+             f"this step since {_when(ro['step_started_at'])}",
+             f"  new revision {ro['revision']}: {new['ready']} ready of {new['wanted']} wanted; old side: "
+             f"{old['present']} present of {old['wanted']} wanted (stable revision {ro['stable_revision']})"]
+    rate = "-" if ro["error_rate"] is None else f"{ro['error_rate']:.4f}"
+    lines.append(f"  this step: {ro['observed_s']:g} of {ro['step_duration_s']:g} s observed healthy; "
+                 f"{ro['requests']} requests, {ro['errors']} errors (error rate {rate}), "
+                 f"TTFT p99 {ro['ttft_p99_ms']:g} ms")
+    if ro["rolled_back"]:
+        lines.append(f"  rolled back ({ro['rollback_reason']}) at {_when(ro['ended_at'])}: {ro['reason']}")
+    return lines

@@ -5,7 +5,7 @@ Every ``/v1/`` route needs ``Authorization: Bearer <token>`` (the admin token; c
 
     POST   /v1/apply                 {"files": [{"name": "x.yaml", "text": "..."}]}
     GET    /v1/specs[?kind=KIND]
-    GET    /v1/specs/{kind}/{name}
+    GET    /v1/specs/{kind}/{name}    (a ModelDeployment also carries its "rollout", or null)
     DELETE /v1/specs/{kind}/{name}
     POST   /v1/plan                  same body as apply (empty files: plan the stored specs)
     GET    /v1/status
@@ -25,6 +25,7 @@ from aiohttp import web
 from meridian import spec
 from scheduler import clock as clock_mod
 from scheduler import metrics as metrics_mod
+from scheduler import rollout
 from scheduler.admin import dryrun, specs
 from scheduler.control import loop as loop_mod
 from scheduler.control import planner
@@ -140,7 +141,23 @@ async def get_spec(request: web.Request) -> web.Response:
     found = await ctx.spec_store.get(kind, name)
     if found is None:
         return _error(404, f"no {kind} named {name!r}")
-    return web.json_response(specs.item(found))
+    item = specs.item(found)
+    if kind == "ModelDeployment":
+        item["rollout"] = await _rollout_view(ctx, name)
+    return web.json_response(item)
+
+
+async def _rollout_view(ctx: AdminContext, name: str) -> dict | None:
+    """The deployment's rollout as stored (so any node, leader or standby, answers the same)."""
+    raw = await records.RolloutLog(ctx.spec_store.store).get(name)
+    if raw is None:
+        return None
+    try:
+        return rollout.view.view(rollout.RolloutState.from_json(raw))
+    except ValueError as exc:
+        ctx.metrics.errors.labels("rollout_record").inc()
+        log.error("event=rollout_record_unreadable deployment=%s error=%r", name, str(exc))
+        return {"error": f"the stored rollout record cannot be read: {exc}"}
 
 
 async def delete_spec(request: web.Request) -> web.Response:
