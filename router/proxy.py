@@ -52,12 +52,14 @@ def _usage(data: bytes) -> tuple[int, int] | None:
 class _Outcome:
     """What one request did, for metrics and traffic reports."""
 
-    __slots__ = ("replica", "status", "ttft_s", "prompt_tokens", "completion_tokens", "response", "timed_out")
+    __slots__ = ("replica", "revision", "status", "ttft_s", "prompt_tokens", "completion_tokens", "response",
+                 "timed_out")
 
     def __init__(self):
         self.response: web.StreamResponse | None = None
         self.timed_out = False
         self.replica = ""
+        self.revision = ""
         self.status = 0
         self.ttft_s: float | None = None
         self.prompt_tokens = 0
@@ -243,7 +245,7 @@ class Proxy:
                                          time.monotonic() - started, outcome.ttft_s)
             self.traffic.record(model, region, outcome.prompt_tokens or parsed.prompt_tokens_estimate,
                                 outcome.completion_tokens, outcome.status >= 500 or outcome.status == 0,
-                                outcome.ttft_s * 1000.0 if outcome.ttft_s is not None else None)
+                                outcome.ttft_s * 1000.0 if outcome.ttft_s is not None else None, outcome.revision)
 
     # ------------------------------------------------------------ choosing and failing
 
@@ -349,6 +351,7 @@ class Proxy:
                 break
             attempts += 1
             outcome.replica = ep.replica_id
+            outcome.revision = ep.revision
             data = self._request_bytes(ep, path, parsed.body, rid_b, region_line)
             ep.pending += 1
             t0 = time.monotonic()
@@ -410,6 +413,7 @@ class Proxy:
                 break
             attempts += 1
             outcome.replica = ep.replica_id
+            outcome.revision = ep.revision
             data = self._request_bytes(ep, parsed.path, parsed.body, rid_b, region_line)
             ep.pending += 1
             t0 = time.monotonic()

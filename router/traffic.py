@@ -1,5 +1,6 @@
 """Traffic reports to the scheduler (``RoutingService.ReportTraffic``): requests, tokens, errors and
-TTFT per (model, client region), every ``interval_s``. The autoscaler reads demand from these.
+TTFT per (model, client region, replica revision), every ``interval_s``. The autoscaler reads demand
+from these (summed over revisions); a rollout reads the new revision's errors and requests.
 
 ``TrafficAccumulator`` is the in-process tally (a dict bump per request); ``TrafficReporter`` ships
 a window and starts the next. A window that could not be sent is merged into the next one, so a
@@ -38,14 +39,15 @@ class TrafficAccumulator:
     def __init__(self, clock: Callable[[], float] = time.time):
         self.clock = clock
         self.window_start = clock()
-        self._tallies: dict[tuple[str, str], _Tally] = {}
+        self._tallies: dict[tuple[str, str, str], _Tally] = {}  # (model, client region, revision)
         self.in_flight: dict[tuple[str, str], int] = {}
         # Set when a report should go out now rather than at the next interval (a model woken from zero).
         self.urgent = asyncio.Event()
 
     def record(self, model: str, client_region: str, prompt_tokens: int, completion_tokens: int, error: bool,
-               ttft_ms: float | None) -> None:
-        key = (model, client_region)
+               ttft_ms: float | None, revision: str = "") -> None:
+        """One finished request; ``revision``: that of the replica that answered last ("" when none did)."""
+        key = (model, client_region, revision)
         tally = self._tallies.get(key)
         if tally is None:
             tally = self._tallies[key] = _Tally()
@@ -62,14 +64,20 @@ class TrafficAccumulator:
         now = self.clock()
         samples = []
         # Requests still in flight (long streams, requests waiting for a first replica) are demand
-        # too, even in a window where none of them finished.
-        keys = set(self._tallies) | {k for k, n in self.in_flight.items() if n > 0}
-        for model, region in sorted(keys):
-            t = self._tallies.get((model, region)) or _Tally()
+        # too, even in a window where none of them finished. In-flight counts are per (model, client
+        # region): they go with the first sample of the pair, so summing samples counts them once.
+        pairs = {(m, r) for m, r, _ in self._tallies}
+        keys = set(self._tallies) | {(m, r, "") for (m, r), n in self.in_flight.items()
+                                     if n > 0 and (m, r) not in pairs}
+        placed: set[tuple[str, str]] = set()
+        for model, region, revision in sorted(keys):
+            t = self._tallies.get((model, region, revision)) or _Tally()
             ttft = sorted(t.ttft_ms)
             p99 = ttft[min(len(ttft) - 1, int(len(ttft) * 0.99))] if ttft else 0.0
+            in_flight = 0 if (model, region) in placed else self.in_flight.get((model, region), 0)
+            placed.add((model, region))
             samples.append(fm.TrafficSample(model, region, t.requests, t.prompt_tokens, t.completion_tokens,
-                                            t.errors, self.in_flight.get((model, region), 0), p99))
+                                            t.errors, in_flight, p99, revision))
         report = fm.TrafficReport(router_id, router_region, self.window_start, now, tuple(samples))
         self._tallies = {}
         self.window_start = now
@@ -79,7 +87,7 @@ class TrafficAccumulator:
         """Merge an unsent report back so the next window carries it."""
         self.window_start = min(self.window_start, report.window_start)
         for s in report.samples:
-            key = (s.model, s.client_region)
+            key = (s.model, s.client_region, s.revision)
             tally = self._tallies.get(key)
             if tally is None:
                 tally = self._tallies[key] = _Tally()

@@ -331,3 +331,17 @@ async def test_deadline_mid_stream_ends_with_an_error_event(replicas, make_route
         body = await resp.read()
     assert b'"code":"deadline_exceeded"' in body.rsplit(b"data: ", 1)[-1]
     await until(lambda: rep.disconnects == 1)
+
+
+async def test_traffic_is_reported_per_replica_revision(replicas, make_router, http):
+    """Each answered request is tallied under the revision of the replica that answered it (what a
+    rollout's error rate is computed from)."""
+    rep_a, rep_b = await replicas(2)
+    a = fm.RouteReplica("a", f"http://127.0.0.1:{rep_a.port}", fm.Cloud.AWS, "us-east-1", revision="old")
+    b = fm.RouteReplica("b", f"http://127.0.0.1:{rep_b.port}", fm.Cloud.AWS, "us-east-1", revision="new")
+    router = await make_router(testing.table(1, {"m": [a, b]}, policy="round_robin"))
+    for _ in range(6):
+        async with http.post(url(router), json=chat()) as resp:
+            assert resp.status == 200
+    samples = {s.revision: s.requests for s in router.traffic.take("r", "na-east").samples}
+    assert samples == {"old": rep_a.completed, "new": rep_b.completed} and sum(samples.values()) == 6

@@ -22,7 +22,8 @@ spec:
   scaling: {min_replicas: 2, max_replicas: 10}
   rollout: %(rollout)s
 """
-CANARY = "{strategy: canary, steps_percent: [10, 50, 100], step_duration_s: 60, rollback: {error_rate: 0.05, ttft_p99_ms: 800}}"
+CANARY = ("{strategy: canary, steps_percent: [10, 50, 100], step_duration_s: 60, "
+          "rollback: {error_rate: 0.05, ttft_p99_ms: 800}}")
 BLUE_GREEN = "{strategy: blue_green, step_duration_s: 60}"
 
 
