@@ -121,8 +121,10 @@ class Scaling(base.StrictModel):
 
 class SpotRules(base.StrictModel):
     allowed: bool = False
-    max_share: float = pydantic.Field(default=0.5, ge=0, le=1,
-                                      description="Most of this deployment's replicas that may be spot.")
+    max_share: float = pydantic.Field(
+        default=0.5, ge=0, le=1,
+        description="Most of this deployment's capacity that may run on spot: capacity is what its replicas "
+                    "serve, so one replica on a large GPU weighs more than one on a small GPU.")
 
 
 class Placement(base.StrictModel):
@@ -134,14 +136,31 @@ class Placement(base.StrictModel):
 
 
 class RollbackThresholds(base.StrictModel):
-    ttft_p99_ms: float | None = pydantic.Field(default=None, gt=0)
-    error_rate: float = pydantic.Field(default=0.02, ge=0, le=1)
+    ttft_p99_ms: float | None = pydantic.Field(
+        default=None, gt=0,
+        description="Roll back when a READY replica of the new revision reports a p99 TTFT above this during a "
+                    "step; unset: TTFT is not judged.")
+    error_rate: float = pydantic.Field(
+        default=0.02, ge=0, le=1,
+        description="Roll back when the new revision's errors / requests over a step (as routers report them) "
+                    "exceed this.")
 
 
 class Rollout(base.StrictModel):
-    strategy: Literal["canary", "blue_green"] = "canary"
-    steps_percent: list[int] = pydantic.Field(default_factory=lambda: [10, 50, 100], min_length=1)
-    step_duration_s: float = pydantic.Field(default=300, ge=0, le=86_400)
+    """How a new replica revision (model, runtime or GPUs per replica changed) replaces the old one."""
+
+    strategy: Literal["canary", "blue_green"] = pydantic.Field(
+        default="canary",
+        description="canary: the new revision takes steps_percent of the replicas step by step; blue_green: a full "
+                    "new set starts beside the old one, out of traffic, then traffic switches at once.")
+    steps_percent: list[int] = pydantic.Field(
+        default_factory=lambda: [10, 50, 100], min_length=1,
+        description="canary: the new revision's share of the replicas at each step (rounded up, at least one); "
+                    "increasing, ending at 100.")
+    step_duration_s: float = pydantic.Field(
+        default=300, ge=0, le=86_400,
+        description="Healthy observation each step needs (its new replicas READY, thresholds met) before the next "
+                    "(blue_green: before the switch).")
     rollback: RollbackThresholds = RollbackThresholds()
 
     @pydantic.field_validator("steps_percent")
