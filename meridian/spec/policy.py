@@ -54,7 +54,9 @@ class PriorityClass(base.StrictModel):
 
 class SpotDefaults(base.StrictModel):
     allowed: bool = True
-    max_share: float = pydantic.Field(default=0.5, ge=0, le=1)
+    max_share: float = pydantic.Field(
+        default=0.5, ge=0, le=1,
+        description="Most of any deployment's capacity that may run on spot (a deployment's own cap may be lower).")
     fallback: Literal["on_demand", "none"] = "on_demand"
 
 

@@ -110,10 +110,10 @@ def _valid_alone(c: cand_mod.Candidates, d: int, counts: Mapping[int, int]) -> b
         return False
     if len({o.region for o in offers}) < placement.min_distinct_regions:
         return False
-    total = sum(counts.values())
-    spot = sum(n for p, n in counts.items() if c.groups[c.pairs[p].g].offer.tier is fleet.Tier.SPOT)
-    return total <= view.demand.spec.scaling.max_replicas and (
-        spot == 0 or view.spot_max_share >= 1.0 or spot <= view.spot_max_share * total + 1e-9)
+    capacity = {p: n * view.capacity(c.groups[c.pairs[p].g].offer.gpu_type) for p, n in counts.items()}
+    spot = sum(u for p, u in capacity.items() if c.groups[c.pairs[p].g].offer.tier is fleet.Tier.SPOT)
+    return sum(counts.values()) <= view.demand.spec.scaling.max_replicas and (
+        spot == 0 or view.spot_max_share >= 1.0 or spot <= view.spot_max_share * sum(capacity.values()) + 1e-9)
 
 
 def _fits(book: ledger.Ledger, c: cand_mod.Candidates, counts: Mapping[int, int]) -> bool:

@@ -25,7 +25,8 @@ subject to
   quotas        team GPUs (all and per type) <= quota; cloud nodes' GPUs (all, per type) <= quota
   budgets       team: sum price_per_gpu * gpus * x <= budget; fleet: sum price_g nodes_g <= budget
   replicas      sum_p x_p <= max_replicas
-  spot share    100 * spot replicas <= floor(100 * share) * all replicas
+  spot share    100 * spot capacity <= floor(100 * share) * all capacity (capacity: reference replicas
+                without the spot credit)
   isolation     a deployment with any replica uses >= min_distinct_clouds clouds and
                 >= min_distinct_regions regions (y, z binaries; z = 0 leaves all its demand unserved)
 
@@ -192,13 +193,13 @@ def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.Solv
     xs = [b.x[p] for p in my_pairs]
     if xs:
         m.row(xs, [1] * len(xs), hi=scaling.max_replicas)
-    spot = [b.x[p] for p in my_pairs if c.groups[pairs[p].g].offer.tier is fleet.Tier.SPOT]
-    if spot and view.spot_max_share < 1.0:
+    is_spot = {p: c.groups[pairs[p].g].offer.tier is fleet.Tier.SPOT for p in my_pairs}
+    if any(is_spot.values()) and view.spot_max_share < 1.0:
+        # Spot capacity <= share x all capacity (capacity, not replicas: see DeploymentView.capacity).
         share = math.floor(view.spot_max_share * SCALE + 1e-9)
-        coef = {x: -share for x in xs}
-        for x in spot:
-            coef[x] += SCALE
-        m.row(list(coef), list(coef.values()), hi=0)
+        coef = [coverage(view.capacity(c.groups[pairs[p].g].offer.gpu_type)) * ((SCALE if is_spot[p] else 0) - share)
+                for p in my_pairs]
+        m.row(xs, coef, hi=0)
     _isolation(b, c, d, my_pairs)
     if with_churn:
         _churn(b, c, d, my_pairs, current, settings)

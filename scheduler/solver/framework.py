@@ -65,6 +65,11 @@ class DeploymentView:
     def gpus_for(self, gpu_type: str) -> int:
         return self.demand.spec.resources.gpus_for(gpu_type)
 
+    def capacity(self, gpu_type: str) -> float:
+        """Reference replicas one replica on ``gpu_type`` serves, without the spot credit: what the
+        spot share cap weighs (one H100 replica of a small model may serve as much as 40 on L4s)."""
+        return self.units_by_type.get(gpu_type, 1.0)
+
 
 @dataclasses.dataclass(frozen=True)
 class Cycle:

@@ -18,7 +18,8 @@ class Ledger:
         self.packed = [0] * len(c.groups)
         self.counts: dict[int, int] = {}
         self.replicas = [0] * len(c.views)
-        self.spot = [0] * len(c.views)
+        self.units = [0.0] * len(c.views)  # capacity (DeploymentView.capacity) per deployment
+        self.spot_units = [0.0] * len(c.views)
         self.team_gpus: dict[tuple[str, str], int] = {}
         self.team_usd: dict[str, float] = {}
         self.total_usd = sum(g.nodes_min * g.offer.price_per_node_hour_usd for g in c.groups)
@@ -53,8 +54,10 @@ class Ledger:
         for key in ((group.offer.cloud, ""), (group.offer.cloud, group.offer.gpu_type)):
             self.cloud_gpus[key] = self.cloud_gpus.get(key, 0) + grown * group.offer.gpus_per_node
         self.replicas[d] += n
+        units = n * view.capacity(group.offer.gpu_type)
+        self.units[d] += units
         if group.offer.tier is fleet.Tier.SPOT:
-            self.spot[d] += n
+            self.spot_units[d] += units
         for key in ((team, ""), (team, group.offer.gpu_type)):
             self.team_gpus[key] = self.team_gpus.get(key, 0) + n * gpus
         self.team_usd[team] = self.team_usd.get(team, 0.0) + n * gpus * group.offer.price_per_gpu_hour_usd
@@ -107,6 +110,7 @@ class Ledger:
         if self.replicas[pair.d] + 1 > scaling.max_replicas:
             return "max_replicas", f"max_replicas ({scaling.max_replicas})"
         if offer.tier is fleet.Tier.SPOT and view.spot_max_share < 1.0:
-            if (self.spot[pair.d] + 1) > view.spot_max_share * (self.replicas[pair.d] + 1) + 1e-9:
+            units = view.capacity(offer.gpu_type)
+            if self.spot_units[pair.d] + units > view.spot_max_share * (self.units[pair.d] + units) + 1e-9:
                 return "spot", f"spot share cap ({view.spot_max_share:.0%})"
         return None

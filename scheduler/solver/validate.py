@@ -142,6 +142,11 @@ class _Plan:
         units = self.views[name].units_by_type.get(offer.gpu_type, 1.0)
         return units * (self.settings.spot_capacity_credit if offer.tier is fleet.Tier.SPOT else 1.0)
 
+    def capacity(self, name: str, key: str) -> float:
+        """What one replica weighs in the spot share cap (DeploymentView.capacity)."""
+        view = self.views.get(name)
+        return view.capacity(self.offers[key].gpu_type) if view is not None else 1.0
+
     def spot_share(self, name: str) -> float:
         view = self.views[name]
         return view.spot_max_share if view.spot_allowed else 0.0
@@ -283,10 +288,12 @@ class _Plan:
             spec = self.deps[name].spec
             if total > spec.scaling.max_replicas:
                 out.append(_of(name, "max_replicas", f"max_replicas ({total} > {spec.scaling.max_replicas})"))
-            spot = sum(n for k, n in mine.items() if self.offers[k].tier is fleet.Tier.SPOT)
+            capacity = {k: n * self.capacity(name, k) for k, n in mine.items()}
+            spot = sum(u for k, u in capacity.items() if self.offers[k].tier is fleet.Tier.SPOT)
             share = self.spot_share(name)
-            if spot > share * total + EPS:
-                out.append(_of(name, "spot", f"spot share cap ({spot} of {total} replicas on spot > {share:.0%})"))
+            if spot > share * sum(capacity.values()) + EPS:
+                out.append(_of(name, "spot", f"spot share cap ({spot:.2f} of {sum(capacity.values()):.2f} reference "
+                                             f"replicas of capacity on spot > {share:.0%})"))
             rules = spec.placement
             clouds = {self.offers[k].cloud for k in mine}
             regions = {self.offers[k].region for k in mine}

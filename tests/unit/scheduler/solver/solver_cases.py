@@ -150,10 +150,12 @@ def violations(prob: solver.PlacementProblem, result: solver.PlacementResult) ->
                 out.append(f"{name}: {len(clouds)} clouds < {p.min_distinct_clouds}")
             if len(regions) < p.min_distinct_regions:
                 out.append(f"{name}: {len(regions)} regions < {p.min_distinct_regions}")
-            spot = sum(n for k, n in mine.items() if offers[k].tier is fleet.Tier.SPOT)
+            # The cap weighs capacity (reference replicas, no spot credit), not replica counts.
+            weight = {k: n * raw_capacity(prob, name, offers[k]) for k, n in mine.items()}
+            spot = sum(w for k, w in weight.items() if offers[k].tier is fleet.Tier.SPOT)
             share = min(p.spot.max_share, pol.spot.max_share if pol is not None else 1.0)
-            if spot > share * total + 1e-9:
-                out.append(f"{name}: {spot} spot of {total} > share {share}")
+            if spot > share * sum(weight.values()) + 1e-6:
+                out.append(f"{name}: {spot:.2f} spot capacity of {sum(weight.values()):.2f} > share {share}")
     for (name, region, key), n in placement.serving.items():
         if n <= 0:
             continue
@@ -180,6 +182,13 @@ def violations(prob: solver.PlacementProblem, result: solver.PlacementResult) ->
             if missing and not all(u.reason and u.constraint for u in result.unplaced if u.deployment == d.name):
                 out.append(f"{d.name}: unplaced demand without a reason")
     return out
+
+
+def raw_capacity(prob: solver.PlacementProblem, name: str, offer: solver.PoolOffer) -> float:
+    """Reference replicas one replica of ``name`` on ``offer``'s GPU type serves (no spot credit)."""
+    d = next(x for x in prob.deployments if x.name == name)
+    ref = throughput.reference_gpu_type(d.spec, d.reference_gpu_type)
+    return throughput.units_by_type(d.spec, ref).get(offer.gpu_type, 1.0)
 
 
 def unit_capacity(prob: solver.PlacementProblem, name: str, offer: solver.PoolOffer) -> float:

@@ -306,3 +306,19 @@ def test_pools_from_cluster_specs_take_catalog_spot_and_reserved_prices():
     assert offers["aws-use1/l4-spot"].price_per_node_hour_usd < offers["aws-use1/l4"].price_per_node_hour_usd
     assert offers["gcp-usc1/l4"].price_per_node_hour_usd == 0.70  # policy price override
     assert offers["aws-use1/l4"].gpus_capacity == 8  # one node free now + 7 more it may grow to
+
+
+
+def test_spot_share_cap_weighs_capacity_not_replicas():
+    """A 50% spot cap with one replica type 3x the other: one on-demand L40S (3 units, $1.80) lets
+    three spot L4s (3 units, $0.30 each) serve next to it, $2.70 for 6 units; counting replicas
+    would allow only one spot L4 and cost more. Spot never holds more than half the capacity."""
+    pol = sc.policy(spot={"allowed": True, "max_share": 1.0})
+    d = sc.dep("chat", regions={"na-east": 5}, gpu_types=["L4", "L40S"], profile={"L4": 1, "L40S": 3}, spot=True,
+               spot_share=0.5)
+    prob = sc.problem([d], [sc.pool("c", "aws", "us-east-1", "L40S", 1.8, nodes_max=4),
+                            sc.pool("c", "aws", "us-east-1", "L4", 0.30, tier="spot", nodes_max=8)], pol)
+    result = solve(prob)
+    # 5 units: 1 L40S (3) + 3 spot L4 (3 x 0.85 credit = 2.55) = 5.55 >= 5, spot capacity 3 of 6.
+    assert result.placement.to_dict() == {"chat": {"c/l40s-on-demand": 1, "c/l4-spot": 3}}
+    assert result.cost_per_hour_usd == pytest.approx(2.70)
