@@ -215,7 +215,7 @@ def _fail_in_flight(col: metrics.Collector, k: int, r: clusters_mod.SimReplica) 
     total = sum(r.region_share.values())
     for region, share in r.region_share.items():
         if total > 0:
-            col.failed(k, r.deployment, region, lost * share / total, "replica_died")
+            col.lost(k, r.deployment, region, lost * share / total, "replica_died")
 
 
 def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, served_name, deployments, model_of,

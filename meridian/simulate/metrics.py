@@ -139,6 +139,24 @@ class Collector:
         self.series["failed"][b] += requests
         self.failures[cause] = self.failures.get(cause, 0.0) + requests
 
+    def lost(self, tick: int, deployment: str, region: str, requests: float, cause: str) -> None:
+        """Requests already counted (when they arrived) that fail later, mid-stream: they become
+        failures without being counted twice; the SLO they were credited with, at the stream's
+        attainment so far, is taken back."""
+        if requests <= 0:
+            return
+        c = self.counts[self.d_index[deployment], self.r_index[region]]
+        requests = min(requests, c[0] - c[2])
+        if requests <= 0:
+            return
+        met = requests * (c[1] / c[0]) if c[0] > 0 else 0.0
+        c[1] -= met
+        c[2] += requests
+        b = self.bucket_of[tick]
+        self.series["met_slo"][b] -= met
+        self.series["failed"][b] += requests
+        self.failures[cause] = self.failures.get(cause, 0.0) + requests
+
     def fleet(self, tick: int, cost_per_hour_usd: float, replicas: int, gpus: int, spot_gpus: int) -> None:
         cost = cost_per_hour_usd * self.tick_s / 3600.0
         self.cost_usd += cost
