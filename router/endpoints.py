@@ -144,13 +144,14 @@ class ModelEntry:
     """One served model: its replicas, its policy instance, and its admission (bounded queue)."""
 
     __slots__ = ("name", "deployment", "policy_name", "policy", "endpoints", "is_embedding", "context_length",
-                 "admission", "panic", "routable")
+                 "max_rtt_ms", "admission", "panic", "routable")
 
     def __init__(self, routes: fm.ModelRoutes, endpoints: list[Endpoint], policy_name: str, policy, admission):
         self.name = routes.served_model_name
         self.deployment = routes.deployment
         self.is_embedding = routes.is_embedding
         self.context_length = routes.context_length
+        self.max_rtt_ms = routes.max_rtt_ms
         self.endpoints = endpoints
         self.policy_name = policy_name
         self.policy = policy

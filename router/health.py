@@ -93,6 +93,17 @@ def candidates(routable: list[endpoints.Endpoint], now: float, panic_threshold_p
     return pool, panic
 
 
+def within_reach(pool: list[endpoints.Endpoint], client_region: str, max_rtt_ms: float,
+                 rtt_ms: Callable[[str, str], float]) -> list[endpoints.Endpoint]:
+    """The replicas of ``pool`` within the deployment's ``max_rtt_ms`` of the client, or the whole
+    pool when none is (or no limit or no client region is known): the SLA the solver placed
+    replicas for is kept while it can be, and never turns into a refusal."""
+    if max_rtt_ms <= 0 or not client_region:
+        return pool
+    near = [e for e in pool if rtt_ms(client_region, e.region) <= max_rtt_ms]
+    return near or pool
+
+
 @dataclasses.dataclass(frozen=True)
 class ActiveSettings:
     interval_s: float = 5.0

@@ -49,6 +49,8 @@ class StaticModel(_Frozen):
     policy: str = ""
     is_embedding: bool = False
     context_length: int = pydantic.Field(default=0, ge=0)
+    max_rtt_ms: float = pydantic.Field(default=0.0, ge=0, description="0: none; else clients go farther only "
+                                                                      "when no healthy replica is within it")
     replicas: list[StaticReplica] = pydantic.Field(default_factory=list)
 
     @pydantic.field_validator("policy")
@@ -80,7 +82,7 @@ class StaticRoutes(_Frozen):
             version=self.version, scheduler_id="static",
             models=tuple(fm.ModelRoutes(
                 served_model_name=m.served_model_name, deployment=m.deployment or m.served_model_name,
-                policy=m.policy, is_embedding=m.is_embedding, context_length=m.context_length,
+                policy=m.policy, is_embedding=m.is_embedding, context_length=m.context_length, max_rtt_ms=m.max_rtt_ms,
                 replicas=tuple(fm.RouteReplica(
                     replica_id=r.replica_id, endpoint=r.endpoint, cloud=r.cloud, region=r.region, zone=r.zone,
                     state=r.state, weight=r.weight, gpu_type=r.gpu_type) for r in m.replicas))

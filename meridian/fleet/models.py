@@ -226,6 +226,7 @@ class ModelRoutes:
     policy: str = ""
     is_embedding: bool = False
     context_length: int = 0
+    max_rtt_ms: float = 0.0  # the SLA's max_rtt_ms; 0: none
 
 
 @dataclasses.dataclass(frozen=True)

@@ -107,7 +107,8 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
             provisioning_delay_s=sc.cloud.provisioning_delay_s,
             preemptions_per_node_hour=sc.spot.preemptions_per_node_hour)
     faults = _Faults(sc, fleet)
-    router = routing.SimRouter(policy.routing, view.latency_map, random.Random(f"{sc.seed}:router"), clock)
+    router = routing.SimRouter(policy.routing, view.latency_map, random.Random(f"{sc.seed}:router"), clock,
+                               policy.honours_max_rtt)
     lmap = view.latency_map
     regions = sorted({s.client_region for s in trace.streams})
     col = metrics.Collector(regions, sorted(deployments), trace.ticks, sc.tick_s)

@@ -45,6 +45,9 @@ class PolicyDef:
     routing: str
     placement: str
     make_placer: Callable[[PlacerContext], placement.Placer]
+    # Whether its router keeps clients within the deployment's max_rtt_ms (Meridian's router
+    # does; SkyServe's load balancer has no notion of it).
+    honours_max_rtt: bool = True
 
 
 def _meridian(ctx: PlacerContext) -> placement.Placer:
@@ -72,7 +75,7 @@ POLICIES: dict[str, PolicyDef] = {p.name: p for p in (
               _od_one_region),
     PolicyDef("od-multi-region", "On-demand, all regions", "latency", "solver, on-demand only", _od_multi),
     PolicyDef("skyserve", "SkyServe-like (SpotHedge)", "least_request", "spot spread + on-demand fallback",
-              _skyserve),
+              _skyserve, honours_max_rtt=False),
     PolicyDef("round-robin", "Meridian + round robin", "round_robin", "solver, spot where allowed", _meridian),
 )}
 DEFAULT = tuple(POLICIES)

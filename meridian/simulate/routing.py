@@ -38,8 +38,9 @@ class _Request:
 
 class SimRouter:
     def __init__(self, policy: str, latency_map: latency.LatencyMap, rng: random.Random,
-                 clock: Callable[[], float]):
+                 clock: Callable[[], float], honours_max_rtt: bool = True):
         self.policy = policy
+        self.honours_max_rtt = honours_max_rtt
         self.state = table.RoutingState(default_policy=policy, latency_map=latency_map, rng=rng, clock=clock)
         self.rng = rng
         self._clock = clock
@@ -76,6 +77,9 @@ class SimRouter:
             return {}
         for e in pool:
             e.pending = 0
+        # Each client region's pool: the replicas within the deployment's max_rtt_ms, as the router does.
+        limit = entry.max_rtt_ms if self.honours_max_rtt else 0.0
+        reach = {region: health.within_reach(pool, region, limit, self.state.rtt_ms) for region in arrivals}
         reps: list[tuple[str, float]] = []
         for region, n in sorted(arrivals.items()):
             if n <= 0:
@@ -84,13 +88,13 @@ class SimRouter:
             reps.extend([(region, n / k)] * k)
         self.rng.shuffle(reps)
         out: dict[tuple[str, str], float] = {}
-        single = pool[0] if len(pool) == 1 else None
         for region, weight in reps:
             request = _Request(region, prompt_tokens)
-            if single is not None:
-                ep = single
+            mine = reach[region]
+            if len(mine) == 1:
+                ep = mine[0]
             else:
-                ep = entry.policy.select(pool, request, now)
+                ep = entry.policy.select(mine, request, now)
                 self.selections += 1
             entry.policy.on_routed(ep, request)
             ep.pending += weight * expected_s.get(ep.replica_id, 1.0) / tick_s

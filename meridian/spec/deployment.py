@@ -102,8 +102,11 @@ class Sla(base.StrictModel):
     availability_target: float = pydantic.Field(default=0.999, gt=0, lt=1)
     client_regions: list[rules.ClientRegion] = pydantic.Field(
         min_length=1, description="Where this model's clients are.")
-    max_rtt_ms: float | None = pydantic.Field(default=None, gt=0, le=1000,
-                                              description="Max network RTT from a client region to a replica.")
+    max_rtt_ms: float | None = pydantic.Field(
+        default=None, gt=0, le=1000,
+        description="Max network RTT from a client region to the replicas that serve it: the solver places "
+                    "each region's capacity within it, and routers keep the region's requests within it while "
+                    "any healthy replica is (beyond it only to fail over, never a refusal).")
 
 
 class Scaling(base.StrictModel):

@@ -5,11 +5,13 @@ connections and malformed answers over real sockets."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 
 import orjson
 import pytest
 
+from meridian import fleet as fm
 from router import testing
 
 JSON = b'{"id":"x","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}'
@@ -170,3 +172,34 @@ async def test_malformed_answer_is_a_502_protocol_error(raw_replica, make_router
         assert resp.status == 502
         assert (await resp.json())["error"]["code"] == "upstream_error"
     assert router.metrics.upstream_errors[("m", "a", "protocol")] == 1
+
+
+async def test_max_rtt_ms_keeps_clients_on_replicas_within_it_while_any_is_healthy(raw_replica, make_router, http):
+    """A Mumbai client and a deployment with max_rtt_ms 90: requests stay on the ap-south-1 replica
+    even when it looks busier than the Ireland one (which the latency policy alone prefers); when the
+    near replica leaves the table, Ireland serves instead of a refusal."""
+    near = await raw_replica(lambda c, r, body: (OK, False))
+    far = await raw_replica(lambda c, r, body: (OK, False))
+    busy = testing.replica("near", near.port, "ap-south-1", queued=200)
+    ireland = testing.replica("far", far.port, "eu-west-1")
+
+    def routes(version: int, reps: list, max_rtt_ms: float) -> fm.RoutingTable:
+        base = testing.table(version, {"m": reps})
+        return dataclasses.replace(base, models=(dataclasses.replace(base.models[0], max_rtt_ms=max_rtt_ms),))
+
+    router = await make_router(routes(1, [busy, ireland], 0.0), trusted_region_header="x-edge-region")
+    mumbai = {"x-edge-region": "ap-south"}
+
+    async def send(n: int) -> None:
+        for _ in range(n):
+            async with http.post(url(router), json=chat(), headers=mumbai) as resp:
+                assert resp.status == 200
+
+    await send(10)
+    assert len(far.heads) == 10 and not near.heads  # no limit: the least loaded, 110 ms away
+    router.state.apply(routes(2, [busy, ireland], 90.0), "static")
+    await send(10)
+    assert len(near.heads) == 10 and len(far.heads) == 10  # within 90 ms while it is there
+    router.state.apply(routes(3, [dataclasses.replace(busy, state=fm.ReplicaState.DRAINING), ireland], 90.0), "static")
+    await send(5)
+    assert len(near.heads) == 10 and len(far.heads) == 15

@@ -5,7 +5,7 @@ clusters, and a plan that cannot place a deployment keeping its replicas."""
 from __future__ import annotations
 
 import pytest
-from control_harness import ISOLATED_SPECS, Harness, SimCluster, apply_specs
+from control_harness import ISOLATED_SPECS, SPECS, Harness, SimCluster, apply_specs
 
 from meridian.fleet import models as fm
 from scheduler import clock as clock_mod
@@ -345,3 +345,22 @@ async def test_a_lost_cluster_that_comes_back_counts_only_from_its_new_report(st
     await h.loop.tick()
     assert not any(d.action.replica_id in replacements for _, d in h.directives(fm.DrainReplica))
     assert h.fleet.snapshot(CLOCK.now()).clusters["c1"].replicas == {}
+
+
+async def test_published_routes_carry_the_deployments_max_rtt_ms(store):
+    """Routers learn each deployment's max_rtt_ms from the routing table (0 when the SLA sets none),
+    so they can keep clients on the replicas the solver placed within it."""
+    text = SPECS.replace("client_regions: [na-east]}", "client_regions: [na-east], max_rtt_ms: 40}")
+    assert text != SPECS
+    await apply_specs(store, text)
+    h = await lead(store, CLOCK)
+    c1, c2 = SimCluster("c1"), SimCluster("c2")
+    for c in (c1, c2):
+        await c.hello(h)
+    await converge(h, [c1, c2])
+    table = await records.RoutingStore(store).load()
+    assert table.model("chat").max_rtt_ms == 40.0
+    await apply_specs(store)
+    CLOCK.advance(2.0)
+    await h.loop.tick()
+    assert (await records.RoutingStore(store).load()).model("chat").max_rtt_ms == 0.0
