@@ -181,3 +181,17 @@ async def test_blue_green_through_the_control_loop_switches_traffic_once_the_new
     await settle(h, c1, 6)  # past 60 s of the full new set READY: switched, old drained
     assert revisions_running(c1) == {v2: 2} and routed_revisions(h) == {v2: 2}
     assert h.loop.rollouts.states["chat"].phase.value == "complete"
+
+
+async def test_a_deleted_deployment_forgets_its_rollout(store, clock):
+    """Deleting a deployment removes its rollout record from the store and its rollout gauges."""
+    await apply_specs(store, SPECS % "v1")
+    h = await lead(store, clock)
+    c1 = SimCluster("c1", nodes=8, nodes_max=8)
+    await c1.hello(h)
+    await settle(h, c1, 2)
+    assert await records.RolloutLog(store).get("chat") is not None and step_of(h) == 0
+    await records.SpecStore(store).delete("ModelDeployment", "chat")
+    await settle(h, c1, 2)
+    assert await records.RolloutLog(store).get("chat") is None
+    assert step_of(h) is None and h.loop.rollouts.status() == []
