@@ -15,9 +15,10 @@ import sys
 import time
 
 from meridian import spec
+from meridian import tls as meridian_tls
 
 from agents import agent as agent_mod
-from agents import config
+from agents import config, stream
 
 
 class _JsonFormatter(logging.Formatter):
@@ -63,6 +64,12 @@ def run(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         print(f"meridian agent: {exc}", file=sys.stderr)
         return 1
+    if cluster.spec.scheduler.tls is not None:
+        try:  # read and check the TLS files now: later they would fail every reconnect, vaguely
+            stream.channel_credentials(cluster.spec.scheduler.tls)
+        except meridian_tls.TlsFileError as exc:
+            print(f"meridian agent: {exc}", file=sys.stderr)
+            return 1
     _setup_logging(args.log_level, args.log_format)  # after validation: errors above go to stderr plainly
     state_dir = config.state_dir(cluster, args.state_dir)
     return asyncio.run(_serve(cluster, token, settings, state_dir, stop_replicas=args.on_exit == "stop"))

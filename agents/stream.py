@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import pathlib
 import time
 from collections.abc import Awaitable, Callable
 
 import grpc
 
+from meridian import tls as meridian_tls
 from meridian.fleet import models, wire
 from meridian.spec import cluster as cluster_spec
 from meridian.v1 import capacity_pb2 as cap
@@ -59,11 +59,19 @@ def make_channel(address: str, tls: cluster_spec.Tls | None,
     """An aio channel to the scheduler: TLS (server-verified, optionally mutual) when configured."""
     if tls is None:
         return grpc.aio.insecure_channel(address, options=options)
-    root = pathlib.Path(tls.ca_file).expanduser().read_bytes()
-    key = pathlib.Path(tls.key_file).expanduser().read_bytes() if tls.key_file else None
-    chain = pathlib.Path(tls.cert_file).expanduser().read_bytes() if tls.cert_file else None
-    creds = grpc.ssl_channel_credentials(root_certificates=root, private_key=key, certificate_chain=chain)
-    return grpc.aio.secure_channel(address, creds, options=options)
+    return grpc.aio.secure_channel(address, channel_credentials(tls), options=options)
+
+
+def channel_credentials(tls: cluster_spec.Tls) -> grpc.ChannelCredentials:
+    """The TLS credentials of the Cluster spec's ``scheduler.tls``, its files read and checked
+    (meridian.tls.TlsFileError names the field and the path of a missing or bad one)."""
+    root = meridian_tls.read_certificates(tls.ca_file, "spec.scheduler.tls.ca_file")
+    if tls.cert_file and tls.key_file:
+        pair = meridian_tls.read_key_pair(tls.cert_file, tls.key_file, cert_setting="spec.scheduler.tls.cert_file",
+                                          key_setting="spec.scheduler.tls.key_file")
+        return grpc.ssl_channel_credentials(root_certificates=root, private_key=pair.private_key,
+                                            certificate_chain=pair.cert_chain)
+    return grpc.ssl_channel_credentials(root_certificates=root)
 
 
 class StreamClient:

@@ -120,6 +120,10 @@ class ClusterSpec(base.StrictModel):
             problems.add("region", f"{self.region!r} is in {known.cloud}, not {self.cloud}")
         if (self.auth.token_env is None) == (self.auth.token_file is None):
             problems.add("auth", "give exactly one of token_env or token_file")
+        tls = self.scheduler.tls
+        if tls is not None and bool(tls.cert_file) != bool(tls.key_file):
+            given, missing = ("cert_file", "key_file") if tls.cert_file else ("key_file", "cert_file")
+            problems.add(f"scheduler.tls.{missing}", f"{given} is set: mutual TLS needs both cert_file and key_file")
         rules.unique([p.name for p in self.pools], "pools", problems, "pool name")
         provider = self.provider_name
         if provider in ("aws", "gcp", "azure") and provider != self.cloud:

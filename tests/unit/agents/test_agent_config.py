@@ -84,3 +84,27 @@ def test_cli_reports_an_unusable_configuration(files, monkeypatch, capsys):
     assert "spec.auth.token_env" in capsys.readouterr().err
     assert cli_main.main(["agent", "--cluster", str(path)]) == 1
     assert "pick one with --name" in capsys.readouterr().err
+
+
+def test_cli_refuses_unusable_tls_files_before_starting(tmp_path, monkeypatch, capsys):
+    """`meridian agent` exits 1 naming the field and the path when the scheduler CA file is missing
+    or not a certificate, instead of failing every reconnect later; a certificate without its key
+    is a spec error on the field that is missing."""
+    monkeypatch.setenv("ONE_TOKEN", "s3cret")
+    cluster = TWO.split("---")[0].replace("  auth: {token_env: ONE_TOKEN}\n",
+                                          "  auth: {token_env: ONE_TOKEN}\n  scheduler: {address: \"127.0.0.1:7070\", "
+                                          "tls: {ca_file: CA}}\n")
+    missing = tmp_path / "nope.pem"
+    path = tmp_path / "one.yaml"
+    path.write_text(cluster.replace("CA", str(missing)))
+    assert cli_main.main(["agent", "--cluster", str(path), "--state-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "spec.scheduler.tls.ca_file" in err and str(missing) in err and "cannot read" in err
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    path.write_text(cluster.replace("CA", str(garbage)))
+    assert cli_main.main(["agent", "--cluster", str(path), "--state-dir", str(tmp_path)]) == 1
+    assert "no PEM certificate" in capsys.readouterr().err
+    path.write_text(cluster.replace("tls: {ca_file: CA}", f"tls: {{ca_file: {garbage}, cert_file: {garbage}}}"))
+    assert cli_main.main(["agent", "--cluster", str(path), "--state-dir", str(tmp_path)]) == 1
+    assert "scheduler.tls.key_file" in capsys.readouterr().err
