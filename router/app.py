@@ -51,6 +51,7 @@ class Router:
         self.reporter: traffic.TrafficReporter | None = None
         self._tasks: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
+        self._metrics_runner: web.AppRunner | None = None
         self.port = 0
         self.app = self._build_app()
 
@@ -145,6 +146,14 @@ class Router:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         log.info("event=router_listening router_id=%s host=%s port=%d region=%s policy=%s models=%d",
                  self.router_id, cfg.listen_host, self.port, cfg.region or "-", cfg.policy, len(self.state.models))
+        if cfg.metrics_port:
+            metrics_app = web.Application()
+            metrics_app.router.add_get("/metrics", self._metrics)
+            self._metrics_runner = web.AppRunner(metrics_app, access_log=None)
+            await self._metrics_runner.setup()
+            await web.TCPSite(self._metrics_runner, cfg.listen_host, cfg.metrics_port).start()
+            log.info("event=router_metrics_listening router_id=%s host=%s port=%d", self.router_id, cfg.listen_host,
+                     cfg.metrics_port)
         return self.port
 
     async def stop(self) -> None:
@@ -163,6 +172,9 @@ class Router:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._metrics_runner is not None:
+            await self._metrics_runner.cleanup()
+            self._metrics_runner = None
         self.state.close()
         if self.session is not None:
             await self.session.close()

@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML file of router settings (flags override it)")
     parser.add_argument("--listen", help="HOST:PORT to serve on (default 127.0.0.1:8080)")
     parser.add_argument("--workers", type=int, help="processes sharing the port with SO_REUSEPORT (default 1)")
+    parser.add_argument("--metrics-port", type=int,
+                        help="also serve /metrics on this port; worker i on this port + i (default 0: off)")
     parser.add_argument("--router-id", help="name in logs and reports (default hostname-port)")
     parser.add_argument("--region", help="client region this router serves (a latency-map region)")
     parser.add_argument("--trusted-region-header",
@@ -61,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _overrides(args: argparse.Namespace) -> dict:
     out = {k: getattr(args, k, None) for k in (
-        "workers", "router_id", "region", "trusted_region_header", "scheduler_address", "scheduler_token",
+        "workers", "metrics_port", "router_id", "region", "trusted_region_header", "scheduler_address", "scheduler_token",
         "scheduler_tls_ca_file", "scheduler_tls_cert_file", "scheduler_tls_key_file",
         "routes_file", "lkg_store", "lkg_path", "redis_url", "api_keys_file", "api_keys_in_redis",
         "default_rate_limit_rps", "default_rate_limit_burst", "policy", "max_body_bytes", "request_timeout_s",
@@ -99,7 +101,10 @@ async def serve(cfg: config_mod.RouterConfig) -> None:
 
 def _worker(cfg_json: str, index: int) -> None:
     cfg = config_mod.RouterConfig.model_validate_json(cfg_json)
-    cfg = cfg.model_copy(update={"router_id": f"{cfg.effective_router_id}-w{index}"})
+    # Each worker has its own /metrics port (metrics_port + index): a scrape of the shared port
+    # reaches one worker at random.
+    cfg = cfg.model_copy(update={"router_id": f"{cfg.effective_router_id}-w{index}",
+                                 "metrics_port": cfg.metrics_port + index if cfg.metrics_port else 0})
     setup_logging(cfg.log_level)
     uvloop.run(serve(cfg))
 

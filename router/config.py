@@ -56,6 +56,11 @@ class RouterConfig(_Frozen):
     listen_host: str = "127.0.0.1"
     listen_port: int = pydantic.Field(default=8080, ge=0, le=65535)
     workers: int = pydantic.Field(default=1, ge=1, le=64, description="Processes sharing the port (SO_REUSEPORT).")
+    metrics_port: int = pydantic.Field(
+        default=0, ge=0, le=65535,
+        description="0: off. Else /metrics is also served on listen_host at this port, by worker i at this "
+                    "port + i, so Prometheus scrapes every worker (the shared port's /metrics answers for "
+                    "whichever worker takes the connection).")
     router_id: str = pydantic.Field(default="", max_length=128, description="Default: hostname-port.")
     region: str = pydantic.Field(default="", description="Client region of this router (latency map name).")
     trusted_region_header: str = pydantic.Field(
@@ -130,6 +135,13 @@ class RouterConfig(_Frozen):
             problems.append(f"region: {latency.UnknownRegion(self.region)}; see meridian/data/regions.csv")
         if self.outlier.base_ejection_s > self.outlier.max_ejection_s:
             problems.append("outlier.base_ejection_s: must be <= outlier.max_ejection_s")
+        if self.metrics_port:
+            last = self.metrics_port + self.workers - 1
+            if last > 65535:
+                problems.append(f"metrics_port: {self.metrics_port} + {self.workers} workers runs past port 65535")
+            elif self.metrics_port <= self.listen_port <= last:
+                problems.append(f"metrics_port: ports {self.metrics_port}-{last} (one per worker) include "
+                                f"listen_port {self.listen_port}")
         tls_problems = scheduler_tls.pairing_problems(self.scheduler_tls_ca_file, self.scheduler_tls_cert_file,
                                                       self.scheduler_tls_key_file, self.scheduler_address)
         problems.extend(tls_problems)

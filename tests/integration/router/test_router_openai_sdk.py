@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 
 import aiohttp
 import openai
 import pytest
 
 from router import testing
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_for_port
 
 MODEL = "tiny"
 
@@ -89,3 +91,33 @@ def test_openai_sdk_sync_client(emulators, processes, tmp_path):
     assert chunks[0].choices[0].delta.role == "assistant"
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
     client.close()
+
+
+def test_each_worker_serves_its_own_metrics_port(emulators, processes, tmp_path):
+    """`meridian router --workers 2 --metrics-port P`: worker i answers /metrics on P + i, so a
+    scrape of both counts every request exactly once, whichever worker took it."""
+    routes = tmp_path / "routes.yaml"
+    routes.write_text("models:\n  - served_model_name: tiny\n    replicas:\n" + "".join(
+        f"      - {{replica_id: e{i}, endpoint: 'http://127.0.0.1:{p}', region: us-east-1}}\n"
+        for i, p in enumerate(emulators)))
+    port, metrics_port = free_port(), free_port()
+    if metrics_port + 1 == port:
+        port = free_port()
+    processes.start(["-m", "meridian.cli.main", "router", "--listen", f"127.0.0.1:{port}", "--routes-file",
+                     str(routes), "--lkg-store", "none", "--workers", "2", "--metrics-port", str(metrics_port)], port)
+    for p in (metrics_port, metrics_port + 1):
+        wait_for_port(p, 30)
+    sent = 24
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode()
+    for _ in range(sent):  # a new connection each time, so the kernel spreads them over the workers
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json", "Connection": "close"})
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            assert reply.status == 200
+    counted = []
+    for p in (metrics_port, metrics_port + 1):
+        with urllib.request.urlopen(f"http://127.0.0.1:{p}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        counted.append(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                           if line.startswith("meridian_router_requests_total{")))
+    assert sum(counted) == sent

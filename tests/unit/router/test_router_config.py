@@ -25,6 +25,8 @@ def test_defaults_are_valid():
     ({"retry": {"max_attempts": 0}}, "retry.max_attempts"),
     ({"policy_args": {"prefix_cache": {"cache_threshold": 2}}}, "cache_threshold"),
     ({"listen_prot": 1}, "listen_prot"),
+    ({"listen_port": 9001, "metrics_port": 9000, "workers": 2}, "metrics_port: ports 9000-9001"),
+    ({"metrics_port": 65535, "workers": 2}, "runs past port 65535"),
 ])
 def test_bad_config_names_the_field(data, needle):
     """A bad setting is refused with an error naming it."""
