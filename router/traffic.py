@@ -9,6 +9,7 @@ scheduler outage delays demand figures but does not lose them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -136,10 +137,8 @@ class TrafficReporter:
             stub = routing_pb2_grpc.RoutingServiceStub(channel)
             try:
                 while True:
-                    try:
+                    with contextlib.suppress(asyncio.TimeoutError):  # the interval passed: report now
                         await asyncio.wait_for(self.accumulator.urgent.wait(), self.interval_s)
-                    except asyncio.TimeoutError:
-                        pass
                     self.accumulator.urgent.clear()
                     await self.send_once(stub)
             except asyncio.CancelledError:
