@@ -104,6 +104,16 @@ def within_reach(pool: list[endpoints.Endpoint], client_region: str, max_rtt_ms:
     return near or pool
 
 
+def elsewhere(pool: list[endpoints.Endpoint], tried: tuple[endpoints.Endpoint, ...]) -> list[endpoints.Endpoint]:
+    """For a retry: the replicas of ``pool`` outside the regions of those already tried, or the
+    whole pool when there are none. When a region dies, every replica in it fails the same way
+    until each is ejected; a retry that stays there (the nearest, by the latency score) fails too.
+    A retry also leaves the SLA's max_rtt_ms reach if it must: failing over beats failing."""
+    failed = {e.region for e in tried}
+    away = [e for e in pool if e.region not in failed]
+    return away or pool
+
+
 @dataclasses.dataclass(frozen=True)
 class ActiveSettings:
     interval_s: float = 5.0

@@ -257,7 +257,9 @@ class Proxy:
             log.warning("event=panic_mode model=%s on=%s routable=%d", entry.name, panic, len(entry.routable))
         if not pool:
             return None
-        if entry.max_rtt_ms:
+        if tried:
+            pool = health.elsewhere(pool, tried)
+        elif entry.max_rtt_ms:
             pool = health.within_reach(pool, parsed.client_region, entry.max_rtt_ms, self.state.rtt_ms)
         ep = pool[0] if len(pool) == 1 else entry.policy.select(pool, parsed, now)
         entry.policy.on_routed(ep, parsed)

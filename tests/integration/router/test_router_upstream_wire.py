@@ -13,6 +13,7 @@ import pytest
 
 from meridian import fleet as fm
 from router import testing
+from tests.conftest import free_port
 
 JSON = b'{"id":"x","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}'
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(JSON), JSON)
@@ -177,7 +178,7 @@ async def test_malformed_answer_is_a_502_protocol_error(raw_replica, make_router
 async def test_max_rtt_ms_keeps_clients_on_replicas_within_it_while_any_is_healthy(raw_replica, make_router, http):
     """A Mumbai client and a deployment with max_rtt_ms 90: requests stay on the ap-south-1 replica
     even when it looks busier than the Ireland one (which the latency policy alone prefers); when the
-    near replica leaves the table, Ireland serves instead of a refusal."""
+    near replica leaves the table, or dies while still in it, Ireland serves instead of a failure."""
     near = await raw_replica(lambda c, r, body: (OK, False))
     far = await raw_replica(lambda c, r, body: (OK, False))
     busy = testing.replica("near", near.port, "ap-south-1", queued=200)
@@ -203,3 +204,10 @@ async def test_max_rtt_ms_keeps_clients_on_replicas_within_it_while_any_is_healt
     router.state.apply(routes(3, [dataclasses.replace(busy, state=fm.ReplicaState.DRAINING), ireland], 90.0), "static")
     await send(5)
     assert len(near.heads) == 10 and len(far.heads) == 15
+    # The near replica dies while the table still lists it (a lost region): the first attempt goes
+    # there and fails to connect, the retry may leave the SLA's reach, and the client gets its answer.
+    await near.stop()
+    dead = [testing.replica(f"dead{i}", free_port(), "ap-south-1") for i in range(3)]  # nothing listens
+    router.state.apply(routes(4, [busy, *dead, ireland], 90.0), "static")
+    await send(5)
+    assert len(far.heads) == 20

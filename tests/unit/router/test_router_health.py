@@ -74,3 +74,18 @@ def test_active_check_thresholds():
     assert not a.active_up
     checker.record(a, True)
     assert a.active_up and changes == [False, True]
+
+
+def test_a_retry_leaves_the_regions_already_tried_and_the_sla_reach_only_when_it_must():
+    """After a failure in ap-south-1 a retry goes to another region; with nothing elsewhere it may
+    go back to the same region. The first attempt stays within max_rtt_ms while any replica is."""
+    near = [endpoints.Endpoint(testing.replica(f"m{i}", 1000 + i, "ap-south-1"), "m", ewma_decay_s=10.0,
+                               default_cost_ms=10.0, now=0.0) for i in range(3)]
+    far = endpoints.Endpoint(testing.replica("irl", 2000, "eu-west-1"), "m", ewma_decay_s=10.0,
+                             default_cost_ms=10.0, now=0.0)
+    assert health.elsewhere(near[1:] + [far], (near[0],)) == [far]
+    assert health.elsewhere(near[1:], (near[0],)) == near[1:]
+    rtt = {"ap-south-1": 5.0, "eu-west-1": 110.0}
+    assert health.within_reach(near + [far], "ap-south", 90.0, lambda c, r: rtt[r]) == near
+    assert health.within_reach([far], "ap-south", 90.0, lambda c, r: rtt[r]) == [far]
+    assert health.within_reach(near + [far], "ap-south", 0.0, lambda c, r: rtt[r]) == near + [far]
