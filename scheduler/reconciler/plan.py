@@ -166,6 +166,7 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
 
     # Starts for deficits; replacements of doomed replicas go first and are urgent.
     urgent_left = len(doomed)
+    no_room: set[str] = set()  # pools where a start waits for GPUs the pool cannot grow to give
     for side, side_info, wants in sides:
         for pool_key, want in sorted(wants.items()):
             pool = inp.pools[pool_key]
@@ -179,6 +180,8 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
                 urgent = urgent_left > 0
                 urgent_left -= 1 if urgent else 0
                 if free[pool_key] < gpus:
+                    if _cannot_grow(pool_key, inp):
+                        no_room.add(pool_key)
                     waiting[pool_key] = waiting.get(pool_key, 0) + gpus
                     if urgent:
                         waiting[_URGENT_KEY + pool_key] = 1  # the resize serves a spot replacement
@@ -221,6 +224,12 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
         short = inp.unplaced[name]
         need = max(desired, floor.count if short.replicas is None else min(floor.count, desired + short.replicas))
     may_drain_ready = max(0, ready - need)
+    # No room to surge: a replacement waits for GPUs in a pool that cannot grow, while a replica it
+    # replaces holds them. Make-before-break would wait forever (a rollout on a full fleet), so one
+    # such replica goes first (Kubernetes' maxUnavailable 1): only while nothing of this deployment is
+    # starting or leaving, and never its last READY routed replica.
+    make_room = (bool(no_room) and may_drain_ready <= 0 and ready > 1 and not leaving
+                 and not any(pending_starts.get((name, key)) for key in inp.pools))
     for _rank, r, why in sorted(retiring, key=lambda x: (x[0], _drain_rank(x[1]))):
         gone_now = _gone(r, now)
         deadline = settings.drain_deadline_s
@@ -228,6 +237,11 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
             deadline = max(0, min(deadline, int(r.doomed_at_s - now)))
         kept = floor is not None and r.replica_id in floor.replica_ids
         if r.report.state is fm.ReplicaState.READY and not gone_now and r.replica_id not in hidden:
+            if may_drain_ready <= 0 and make_room and r.pool_key in no_room and not kept:
+                make_room = False
+                why = f"{why}; no room to start its replacement first (the pool cannot grow): it goes first"
+                candidates.append(_Candidate(_DRAIN_READY, r.cluster_id, fm.DrainReplica(r.replica_id, deadline), why))
+                continue
             if may_drain_ready <= 0:
                 if floor is not None and need > desired:
                     reason = (f"keeping {min(ready, need)} ready replica(s) of {name}: the plan could not place it "
@@ -251,6 +265,13 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
         candidates.append(_Candidate(order, r.cluster_id, fm.DrainReplica(r.replica_id, deadline), why))
     if floor is not None:
         floors_out[name] = floor
+
+
+def _cannot_grow(pool_key: str, inp: t.ReconcileInput) -> bool:
+    """The pool can give no more GPUs: at nodes_max (counting nodes on their way) or barred from
+    growing (a stock-out backoff)."""
+    p = inp.pools[pool_key].pool
+    return pool_key in inp.no_growth or p.nodes_current + p.nodes_pending >= max(p.nodes_max, p.nodes_min)
 
 
 def _side(split: t.RevisionSplit | None, info: t.DeploymentInfo | None, revision: str) -> str:

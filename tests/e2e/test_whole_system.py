@@ -203,3 +203,44 @@ async def test_bad_spec_is_rejected_and_changes_nothing(fleet, session):
     after = await fleet.admin(session, "GET", "/v1/specs/ModelDeployment/chat")
     assert after["document"] == before["document"] and after["generation"] == before["generation"]
     assert (await fleet.status(session))["plan"]["placement"] == placement_before
+
+
+async def test_new_revision_rolls_out_as_a_canary_without_failing_a_request(fleet, session, tmp_path):
+    """A changed engine setting (a new replica revision) with a canary rollout, under load: the new
+    revision first gets a third of the replicas beside the old ones, then all; the old drain only
+    after that; no request fails; the status shows the rollout complete."""
+    status = await fleet.wait_for(session, lambda s: len(ready_chat(s)) >= 3 and not s.get("open_directives"), 120,
+                                  "a settled fleet")
+    old = {r["revision"] for _, r in ready_chat(status)}
+    assert len(old) == 1, old
+    text = (SPECS / "fleet.yaml").read_text()
+    changed = text.replace("max_running_requests: 64", "max_running_requests: 48").replace(
+        "  placement:\n", "  rollout:\n    strategy: canary\n    steps_percent: [34, 100]\n    step_duration_s: 3\n"
+                          "  placement:\n", 1)
+    assert changed.count("rollout:") == 1 and "max_running_requests: 48" in changed
+    path = tmp_path / "fleet-v2.yaml"
+    path.write_text(changed)
+    stop, results, seen = asyncio.Event(), [], []
+    runner = asyncio.create_task(load(fleet, stop, results))
+    try:
+        applied = await fleet.apply(session, [path])
+        assert applied["status"] == 200, applied
+
+        def done(s: dict) -> bool:
+            rollout = next((r for r in s.get("rollouts", []) if r["deployment"] == MODEL), None)
+            revisions = [r["revision"] for _, r in ready_chat(s)]
+            seen.append((rollout and (rollout["phase"], rollout["step"]), sum(1 for r in revisions if r in old),
+                         sum(1 for r in revisions if r not in old)))
+            return (rollout is not None and rollout["phase"] == "complete" and len(revisions) >= 3
+                    and not set(revisions) & old)
+
+        await fleet.wait_for(session, done, 180, "the canary rollout to complete")
+    finally:
+        stop.set()
+        await runner
+    failed = [r for r in results if not r[1]]
+    assert len(results) > 20 and not failed, (len(results), failed[:3])
+    # Step 1 (34%) served beside the old revision before the new one took everything.
+    assert any(step == ("progressing", 1) and n_old >= 1 and n_new >= 1 for step, n_old, n_new in seen), seen
+    first_all_new = next(i for i, (_, n_old, n_new) in enumerate(seen) if n_old == 0 and n_new >= 1)
+    assert any(n_old >= 1 for _, n_old, _ in seen[:first_all_new])

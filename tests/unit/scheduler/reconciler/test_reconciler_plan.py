@@ -105,6 +105,31 @@ def test_rolling_a_new_revision_is_make_before_break():
     assert len(of_kind(r2, fm.DrainReplica)) == 1
 
 
+def test_a_full_pool_that_cannot_grow_lets_one_old_replica_go_first():
+    """A new revision on a full pool at nodes_max: make-before-break would wait forever, so one
+    outdated replica drains first (never the last ready one, one at a time); its GPU then takes
+    the first new replica. A pool that can still grow waits for nodes instead."""
+    dep = deployment()
+    full = {"c1/l4": pool("c1", "l4", free=0, nodes=2, nodes_max=2)}
+    old = (replica("c1", "l4", "o1", dep, revision="old"), replica("c1", "l4", "o2", dep, revision="old"))
+    goal = target(("chat-8b", "c1/l4", 2))
+    r1 = run(t.ReconcileInput(NOW, goal, {"chat-8b": dep}, full, old))
+    drains = of_kind(r1, fm.DrainReplica)
+    assert len(drains) == 1 and of_kind(r1, fm.StartReplica) == []
+    assert "cannot grow" in drains[0].reason
+    opened = tuple(t.OpenDirective(p.cluster_id, p.directive) for p in r1.directives)
+    r2 = run(t.ReconcileInput(NOW + 5, goal, {"chat-8b": dep}, full, old, opened), r1.state)
+    assert of_kind(r2, fm.DrainReplica) == []  # one at a time
+    gone = drains[0].directive.action.replica_id
+    left = tuple(r for r in old if r.replica_id != gone)
+    freed = {"c1/l4": pool("c1", "l4", free=1, nodes=2, nodes_max=2)}
+    r3 = run(t.ReconcileInput(NOW + 60, goal, {"chat-8b": dep}, freed, left), r2.state)
+    assert len(of_kind(r3, fm.StartReplica)) == 1 and of_kind(r3, fm.DrainReplica) == []  # the last old one stays
+    room = {"c1/l4": pool("c1", "l4", free=0, nodes=2, nodes_max=4)}
+    r4 = run(t.ReconcileInput(NOW, goal, {"chat-8b": dep}, room, old))
+    assert of_kind(r4, fm.DrainReplica) == [] and len(of_kind(r4, fm.ResizePool)) == 1
+
+
 def test_rate_limit_per_cluster_holds_the_rest_for_later_rounds():
     """With a burst of 2, only two directives go to a cluster at once; the bucket refills with time and
     another cluster has its own bucket."""
