@@ -198,7 +198,11 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
     dropped = sum(g.dropped for g in per_model)
     if dropped:
         timeline.note(f"{dropped} arrivals not sent: the generator's in-flight cap was reached")
-    timings = {"time to route around the lost region": lost.get("routed_around_s"),
+    routed = lost.get("routed_around_s")
+    around = ("time to route around the lost region (last failed request started after the loss)"
+              if routed is None or routed > 0
+              else "time to route around the lost region (no request started after the loss failed)")
+    timings = {around: routed,
                "time to re-place its capacity": lost.get("replaced_s")}
     for u in (status.get("plan") or {}).get("unplaced", []):
         timeline.note(f"unplaced at the end: {u.get('reason', '')}")
