@@ -105,8 +105,9 @@ class Sla(base.StrictModel):
     max_rtt_ms: float | None = pydantic.Field(
         default=None, gt=0, le=1000,
         description="Max network RTT from a client region to the replicas that serve it: the solver places "
-                    "each region's capacity within it, and routers keep the region's requests within it while "
-                    "any healthy replica is (beyond it only to fail over, never a refusal).")
+                    "each region's capacity within it (when no pool is, at the nearest pools that still meet "
+                    "ttft_p99_ms, reported as an SLA risk), and routers keep the region's requests within it "
+                    "while any healthy replica is (beyond it only to fail over, never a refusal).")
 
 
 class Scaling(base.StrictModel):

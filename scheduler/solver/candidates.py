@@ -234,13 +234,19 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
         survivors[d] = sorted(alive)
         skeys = [plugin_key(plugin, view) for plugin in score_plugins]
         for region in sorted(r for r, wanted in view.demand.replicas_by_region.items() if wanted > 0):
-            serving = alive
+            serving = relaxed = alive
             for i, plugin in enumerate(region_filters):
                 found = verdicts(len(pair_filters) + i, plugin, view, region)
                 gone = serving - found[0]
                 if gone:
                     region_failed[d].setdefault(region, []).append((gone, found))
                 serving = serving & found[0]
+                relaxed = relaxed & (found[0] | {g for g, status in found[1].items() if status.relaxable})
+            if not serving and relaxed and settings.relax_max_rtt:
+                # Nothing within max_rtt_ms of this region: the nearest pools that meet the TTFT
+                # target serve it (routers fail over there anyway), rather than no capacity at all.
+                log.info("solver max_rtt=relaxed deployment=%s region=%s pools=%d", view.name, region, len(relaxed))
+                serving = relaxed
             for g in sorted(serving):
                 group = groups[g]
                 offer = group.offer

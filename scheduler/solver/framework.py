@@ -29,6 +29,9 @@ class Status:
     code: Code = Code.SUCCESS
     constraint: str = ""
     reason: str = ""
+    # A rejection that is lifted for a (deployment, client region) no candidate passes without it:
+    # then the region is served beyond it rather than not at all (``max_rtt_ms``).
+    relaxable: bool = False
 
     @property
     def ok(self) -> bool:
@@ -38,8 +41,8 @@ class Status:
 OK = Status()
 
 
-def unschedulable(constraint: str, reason: str) -> Status:
-    return Status(Code.UNSCHEDULABLE, constraint, reason)
+def unschedulable(constraint: str, reason: str, *, relaxable: bool = False) -> Status:
+    return Status(Code.UNSCHEDULABLE, constraint, reason, relaxable)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -263,6 +263,10 @@ class SolverSettings(pydantic.BaseModel):
         default=0.5, ge=0, description="Penalty per replica added or removed against the current placement.")
     unplaced_usd_per_replica: float = pydantic.Field(
         default=5000.0, gt=0, description="Penalty per reference replica of unserved demand, x priority weight.")
+    relax_max_rtt: bool = pydantic.Field(
+        default=True, description="When no pool is within a deployment's max_rtt_ms of a client region, serve that "
+                                  "region from the pools that meet its TTFT target (an SLA risk `meridian plan` "
+                                  "reports) rather than leave its demand unplaced.")
     spot_capacity_credit: float = pydantic.Field(
         default=0.85, gt=0, le=1, description="Share of a spot replica's capacity counted toward demand (SpotHedge).")
     num_search_workers: int = pydantic.Field(default=2, ge=1, le=64,

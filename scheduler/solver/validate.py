@@ -126,6 +126,7 @@ class _Plan:
         self.pair_filters = [f for f in plugins if not f.per_region]
         self.region_filters = [f for f in plugins if f.per_region]
         self.memo: dict[tuple, framework.Status] = {}
+        self._reachable: dict[tuple[str, str], bool] = {}
 
     def known(self, name: str, key: str) -> bool:
         return name in self.deps and name in self.views and key in self.offers
@@ -150,6 +151,15 @@ class _Plan:
     def spot_share(self, name: str) -> float:
         view = self.views[name]
         return view.spot_max_share if view.spot_allowed else 0.0
+
+    def reachable(self, name: str, region: str) -> bool:
+        """Some pool passes every filter, none relaxed, for ``name`` serving ``region``."""
+        hit = self._reachable.get((name, region))
+        if hit is None:
+            hit = self._reachable[(name, region)] = any(
+                self.verdict(self.pair_filters, name, key, "").ok and self.verdict(self.region_filters, name, key, region).ok
+                for key in self.offers if name in self.views)
+        return hit
 
     def verdict(self, plugins: Iterable[framework.Filter], name: str, key: str, region: str) -> framework.Status:
         """The first failing filter's status for (deployment, pool, region), memoised by plugin key."""
@@ -215,6 +225,8 @@ class _Plan:
                                                                        "without replicas there")))
                 continue
             status = self.verdict(self.region_filters, name, key, region)
+            if not status.ok and status.relaxable and self.settings.relax_max_rtt and not self.reachable(name, region):
+                continue  # no pool is within max_rtt_ms of the region: the solver may serve it from beyond
             if not status.ok:
                 out.append(((name, region, key), _of(name, status.constraint or "error",
                                                      f"{name} serves {region} from {key}: {status.reason}")))

@@ -164,7 +164,11 @@ async def test_plan_is_a_dry_run_with_diff_cost_and_risks(make_service):
         assert (await svc.spec_store.get("ModelDeployment", "chat")).body.count('"min_replicas":1')
         far = (DEPLOYMENT % 1).replace("client_regions: [na-east]", "client_regions: [ap-south], max_rtt_ms: 50")
         risky = await call(c.plan, [{"name": "d.yaml", "text": far}])
-        assert risky["unplaced"] and any("unplaced" in r for r in risky["risks"])
+        # Nothing within 50 ms of Mumbai: served from Virginia (within the TTFT SLA), named as a risk.
+        assert not risky["unplaced"] and any("exceeds max_rtt_ms 50" in r for r in risky["risks"]), risky["risks"]
+        slow = far.replace("ttft_p99_ms: 2000", "ttft_p99_ms: 150")
+        unserved = await call(c.plan, [{"name": "d.yaml", "text": slow}])
+        assert unserved["unplaced"] and any("unplaced" in r for r in unserved["risks"])
     finally:
         await agent.close()
 

@@ -13,7 +13,7 @@ from meridian import capacity, fleet, latency
 from meridian.spec import deployment as deployment_spec
 from meridian.spec import policy as policy_spec
 from scheduler import solver
-from scheduler.solver import linear, throughput
+from scheduler.solver import candidates, framework, linear, throughput
 
 CHAT = "meta-llama/Llama-3.1-8B-Instruct"
 BIG = "meta-llama/Llama-3.1-70B-Instruct"
@@ -162,7 +162,8 @@ def violations(prob: solver.PlacementProblem, result: solver.PlacementResult) ->
         d, offer = deps[name], offers[key]
         rtt = lat.rtt_ms(region, offer.region)
         sla = d.spec.sla
-        if sla.max_rtt_ms is not None and rtt > sla.max_rtt_ms:
+        if sla.max_rtt_ms is not None and rtt > sla.max_rtt_ms and within_reach(prob, name, region):
+            # Beyond max_rtt_ms only when no pool the deployment may use is within it.
             out.append(f"{name} serves {region} from {offer.region} at {rtt} ms > max_rtt {sla.max_rtt_ms}")
         if rtt + prefill_ms(d.spec, offer.gpu_type) > sla.ttft_p99_ms:
             out.append(f"{name} serves {region} from {offer.region}: RTT + prefill > TTFT")
@@ -182,6 +183,17 @@ def violations(prob: solver.PlacementProblem, result: solver.PlacementResult) ->
             if missing and not all(u.reason and u.constraint for u in result.unplaced if u.deployment == d.name):
                 out.append(f"{d.name}: unplaced demand without a reason")
     return out
+
+
+def within_reach(prob: solver.PlacementProblem, name: str, region: str) -> bool:
+    """Some pool the deployment may use (the solver's filter plugins, none relaxed) is within its
+    max_rtt_ms of ``region`` and meets its TTFT target."""
+    d = next(x for x in prob.deployments if x.name == name)
+    view = candidates.make_view(d, prob.policy)
+    cycle = framework.Cycle(prob.policy, prob.latency_map, prob.excluded_pools)
+    plugins = framework.make_filters(solver.SolverSettings().filters)
+    return any(all(f.filter(framework.Candidate(cycle, view, pool, region if f.per_region else "")).ok for f in plugins)
+               for pool in prob.pools)
 
 
 def raw_capacity(prob: solver.PlacementProblem, name: str, offer: solver.PoolOffer) -> float:

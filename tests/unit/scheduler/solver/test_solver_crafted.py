@@ -149,18 +149,31 @@ def test_no_preemption_of_a_class_the_higher_one_does_not_list():
     assert [(u.deployment, u.replicas) for u in result.unplaced] == [("vip", 1.0)]
 
 
-def test_infeasible_latency_is_explained():
-    """No H100 within 80 ms of ap-south: the demand is reported unplaced with that reason, the rest is placed."""
+def test_no_pool_within_max_rtt_serves_from_the_nearest_that_meets_ttft_or_is_explained_when_strict():
+    """No H100 within 80 ms of ap-south: by default the region is served from Virginia, which still
+    meets the 2 s TTFT (an SLA risk, as routers fail over there anyway) instead of not at all; with
+    relax_max_rtt off the demand is reported unplaced with that reason, the rest is placed."""
     big = sc.dep("big", regions={"ap-south": 1}, gpu_types=["H100"], gpus=4, source=sc.BIG, max_rtt_ms=80)
     small = sc.dep("chat", regions={"na-east": 1})
     prob = sc.problem([big, small], [sc.pool("use1", "aws", "us-east-1", "H100", 60.0, gpus_per_node=8),
                                      sc.pool("use1", "aws", "us-east-1", "L4", 0.8)])
-    result = solve(prob)
-    assert result.placement.to_dict() == {"chat": {"use1/l4-on-demand": 1}}
-    [u] = result.unplaced
+    relaxed = solve(prob)
+    assert relaxed.placement.to_dict() == {"big": {"use1/h100-on-demand": 1}, "chat": {"use1/l4-on-demand": 1}}
+    assert relaxed.unplaced == ()
+    strict = solve(prob, settings=solver.SolverSettings(relax_max_rtt=False))
+    assert strict.placement.to_dict() == {"chat": {"use1/l4-on-demand": 1}}
+    [u] = strict.unplaced
     assert (u.deployment, u.client_region, u.constraint) == ("big", "ap-south", "latency")
     assert "no H100 within 80 ms of ap-south" in u.reason
     assert "nearest is use1/h100-on-demand in us-east-1" in u.reason
+
+
+def test_a_pool_within_max_rtt_keeps_the_limit_hard_even_when_a_farther_one_is_cheaper():
+    """Relaxing applies only where nothing is within reach: with a Mumbai L4 at $0.90 and a Virginia
+    L4 at $0.50, max_rtt 80 ms still puts ap-south's replica in Mumbai."""
+    pools = [sc.pool("use1", "aws", "us-east-1", "L4", 0.50), sc.pool("aps1", "aws", "ap-south-1", "L4", 0.90)]
+    result = solve(sc.problem([sc.dep("chat", regions={"ap-south": 1}, max_rtt_ms=80)], pools))
+    assert result.placement.to_dict() == {"chat": {"aps1/l4-on-demand": 1}}
 
 
 def test_team_quota_blocking_is_explained():
