@@ -113,6 +113,7 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
     for (d, key), n in current.replicas.items():
         if n > 0:
             replicas.setdefault(d, []).append((key, n))
+    reach: dict[tuple[str, str], bool] = {}
     out = set()
     for d, demand in enumerate(prob.deployments):
         mine = replicas.get(demand.name, [])
@@ -131,8 +132,12 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
         covered: dict[str, float] = {}
         for region, key, units in serving.get(demand.name, []):
             offer = offers.get(key)
-            if offer is None or not all(plugin.filter(framework.Candidate(cycle, view, offer, region)).ok
-                                        for plugin in filters if plugin.per_region):
+            statuses = [plugin.filter(framework.Candidate(cycle, view, offer, region))
+                        for plugin in filters if plugin.per_region] if offer is not None else []
+            failed = [s for s in statuses if not s.ok]
+            if offer is None or (failed and not (
+                    settings.relax_max_rtt and all(s.relaxable for s in failed)
+                    and not _reachable(reach, cycle, filters, view, prob.pools, region))):
                 ok = False
                 break
             covered[region] = covered.get(region, 0.0) + units * formulation.SCALE
@@ -163,6 +168,16 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
                 or any(r not in wanted for r in covered) or total > demand.spec.scaling.max_replicas):
             out.add(d)
     return out
+
+
+def _reachable(memo: dict[tuple[str, str], bool], cycle: framework.Cycle, filters: list[framework.Filter],
+               view: framework.DeploymentView, pools: tuple[problem.PoolOffer, ...], region: str) -> bool:
+    """Some pool passes every filter, none relaxed, for ``view`` serving ``region`` (memoised)."""
+    key = (view.name, region)
+    if key not in memo:
+        memo[key] = any(all(f.filter(framework.Candidate(cycle, view, pool, region if f.per_region else "")).ok
+                            for f in filters) for pool in pools)
+    return memo[key]
 
 
 def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, current: problem.Placement | None,

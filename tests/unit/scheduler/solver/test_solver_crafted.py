@@ -335,3 +335,16 @@ def test_spot_share_cap_weighs_capacity_not_replicas():
     # 5 units: 1 L40S (3) + 3 spot L4 (3 x 0.85 credit = 2.55) = 5.55 >= 5, spot capacity 3 of 6.
     assert result.placement.to_dict() == {"chat": {"c/l40s-on-demand": 1, "c/l4-spot": 3}}
     assert result.cost_per_hour_usd == pytest.approx(2.70)
+
+
+def test_serving_beyond_max_rtt_is_kept_by_an_incremental_re_solve():
+    """A region served from beyond max_rtt_ms (nothing within it) is a valid plan: when another
+    deployment's demand changes, the re-solve is incremental and leaves it as it is."""
+    big = sc.dep("big", regions={"ap-south": 1}, gpu_types=["H100"], gpus=4, source=sc.BIG, max_rtt_ms=80)
+    pools = [sc.pool("use1", "aws", "us-east-1", "H100", 60.0, gpus_per_node=8), sc.pool("use1", "aws", "us-east-1", "L4", 0.8)]
+    first = solve(sc.problem([big, sc.dep("chat", regions={"na-east": 1})], pools))
+    changed = sc.problem([big, sc.dep("chat", regions={"na-east": 2})], pools)
+    assert solver.changed_deployments(changed, first.placement, solver.SolverSettings()) == {1}  # chat only
+    again = solve(changed, current=first.placement, settings=solver.SolverSettings(incremental="always"))
+    assert again.mode == "incremental"
+    assert again.placement.to_dict() == {"big": {"use1/h100-on-demand": 1}, "chat": {"use1/l4-on-demand": 2}}
