@@ -79,6 +79,15 @@ def risks(prob: problem.PlacementProblem, result: problem.PlacementResult, lmap:
         out.append(f"solver {result.status.value}: {result.message}")
     specs = {d.name: d.spec for d in prob.deployments}
     offers: Mapping[str, problem.PoolOffer] = {p.key: p for p in prob.pools}
+    regions_of: dict[str, set[str]] = {}
+    for (dep, key), n in result.placement.replicas.items():
+        if n > 0 and key in offers:
+            regions_of.setdefault(dep, set()).add(offers[key].region)
+    for dep, regions in sorted(regions_of.items()):
+        s = specs.get(dep)
+        if s is not None and len(regions) == 1 and s.placement.min_distinct_regions <= 1:
+            out.append(f"{dep}: every replica is in {next(iter(regions))}; losing that region stops it until it "
+                       f"is re-placed elsewhere (placement.min_distinct_regions: 2 keeps a second region serving)")
     seen = set()
     for (dep, region, key), n in sorted(result.serving.items()):
         offer, s = offers.get(key), specs.get(dep)

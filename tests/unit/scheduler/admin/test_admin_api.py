@@ -161,6 +161,7 @@ async def test_plan_is_a_dry_run_with_diff_cost_and_risks(make_service):
         assert report["diff"] == [{"deployment": "chat", "pool": "c1/l4", "current": 1, "target": 3, "delta": 2}]
         assert report["cost_per_hour_usd"]["after"] > report["cost_per_hour_usd"]["before"] > 0
         assert report["changes"][0]["action"] == "configured"
+        assert any("every replica is in us-east-1" in r for r in report["risks"]), report["risks"]
         assert (await svc.spec_store.get("ModelDeployment", "chat")).body.count('"min_replicas":1')
         far = (DEPLOYMENT % 1).replace("client_regions: [na-east]", "client_regions: [ap-south], max_rtt_ms: 50")
         risky = await call(c.plan, [{"name": "d.yaml", "text": far}])
