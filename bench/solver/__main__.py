@@ -19,22 +19,12 @@ import time
 
 import ortools
 
+from bench import common
 from bench.solver import fleet
 from scheduler import solver
 from scheduler.solver import candidates, evaluate, formulation, greedy
 
 DEFAULT_SIZES = "50x60,100x120,200x200,500x300,500x300:heavy"
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def greedy_baseline(prob: solver.PlacementProblem) -> tuple[float, float, float, float]:
@@ -103,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=10.0, help="solver time limit per solve, seconds")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
-    print(f"machine: {os.cpu_count()} cores, {cpu_model()}; python {platform.python_version()}, "
+    print(f"machine: {os.cpu_count()} cores, {common.cpu_model()}; python {platform.python_version()}, "
           f"ortools {ortools.__version__}; CP-SAT workers {solver.SolverSettings().num_search_workers}; "
           f"time limit {args.time_limit:g}s; seed {args.seed}")
     header = (f"{'fleet':>15} {'pairs':>6} {'vars':>6} {'cp-sat':>6} {'status':>8} {'solve s':>7} {'cost $/h':>9} "

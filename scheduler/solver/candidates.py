@@ -234,19 +234,25 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
         survivors[d] = sorted(alive)
         skeys = [plugin_key(plugin, view) for plugin in score_plugins]
         for region in sorted(r for r, wanted in view.demand.replicas_by_region.items() if wanted > 0):
-            serving = relaxed = alive
+            serving = alive
+            found_all: list[Verdicts] = []
             for i, plugin in enumerate(region_filters):
                 found = verdicts(len(pair_filters) + i, plugin, view, region)
+                found_all.append(found)
                 gone = serving - found[0]
                 if gone:
                     region_failed[d].setdefault(region, []).append((gone, found))
                 serving = serving & found[0]
-                relaxed = relaxed & (found[0] | {g for g, status in found[1].items() if status.relaxable})
-            if not serving and relaxed and settings.relax_max_rtt:
+            if not serving and settings.relax_max_rtt:
                 # Nothing within max_rtt_ms of this region: the nearest pools that meet the TTFT
                 # target serve it (routers fail over there anyway), rather than no capacity at all.
-                log.info("solver max_rtt=relaxed deployment=%s region=%s pools=%d", view.name, region, len(relaxed))
-                serving = relaxed
+                relaxed = alive
+                for passed, failed in found_all:
+                    relaxed = relaxed & (passed | {g for g, status in failed.items() if status.relaxable})
+                if relaxed:
+                    log.info("solver max_rtt=relaxed deployment=%s region=%s pools=%d", view.name, region,
+                             len(relaxed))
+                    serving = relaxed
             for g in sorted(serving):
                 group = groups[g]
                 offer = group.offer
@@ -272,6 +278,17 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
                 arcs.append(Arc(p, d, region, g, score, _rtt(cycle, region, offer.region)))
     return Candidates(views, groups, arcs, arcs_by_d, pairs, pairs_by_d, arcs_by_p, survivors, cycle, excluded,
                       pair_failed, region_failed, excluded_failed)
+
+
+def reachable(memo: dict[tuple[str, str], bool], cycle: framework.Cycle, filters: Sequence[framework.Filter],
+              view: framework.DeploymentView, pools: Sequence[problem.PoolOffer], region: str) -> bool:
+    """Some pool passes every filter, none relaxed, for ``view`` serving ``region`` (memoised in
+    ``memo`` by deployment and region): where this is false, serving beyond max_rtt_ms is valid."""
+    key = (view.name, region)
+    if key not in memo:
+        memo[key] = any(all(f.filter(framework.Candidate(cycle, view, pool, region if f.per_region else "")).ok
+                            for f in filters) for pool in pools)
+    return memo[key]
 
 
 def isolation_reason(c: Candidates, d: int) -> str:

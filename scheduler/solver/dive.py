@@ -44,10 +44,13 @@ def dive(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: probl
         missed = []
         for d in _order(c, left):
             mine = by_d.get(d, {})
-            if mine and not _valid_alone(c, d, mine):
+            valid = bool(mine) and _valid_alone(c, d, mine)
+            if mine and not valid:
                 mine = _spot_down(c, current, values, d)
-            if mine and _valid_alone(c, d, mine) and _fits(book, c, mine):
-                _keep(c, out, kept, mine)
+                valid = bool(mine) and _valid_alone(c, d, mine)
+            if valid and _fits(book, c, mine):
+                out.counts.update(mine)
+                kept[d] = [(c.pairs[p].g, n) for p, n in mine.items() if n > 0]
             else:
                 missed.append(d)
         log.debug("solver dive round=%d kept=%d left=%d", step, len(kept), len(missed))
@@ -65,13 +68,6 @@ def dive(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: probl
                             fixed=kept)
         out.counts.update(rest.counts)
     return starts.with_flows(c, out, built.active)
-
-
-def _keep(c: cand_mod.Candidates, out: greedy.Solution, kept: dict[int, list[tuple[int, int]]],
-          counts: Mapping[int, int]) -> None:
-    out.counts.update(counts)
-    d = c.pairs[next(iter(counts))].d
-    kept[d] = [(c.pairs[p].g, n) for p, n in counts.items() if n > 0]
 
 
 def _spot_down(c: cand_mod.Candidates, built: formulation.Built, values: list[float], d: int) -> dict[int, int]:

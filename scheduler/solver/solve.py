@@ -137,7 +137,7 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
             failed = [s for s in statuses if not s.ok]
             if offer is None or (failed and not (
                     settings.relax_max_rtt and all(s.relaxable for s in failed)
-                    and not _reachable(reach, cycle, filters, view, prob.pools, region))):
+                    and not cand_mod.reachable(reach, cycle, filters, view, prob.pools, region))):
                 ok = False
                 break
             covered[region] = covered.get(region, 0.0) + units * formulation.SCALE
@@ -168,16 +168,6 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
                 or any(r not in wanted for r in covered) or total > demand.spec.scaling.max_replicas):
             out.add(d)
     return out
-
-
-def _reachable(memo: dict[tuple[str, str], bool], cycle: framework.Cycle, filters: list[framework.Filter],
-               view: framework.DeploymentView, pools: tuple[problem.PoolOffer, ...], region: str) -> bool:
-    """Some pool passes every filter, none relaxed, for ``view`` serving ``region`` (memoised)."""
-    key = (view.name, region)
-    if key not in memo:
-        memo[key] = any(all(f.filter(framework.Candidate(cycle, view, pool, region if f.per_region else "")).ok
-                            for f in filters) for pool in pools)
-    return memo[key]
 
 
 def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, current: problem.Placement | None,

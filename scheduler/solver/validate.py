@@ -152,15 +152,6 @@ class _Plan:
         view = self.views[name]
         return view.spot_max_share if view.spot_allowed else 0.0
 
-    def reachable(self, name: str, region: str) -> bool:
-        """Some pool passes every filter, none relaxed, for ``name`` serving ``region``."""
-        hit = self._reachable.get((name, region))
-        if hit is None:
-            hit = self._reachable[(name, region)] = any(
-                self.verdict(self.pair_filters, name, key, "").ok and self.verdict(self.region_filters, name, key, region).ok
-                for key in self.offers if name in self.views)
-        return hit
-
     def verdict(self, plugins: Iterable[framework.Filter], name: str, key: str, region: str) -> framework.Status:
         """The first failing filter's status for (deployment, pool, region), memoised by plugin key."""
         view, offer = self.views[name], self.offers[key]
@@ -225,7 +216,9 @@ class _Plan:
                                                                        "without replicas there")))
                 continue
             status = self.verdict(self.region_filters, name, key, region)
-            if not status.ok and status.relaxable and self.settings.relax_max_rtt and not self.reachable(name, region):
+            if not status.ok and status.relaxable and self.settings.relax_max_rtt and not cand_mod.reachable(
+                    self._reachable, self.cycle, self.pair_filters + self.region_filters, self.views[name],
+                    self.prob.pools, region):
                 continue  # no pool is within max_rtt_ms of the region: the solver may serve it from beyond
             if not status.ok:
                 out.append(((name, region, key), _of(name, status.constraint or "error",

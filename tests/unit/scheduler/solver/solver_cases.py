@@ -189,11 +189,9 @@ def within_reach(prob: solver.PlacementProblem, name: str, region: str) -> bool:
     """Some pool the deployment may use (the solver's filter plugins, none relaxed) is within its
     max_rtt_ms of ``region`` and meets its TTFT target."""
     d = next(x for x in prob.deployments if x.name == name)
-    view = candidates.make_view(d, prob.policy)
     cycle = framework.Cycle(prob.policy, prob.latency_map, prob.excluded_pools)
     plugins = framework.make_filters(solver.SolverSettings().filters)
-    return any(all(f.filter(framework.Candidate(cycle, view, pool, region if f.per_region else "")).ok for f in plugins)
-               for pool in prob.pools)
+    return candidates.reachable({}, cycle, plugins, candidates.make_view(d, prob.policy), prob.pools, region)
 
 
 def raw_capacity(prob: solver.PlacementProblem, name: str, offer: solver.PoolOffer) -> float:
