@@ -18,6 +18,9 @@ Rules, in order (all times from ``ctx.now_s``):
    from 0, the first request (router traffic or in-flight) brings it back to at least 1 at once.
 6. Bounds: ``min_replicas`` (at least 1 without scale to zero), ``max_replicas``; ``warm_pool`` spare
    replicas on top of a non-zero demand. Every client region with traffic gets at least one replica.
+7. Split: the replicas are apportioned over client regions by their share of the request rate over
+   the stable window (by requests in flight only while no rate is known), since they are counted in
+   replicas of the reference GPU type, whose capacity is a request rate.
 """
 
 from __future__ import annotations
@@ -138,8 +141,17 @@ def _observe(ctx: types.AutoscaleContext) -> types.Sample:
     known = set(ctx.spec.sla.client_regions)
     # A region outside the SLA's list still counts in the totals; its share goes to the listed
     # regions (the solver has no latency target for it).
-    weights = {t.client_region: float(t.in_flight) + t.requests_per_s for t in ctx.traffic
-               if t.client_region in known}
+    listed = [t for t in ctx.traffic if t.client_region in known]
+    # A region's share is its share of the request rate: the split is in replicas of the reference
+    # GPU type, and what a region needs of those follows from how many requests it sends, not from
+    # how long they take where they run now. Requests in flight grow with the latency of the
+    # replicas that serve them, so weighing them gave a region served by slow GPUs (L4s within a
+    # tight max_rtt_ms) a multiple of the replicas its rate needs. In-flight counts split only when
+    # no rate is known yet (the first requests held at the routers, scale from zero).
+    if any(t.requests_per_s > 0 for t in listed):
+        weights = {t.client_region: t.requests_per_s for t in listed}
+    else:
+        weights = {t.client_region: float(t.in_flight) for t in listed}
     return types.Sample(ctx.now_s, float(max(on_replicas, at_routers)), rps, weights)
 
 

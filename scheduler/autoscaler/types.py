@@ -113,8 +113,9 @@ class Decision:
     """Desired capacity of one deployment.
 
     ``replicas`` = ``demand_replicas`` + the warm pool (within min/max); ``replicas_by_region`` splits
-    ``replicas`` over client regions by their share of demand (values add up to ``replicas``): the
-    capacity each region needs, in replicas of the reference GPU type, for the placement solver."""
+    ``replicas`` over client regions by their share of the request rate (values add up to
+    ``replicas``): the capacity each region needs, in replicas of the reference GPU type, for the
+    placement solver."""
 
     replicas: int
     replicas_by_region: Mapping[str, int]

@@ -182,6 +182,30 @@ def test_every_region_with_traffic_gets_a_replica_and_counts_add_up():
     assert decision.replicas_by_region["na-east"] > decision.replicas_by_region["eu-west"]
 
 
+def test_split_follows_request_rate_not_requests_in_flight():
+    """A region whose requests sit long on slow replicas (many in flight, few per second) gets its
+    share of the request rate, not of the in-flight count: the split is in reference replicas."""
+    policy = autoscaler.get("concurrency")
+    spec = make_spec(scale_up_delay_s=0, min_replicas=1)
+    traffic = (autoscaler.RegionTraffic("na-east", requests_per_s=7.0, in_flight=8),
+               autoscaler.RegionTraffic("eu-west", requests_per_s=1.0, in_flight=64))
+    ctx = autoscaler.AutoscaleContext("chat", spec, T0, 8, (fleet.ReplicaLoad(running_requests=9),) * 8, traffic,
+                                      replica_capacity_rps=1.0)
+    decision, _ = policy.decide(ctx, autoscaler.AutoscaleState())
+    assert decision.replicas == 8
+    assert decision.replicas_by_region == {"na-east": 6, "eu-west": 2}
+
+
+def test_split_uses_requests_in_flight_while_no_rate_is_known():
+    """Before any rate is measured (first requests held at the routers), in-flight counts split."""
+    policy = autoscaler.get("concurrency")
+    spec = make_spec(scale_up_delay_s=0, min_replicas=4)
+    traffic = (autoscaler.RegionTraffic("na-east", in_flight=1), autoscaler.RegionTraffic("eu-west", in_flight=5))
+    ctx = autoscaler.AutoscaleContext("chat", spec, T0, 4, (), traffic)
+    decision, _ = policy.decide(ctx, autoscaler.AutoscaleState())
+    assert decision.replicas_by_region == {"na-east": 1, "eu-west": 3}
+
+
 def test_request_rate_signal_with_replica_capacity():
     """With replica_capacity_rps set, request rate alone (low concurrency) asks for replicas."""
     policy = autoscaler.get("concurrency")
