@@ -25,8 +25,8 @@ subject to
   quotas        team GPUs (all and per type) <= quota; cloud nodes' GPUs (all, per type) <= quota
   budgets       team: sum price_per_gpu * gpus * x <= budget; fleet: sum price_g nodes_g <= budget
   replicas      sum_p x_p <= max_replicas
-  spot share    100 * spot capacity <= floor(100 * share) * all capacity (capacity: reference replicas
-                without the spot credit)
+  spot share    sum_p ceil(10^4 capacity_p (is_spot_p - share)) x_p <= 0, i.e. spot capacity <= share x
+                all capacity, never looser (capacity: reference replicas without the spot credit)
   isolation     a deployment with any replica uses >= min_distinct_clouds clouds and
                 >= min_distinct_regions regions (y, z binaries; z = 0 leaves all its demand unserved)
 
@@ -49,6 +49,7 @@ SCALE = 100  # demand and capacity in hundredths of a reference replica
 # rows, no flow variables); beyond, by flow variables per (pair, region).
 HALL_MAX_REGIONS = 5
 CENTS = 100
+SPOT_SCALE = 10_000  # spot share row coefficients: capacity x share in 1/10000ths
 
 
 @dataclasses.dataclass
@@ -78,10 +79,13 @@ def coverage(units: float) -> int:
 
 def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: problem.SolverSettings,
           current: Mapping[tuple[int, int], int] | None, fixed: Mapping[int, list[tuple[int, int]]],
-          active: list[int], subset: set[int] | None = None) -> Built:
+          active: list[int], subset: set[int] | None = None, lp_cuts: bool = True,
+          protect_weight: Mapping[int, float] | None = None) -> Built:
     """The model for the ``active`` deployments. ``current``: (deployment, group) -> replicas now,
     or None for a first placement (no churn to count); ``fixed``: deployment -> [(group, replicas)]
-    kept as they are; ``subset``: the arcs to use (default: all; pairs follow their arcs).
+    kept as they are; ``subset``: the arcs to use (default: all; pairs follow their arcs);
+    ``lp_cuts``: add the LP-only cuts (a model only CP-SAT solves needs none); ``protect_weight``:
+    ``protect_weights(prob)``, when the caller builds many models of one problem.
 
     Demand of a region with no arc at all gets no variable: it is unplaced whatever the plan, so it
     is left out of the objective (and of the bound) rather than added to both as a constant."""
@@ -102,9 +106,10 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
                 fixed_team_gpus[key] = fixed_team_gpus.get(key, 0) + n * gpus
             fixed_team_cents[team] = fixed_team_cents.get(team, 0.0) + n * gpus * groups[g].offer.price_per_gpu_hour_usd * CENTS
 
-    protect_weight = _protect_weights(prob)
+    if protect_weight is None:
+        protect_weight = protect_weights(prob)
     for d in active:
-        _deployment(b, c, d, settings, current, with_churn, subset)
+        _deployment(b, c, d, settings, current, with_churn, subset, lp_cuts)
         if d in protect_weight:
             _protect(b, c, d, current, settings.unplaced_usd_per_replica * protect_weight[d] / SCALE)
 
@@ -131,7 +136,8 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
 
 
 def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.SolverSettings,
-                current: Mapping[tuple[int, int], int], with_churn: bool, subset: set[int] | None) -> None:
+                current: Mapping[tuple[int, int], int], with_churn: bool, subset: set[int] | None,
+                lp_cuts: bool) -> None:
     m, arcs, pairs, view = b.model, c.arcs, c.pairs, c.views[d]
     scaling = view.demand.spec.scaling
     placement = view.demand.spec.placement
@@ -169,7 +175,8 @@ def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.Solv
                 us = [b.u[(d, r)] for r in subset_regions]
                 capped = [min(need, cov[p]) for p in serving]
                 m.row([b.x[p] for p in serving] + us, capped + [1] * len(us), lo=need)
-                _mir_cuts(m, [b.x[p] for p in serving], capped, us, need)
+                if lp_cuts:
+                    _mir_cuts(m, [b.x[p] for p in serving], capped, us, need)
     else:
         mine = [a for a in c.arcs_by_d[d] if arcs[a].p in cov]
         by_region: dict[str, list[int]] = {}
@@ -189,16 +196,19 @@ def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.Solv
         us = [b.u[(d, r)] for r in regions]
         capped = [min(total, cov[p]) for p in my_pairs]
         m.row([b.x[p] for p in my_pairs] + us, capped + [1] * len(us), lo=total)
-        _mir_cuts(m, [b.x[p] for p in my_pairs], capped, us, total)
+        if lp_cuts:
+            _mir_cuts(m, [b.x[p] for p in my_pairs], capped, us, total)
     xs = [b.x[p] for p in my_pairs]
     if xs:
         m.row(xs, [1] * len(xs), hi=scaling.max_replicas)
     is_spot = {p: c.groups[pairs[p].g].offer.tier is fleet.Tier.SPOT for p in my_pairs}
     if any(is_spot.values()) and view.spot_max_share < 1.0:
-        # Spot capacity <= share x all capacity (capacity, not replicas: see DeploymentView.capacity).
-        share = math.floor(view.spot_max_share * SCALE + 1e-9)
-        coef = [coverage(view.capacity(c.groups[pairs[p].g].offer.gpu_type)) * ((SCALE if is_spot[p] else 0) - share)
-                for p in my_pairs]
+        # Spot capacity <= share x all capacity (capacity, not replicas: see DeploymentView.capacity),
+        # as sum capacity_p (is_spot_p - share) x_p <= 0 with each coefficient rounded up at a fine
+        # scale: an integer row no looser than the cap itself (rounding capacities down, as demand
+        # rows do, let 1.716 of 5.716 pass a 30% cap).
+        coef = [math.ceil(SPOT_SCALE * view.capacity(c.groups[pairs[p].g].offer.gpu_type)
+                          * ((1.0 if is_spot[p] else 0.0) - view.spot_max_share) - 1e-9) for p in my_pairs]
         m.row(xs, coef, hi=0)
     _isolation(b, c, d, my_pairs)
     if with_churn:
@@ -269,17 +279,21 @@ def _churn(b: Built, c: cand_mod.Candidates, d: int, my_pairs: list[int], curren
         b.churn[p] = (v, n0)
 
 
-def _protect_weights(prob: problem.PlacementProblem) -> dict[int, float]:
+def protect_weights(prob: problem.PlacementProblem) -> dict[int, float]:
     """Deployments that some higher class present may not preempt, with the penalty that keeps
     their current service: above the unserved-demand weight of every such class."""
     policy = prob.policy
     if policy is None:
         return {}
     preempts = {cls.name: set(cls.preempts) for cls in policy.priority_classes}
+    # The classes present, each with its highest value: a few, so this is linear in deployments.
+    present: dict[str, int] = {}
+    for o in prob.deployments:
+        present[o.priority_class] = max(present.get(o.priority_class, o.priority), o.priority)
     out: dict[int, float] = {}
     for d, dep in enumerate(prob.deployments):
-        threats = [o.priority for o in prob.deployments if o.priority > dep.priority
-                   and dep.priority_class not in preempts.get(o.priority_class, set())]
+        threats = [value for cls, value in present.items() if value > dep.priority
+                   and dep.priority_class not in preempts.get(cls, set())]
         if threats:
             out[d] = 2.0 * priority_weight(max(threats))
     return out
