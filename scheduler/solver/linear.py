@@ -8,11 +8,15 @@ milli-dollars for CP-SAT."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
 
 from ortools.linear_solver import linear_solver_pb2, pywraplp
 from ortools.sat.python import cp_model
+
+log = logging.getLogger("meridian.scheduler.solver")
 
 OBJECTIVE_SCALE = 1000.0  # CP-SAT objective unit: milli-dollar per hour
 INF = math.inf
@@ -157,7 +161,10 @@ def solve_lp(model: LinearModel, *, time_limit_s: float = 10.0) -> LpOutcome:
     lp.SetTimeLimit(int(max(0.1, time_limit_s) * 1000))
     # Dual simplex: 2-3x faster than primal on these covering models (measured on the benchmark).
     lp.SetSolverSpecificParametersAsString("use_dual_simplex: true")
+    started = time.perf_counter()
     code = lp.Solve()
     if code != pywraplp.Solver.OPTIMAL:
+        log.warning("solver lp=failed status=%d wall_s=%.2f limit_s=%.2f rows=%d variables=%d", code,
+                    time.perf_counter() - started, time_limit_s, len(proto.constraint), len(proto.variable))
         return LpOutcome(False, [], -math.inf)
     return LpOutcome(True, [x.solution_value() for x in lp.variables()], lp.Objective().Value() + model.constant)
