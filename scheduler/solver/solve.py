@@ -22,8 +22,8 @@ import math
 import time
 
 from scheduler.solver import candidates as cand_mod
-from scheduler.solver import (dive, evaluate, explain, formulation, framework, greedy, ledger, linear, problem, starts,
-                              validate)
+from scheduler.solver import (dive, evaluate, explain, formulation, framework, greedy, ledger, linear, neighbourhood,
+                              problem, starts, validate)
 
 log = logging.getLogger("meridian.scheduler.solver")
 
@@ -234,6 +234,9 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
         # Warm start: the current replicas where they still fit, the rest filled greedily.
         kept = starts.from_current(c, built, current, index, member_group)
         begin = starts.best_start(prob, c, settings, active, kept.counts, fixed)
+    large = len(built.x) > settings.restrict_above_pairs
+    local = large and settings.neighbourhood_size > 0
+    wanted: dict[int, set[int]] = {}
     if settings.lp_hint and built.x:
         t = time.perf_counter()
         lp = linear.solve_lp(built.model, time_limit_s=max(0.2, (deadline - time.perf_counter()) * 0.5))
@@ -246,44 +249,60 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
                 begin = dive.dive(prob, c, settings, built, lp.values,
                                   t + 0.25 * (deadline - t), fixed)
                 stats["dive_s"] = time.perf_counter() - t
-            if len(built.x) > settings.restrict_above_pairs:
+            for p, v in built.x.items():
+                if lp.values[v] > 1e-6:
+                    wanted.setdefault(c.pairs[p].d, set()).add(c.pairs[p].g)
+            if large and not local:
                 t = time.perf_counter()
                 keep = starts.restrict(c, built, lp.values, begin, settings.pairs_per_region)
-                built = formulation.build(c, prob, settings, warm, fixed, active, keep)
+                built = formulation.build(c, prob, settings, warm, fixed, active, keep, lp_cuts=False)
                 restricted = True
                 stats.update(restrict_s=time.perf_counter() - t, sat_variables=built.model.size, sat_pairs=len(built.x))
     if begin is None:
         begin = starts.best_start(prob, c, settings, active, None, fixed)
-    hint = starts.complete(c, built, begin)
 
     t = time.perf_counter()
     remaining = deadline - time.perf_counter()
-    small = not restricted and len(built.x) <= settings.small_model_pairs
-    workers = settings.small_model_workers if small else settings.num_search_workers
-    stats["workers"] = workers
     # Leave time for the split, the flows and the explanations (about 1 s per 100k pairs).
     reserve = min(0.05 + stats["pairs"] / 100_000, 0.3 * remaining)
-    sat = linear.solve_sat(built.model, time_limit_s=max(0.05, remaining - reserve), workers=workers,
-                           relative_gap=settings.relative_gap, hint=hint, seed=settings.seed,
-                           known_bound=lower)
-    stats["sat_s"] = time.perf_counter() - t
-    if sat.status in ("optimal", "feasible"):
-        sol = starts.with_flows(c, greedy.Solution({p: sat.values[v] for p, v in built.x.items() if sat.values[v] > 0}),
-                                active)
-        status = problem.SolveStatus.OPTIMAL if sat.status == "optimal" else problem.SolveStatus.FEASIBLE
-        if not restricted:  # CP-SAT's bound holds for the full model only
-            lower = max(lower, sat.bound)
-        message = ""
-        iso_off = {d for d, (z, _, _) in built.iso.items() if sat.values[z] == 0}
-        if status is problem.SolveStatus.OPTIMAL and restricted:
-            status = problem.SolveStatus.FEASIBLE  # optimal among the kept pairs only
-    else:
-        # Out of time without a CP-SAT solution: the start is a feasible plan (the greedy repair
-        # of the current placement or of the LP rounding, next to the replicas kept).
-        sol = starts.with_flows(c, begin, active) if begin.counts else greedy.place(prob, c, active, fixed=fixed)
+    sat_bound = -math.inf
+    if local:
+        # A large fleet: the start improved a few competing deployments at a time (neighbourhood).
+        found = neighbourhood.search(prob, c, settings, begin, active, deadline - reserve, current=warm,
+                                     fixed=fixed, wanted_groups=wanted)
+        sol = found.solution
         status = problem.SolveStatus.FEASIBLE
-        message = f"CP-SAT returned {sat.status} within the time limit; the greedy start plan returned"
-        iso_off = set()
+        message = ""
+        iso_off = {d for d in built.iso if not any(n > 0 for p, n in sol.counts.items() if c.pairs[p].d == d)}
+        stats.update(neighbourhood_s=time.perf_counter() - t, neighbourhood_steps=found.steps,
+                     neighbourhood_improved=found.improved, neighbourhood_gain_usd=found.gain_usd)
+    else:
+        hint = starts.complete(c, built, begin)
+        small = not restricted and len(built.x) <= settings.small_model_pairs
+        workers = settings.small_model_workers if small else settings.num_search_workers
+        stats["workers"] = workers
+        sat = linear.solve_sat(built.model, time_limit_s=max(0.05, remaining - reserve), workers=workers,
+                               relative_gap=settings.relative_gap, hint=hint, seed=settings.seed,
+                               known_bound=lower)
+        stats["sat_s"] = time.perf_counter() - t
+        sat_bound = sat.bound
+        if sat.status in ("optimal", "feasible"):
+            sol = starts.with_flows(c, greedy.Solution({p: sat.values[v] for p, v in built.x.items()
+                                                        if sat.values[v] > 0}), active)
+            status = problem.SolveStatus.OPTIMAL if sat.status == "optimal" else problem.SolveStatus.FEASIBLE
+            if not restricted:  # CP-SAT's bound holds for the full model only
+                lower = max(lower, sat.bound)
+            message = ""
+            iso_off = {d for d, (z, _, _) in built.iso.items() if sat.values[z] == 0}
+            if status is problem.SolveStatus.OPTIMAL and restricted:
+                status = problem.SolveStatus.FEASIBLE  # optimal among the kept pairs only
+        else:
+            # Out of time without a CP-SAT solution: the start is a feasible plan (the greedy repair
+            # of the current placement or of the LP rounding, next to the replicas kept).
+            sol = starts.with_flows(c, begin, active) if begin.counts else greedy.place(prob, c, active, fixed=fixed)
+            status = problem.SolveStatus.FEASIBLE
+            message = f"CP-SAT returned {sat.status} within the time limit; the greedy start plan returned"
+            iso_off = set()
 
     held: dict[str, int] = {}
     for (name, key), n in fixed_members.items():
@@ -306,8 +325,11 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     placement = problem.Placement(merged, merged_serving, planned)
     views = {view.name: view for view in c.views}
     found = validate.violations(prob, placement, settings, views)
-    if found and settings.aggregate_pools and len(c.groups) < len(members):
+    if (found and settings.aggregate_pools and len(c.groups) < len(members)
+            and deadline - time.perf_counter() > 0.5 * (deadline - start)):
         # The merged model's view of member pools (nodes, capacity) did not hold for this plan.
+        # With less than half the time left, a re-solve of the unmerged model would return little
+        # more than a greedy plan: the repair below drops what breaks instead.
         log.info("solver aggregate=off reason=%s detail=%r", found[0].constraint, found[0].detail)
         return _solve(prob, settings.model_copy(update={"aggregate_pools": False}), current, deadline, start, changed)
     repaired = validate.repair(prob, placement, settings, views) if found else None
@@ -353,7 +375,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
         parts = dataclasses.replace(parts, unplaced_usd=parts.unplaced_usd + extra)
     elapsed = time.perf_counter() - start
     stats.update(cost_usd=parts.cost_usd, score_usd=parts.score_usd, churn_usd=parts.churn_usd,
-                 unplaced_usd=parts.unplaced_usd, sat_bound=sat.bound)
+                 unplaced_usd=parts.unplaced_usd, sat_bound=sat_bound)
     result = problem.PlacementResult(status, placement, parts.cost_usd, parts.objective, min(lower, parts.objective),
                                      elapsed, tuple(unplaced), "incremental" if changed is not None else "full",
                                      message, stats)

@@ -1,0 +1,113 @@
+"""The large-neighbourhood search that improves a large fleet's plan a few deployments at a time."""
+
+from __future__ import annotations
+
+import time
+
+import hypothesis
+import pytest
+import solver_cases as sc
+from test_solver_properties import PROFILE, check, instances
+
+from bench.solver import fleet
+from scheduler import solver
+from scheduler.solver import candidates, dive, evaluate, formulation, greedy, linear, neighbourhood, validate
+
+
+def setup(prob: solver.PlacementProblem, settings: solver.SolverSettings):
+    c = candidates.build(prob, settings)
+    active = [d for d in range(len(c.views)) if c.views[d].demand.demand_replicas and c.arcs_by_d[d]
+              and not candidates.isolation_reason(c, d)]
+    return c, active
+
+
+def objective(prob, c, settings, active, sol) -> float:
+    placement = evaluate.split(c, sol, None)
+    assert placement is not None
+    return evaluate.breakdown(prob, c, settings, sol, placement, None, evaluate.covered(c, sol.flows),
+                              set(active)).objective
+
+
+def valid(prob, c, settings, sol) -> list:
+    placement = evaluate.split(c, sol, None)
+    assert placement is not None
+    planned = {d.name: dict(d.replicas_by_region) for d in prob.deployments}
+    whole = solver.Placement(dict(placement.replicas), dict(placement.serving), planned)
+    return validate.violations(prob, whole, settings, {v.name: v for v in c.views})
+
+
+def pair_of(c, d: int, pool_id: str) -> int:
+    return next(p for p in c.pairs_by_d[d] if any(m.pool.pool_id == pool_id for m in c.groups[c.pairs[p].g].members))
+
+
+def test_search_moves_replicas_from_a_dear_pool_to_a_cheap_one_with_room():
+    """Started on a pool at three times the price, the search moves the replicas to the cheap pool
+    of the same region, and stops on its own once no step gains (well before its deadline)."""
+    prob = sc.problem([sc.dep("chat", regions={"na-east": 2})],
+                      [sc.pool("c1", "aws", "us-east-1", "L4", 1.0, pool_id="cheap"),
+                       sc.pool("c1", "aws", "us-east-1", "L4", 3.0, pool_id="dear")])
+    settings = solver.SolverSettings(neighbourhood_size=1)
+    c, active = setup(prob, settings)
+    dear, cheap = pair_of(c, 0, "dear"), pair_of(c, 0, "cheap")
+    start = greedy.Solution({dear: 2}, {})
+    deadline = time.perf_counter() + 60.0
+    out = neighbourhood.search(prob, c, settings, start, active, deadline)
+    assert out.solution.counts == {cheap: 2}
+    assert out.improved >= 1 and out.gain_usd == pytest.approx(4.0, abs=0.01)
+    assert time.perf_counter() < deadline - 30.0  # a local optimum ends the search, not the clock
+
+
+def test_search_never_moves_fixed_replicas_and_fits_next_to_them():
+    """Replicas an incremental re-solve holds stay out of every step, and what the search places
+    fits the pool next to them: the held deployment keeps the cheap pool, the other takes the dear one."""
+    prob = sc.problem([sc.dep("held", regions={"na-east": 2}), sc.dep("free", regions={"na-east": 2})],
+                      [sc.pool("c1", "aws", "us-east-1", "L4", 1.0, pool_id="cheap", nodes_max=2),
+                       sc.pool("c1", "aws", "us-east-1", "L4", 3.0, pool_id="dear")])
+    settings = solver.SolverSettings(neighbourhood_size=2)
+    c, _ = setup(prob, settings)
+    cheap_group = c.pairs[pair_of(c, 0, "cheap")].g
+    start = greedy.Solution({pair_of(c, 1, "dear"): 2}, {})
+    out = neighbourhood.search(prob, c, settings, start, [1], time.perf_counter() + 60.0,
+                               fixed={0: [(cheap_group, 2)]})
+    assert out.solution.counts == {pair_of(c, 1, "dear"): 2}
+    assert out.improved == 0
+
+
+def test_search_on_a_contended_fleet_returns_a_valid_plan_cheaper_than_its_start():
+    """On the benchmark's seeded fleet (many deployments sharing a few cheap pools), a few seconds
+    of search from the LP dive's start give a plan that breaks nothing and costs less than the start."""
+    prob = fleet.make(100, 60, seed=7)
+    settings = solver.SolverSettings()
+    c, active = setup(prob, settings)
+    built = formulation.build(c, prob, settings, None, {}, active)
+    lp = linear.solve_lp(built.model)
+    assert lp.ok
+    start = dive.dive(prob, c, settings, built, lp.values, time.perf_counter() + 5.0)
+    out = neighbourhood.search(prob, c, settings, start, active, time.perf_counter() + 3.0)
+    assert valid(prob, c, settings, out.solution) == []
+    before, after = objective(prob, c, settings, active, start), objective(prob, c, settings, active, out.solution)
+    assert out.improved > 0
+    assert after < before - 1.0
+    assert after >= lp.objective - 1e-6
+
+
+def test_a_large_fleet_is_solved_by_the_neighbourhood_search():
+    """Above ``restrict_above_pairs`` the solve improves its start by the search (its steps in the
+    stats), and the plan it returns passes the independent checker."""
+    prob = fleet.make(60, 40, seed=3)
+    result = solver.solve(prob, time_limit_s=3.0, settings=solver.SolverSettings(restrict_above_pairs=0))
+    assert result.stats["neighbourhood_steps"] > 0
+    check(prob, result)
+
+
+@hypothesis.settings(PROFILE, max_examples=30)
+@hypothesis.given(instances())
+def test_neighbourhood_plans_break_nothing_first_and_warm_started(prob: solver.PlacementProblem):
+    """With the search forced on small random fleets, a first placement and a warm-started re-solve
+    break no hard constraint and explain what they leave unserved."""
+    settings = solver.SolverSettings(restrict_above_pairs=0, neighbourhood_size=2)
+    first = solver.solve(prob, time_limit_s=1.0, settings=settings)
+    check(prob, first)
+    again = solver.solve(prob, time_limit_s=1.0, current=first.placement,
+                         settings=settings.model_copy(update={"incremental": "never"}))
+    check(prob, again)
