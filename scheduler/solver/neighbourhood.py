@@ -33,11 +33,12 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
            start: greedy.Solution, active: Sequence[int], deadline: float, *,
            current: Mapping[tuple[int, int], int] | None = None,
            fixed: Mapping[int, list[tuple[int, int]]] | None = None,
-           wanted_groups: Mapping[int, set[int]] | None = None) -> Outcome:
+           wanted_groups: Mapping[int, set[int]] | None = None, pairs: set[int] | None = None) -> Outcome:
     """``start`` (pair -> replicas, feasible next to ``fixed``) improved until ``deadline``
     (perf_counter seconds). ``current``: (deployment, group) -> replicas now, for churn;
     ``fixed``: replicas of deployments outside ``active``, held throughout; ``wanted_groups``:
-    deployment -> groups its LP optimum uses (neighbours are also drawn among those)."""
+    deployment -> groups its LP optimum uses (neighbours are also drawn among those); ``pairs``:
+    the pairs a step may use (``starts.restrict``; default: all), besides those in use."""
     rng = random.Random(settings.seed)
     weights = formulation.protect_weights(prob)
     by_d: dict[int, dict[int, int]] = {}
@@ -64,7 +65,9 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
         for d, mine in by_d.items():
             if d not in hood and mine:
                 held[d] = [(c.pairs[p].g, n) for p, n in mine.items()]
-        sub = formulation.build(c, prob, settings, current, held, hood, lp_cuts=False, protect_weight=weights)
+        usable = None if pairs is None else pairs | {p for d in hood for p in by_d.get(d, {})}
+        sub = formulation.build(c, prob, settings, current, held, hood, usable, lp_cuts=False,
+                                protect_weight=weights)
         now = greedy.Solution({p: n for d in hood for p, n in by_d.get(d, {}).items()}, {})
         hint = starts.complete(c, sub, starts.with_flows(c, now, hood))
         before = sum(sub.model.cost[v] * hint.get(v, 0) for v in range(sub.model.size))

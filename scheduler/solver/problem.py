@@ -284,15 +284,16 @@ class SolverSettings(pydantic.BaseModel):
     incremental_max_share: float = pydantic.Field(default=0.1, gt=0, le=1)
     lp_hint: bool = pydantic.Field(default=True, description="Solve the LP relaxation first for a bound and a hint.")
     restrict_above_pairs: int = pydantic.Field(
-        default=3000, ge=0, description="Above this many (deployment, pool) pairs, CP-SAT sees only the LP's support, "
-                                        "the cheapest pairs per region, the start's pairs and isolation alternatives.")
+        default=3000, ge=0, description="Above this many (deployment, pool) pairs the model is large: its steps (the "
+                                        "neighbourhood search, or one CP-SAT search) see only the LP's support, the "
+                                        "cheapest pairs per region, the start's pairs and isolation alternatives.")
     pairs_per_region: int = pydantic.Field(default=6, ge=1, le=1000,
                                            description="Cheapest pairs kept per (deployment, region) when restricting.")
     neighbourhood_size: int = pydantic.Field(
-        default=3, ge=0, le=50,
-        description="Above restrict_above_pairs, the plan is improved by re-solving this many competing deployments "
-                    "at a time, the rest held (large-neighbourhood search); 0: one CP-SAT search of the restricted "
-                    "model instead.")
+        default=5, ge=0, le=50,
+        description="On a large model, the plan is improved by re-solving this many competing deployments at a "
+                    "time, the rest held (large-neighbourhood search); 0: one CP-SAT search of the restricted model "
+                    "instead.")
     neighbourhood_time_s: float = pydantic.Field(
-        default=0.06, gt=0, le=10, description="CP-SAT time limit of one neighbourhood step, seconds.")
+        default=0.1, gt=0, le=10, description="CP-SAT time limit of one neighbourhood step, seconds.")
     seed: int = 0

@@ -237,6 +237,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     large = len(built.x) > settings.restrict_above_pairs
     local = large and settings.neighbourhood_size > 0
     wanted: dict[int, set[int]] = {}
+    usable: set[int] | None = None
     if settings.lp_hint and built.x:
         t = time.perf_counter()
         lp = linear.solve_lp(built.model, time_limit_s=max(0.2, (deadline - time.perf_counter()) * 0.5))
@@ -252,7 +253,11 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
             for p, v in built.x.items():
                 if lp.values[v] > 1e-6:
                     wanted.setdefault(c.pairs[p].d, set()).add(c.pairs[p].g)
-            if large and not local:
+            if local:
+                t = time.perf_counter()
+                usable = starts.restrict(c, built, lp.values, begin, settings.pairs_per_region)
+                stats.update(restrict_s=time.perf_counter() - t, sat_pairs=len(usable))
+            elif large:
                 t = time.perf_counter()
                 keep = starts.restrict(c, built, lp.values, begin, settings.pairs_per_region)
                 built = formulation.build(c, prob, settings, warm, fixed, active, keep, lp_cuts=False)
@@ -269,7 +274,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     if local:
         # A large fleet: the start improved a few competing deployments at a time (neighbourhood).
         found = neighbourhood.search(prob, c, settings, begin, active, deadline - reserve, current=warm,
-                                     fixed=fixed, wanted_groups=wanted)
+                                     fixed=fixed, wanted_groups=wanted, pairs=usable)
         sol = found.solution
         status = problem.SolveStatus.FEASIBLE
         message = ""

@@ -57,6 +57,20 @@ def test_search_moves_replicas_from_a_dear_pool_to_a_cheap_one_with_room():
     assert time.perf_counter() < deadline - 30.0  # a local optimum ends the search, not the clock
 
 
+def test_search_uses_only_the_pairs_it_is_given_besides_those_in_use():
+    """With the cheap pool left out of the usable pairs (a restricted large model), the replicas
+    stay where they are: a step never places on a pair outside the set."""
+    prob = sc.problem([sc.dep("chat", regions={"na-east": 2})],
+                      [sc.pool("c1", "aws", "us-east-1", "L4", 1.0, pool_id="cheap"),
+                       sc.pool("c1", "aws", "us-east-1", "L4", 3.0, pool_id="dear")])
+    settings = solver.SolverSettings(neighbourhood_size=1)
+    c, active = setup(prob, settings)
+    dear = pair_of(c, 0, "dear")
+    out = neighbourhood.search(prob, c, settings, greedy.Solution({dear: 2}, {}), active,
+                               time.perf_counter() + 60.0, pairs=set())
+    assert out.solution.counts == {dear: 2}
+
+
 def test_search_never_moves_fixed_replicas_and_fits_next_to_them():
     """Replicas an incremental re-solve holds stay out of every step, and what the search places
     fits the pool next to them: the held deployment keeps the cheap pool, the other takes the dear one."""
