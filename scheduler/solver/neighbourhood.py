@@ -70,7 +70,7 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
                                 protect_weight=weights)
         now = greedy.Solution({p: n for d in hood for p, n in by_d.get(d, {}).items()}, {})
         hint = starts.complete(c, sub, starts.with_flows(c, now, hood))
-        before = sum(sub.model.cost[v] * hint.get(v, 0) for v in range(sub.model.size))
+        before = _value(sub, hint)
         limit = min(settings.neighbourhood_time_s, deadline - time.perf_counter())
         if limit <= 0.005:
             break
@@ -78,18 +78,27 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
                                relative_gap=0.0, hint=hint, seed=settings.seed + steps)
         if out.status not in ("optimal", "feasible"):
             continue
-        after = out.objective - sub.model.constant
+        # Weighed as ``before`` is: the replicas with the serving the plan will have (flows.assign),
+        # not CP-SAT's own flow variables, which a deployment with more than HALL_MAX_REGIONS
+        # regions has and the returned plan does not keep (else a step that only re-routes, or
+        # one that is worse as served, counts as a gain).
+        found = greedy.Solution({p: out.values[v] for p, v in sub.x.items() if out.values[v] > 0}, {})
+        after = _value(sub, starts.complete(c, sub, starts.with_flows(c, found, hood)))
         if after < before - 1e-6:
             improved += 1
             stalled = 0
             gain += before - after
             for d in hood:
                 by_d[d] = {}
-            for p, v in sub.x.items():
-                if out.values[v] > 0:
-                    by_d.setdefault(c.pairs[p].d, {})[p] = out.values[v]
+            for p, n in found.counts.items():
+                by_d.setdefault(c.pairs[p].d, {})[p] = n
     counts = {p: n for mine in by_d.values() for p, n in mine.items()}
     return Outcome(starts.with_flows(c, greedy.Solution(counts, {}), list(active)), steps, improved, gain)
+
+
+def _value(sub: formulation.Built, values: Mapping[int, int]) -> float:
+    """The step model's objective at ``values`` (variable -> value; absent: 0), $/h."""
+    return sum(sub.model.cost[v] * values.get(v, 0) for v in range(sub.model.size))
 
 
 def _neighbours(c: cand_mod.Candidates, rng: random.Random, pool: Sequence[int], pairs_by_g: Mapping[int, list[int]],

@@ -11,7 +11,7 @@ from test_solver_properties import PROFILE, check, instances
 
 from bench.solver import fleet
 from scheduler import solver
-from scheduler.solver import candidates, dive, evaluate, formulation, greedy, linear, neighbourhood, validate
+from scheduler.solver import candidates, dive, evaluate, formulation, greedy, linear, neighbourhood, starts, validate
 
 
 def setup(prob: solver.PlacementProblem, settings: solver.SolverSettings):
@@ -125,3 +125,36 @@ def test_neighbourhood_plans_break_nothing_first_and_warm_started(prob: solver.P
     again = solver.solve(prob, time_limit_s=1.0, current=first.placement,
                          settings=settings.model_copy(update={"incremental": "never"}))
     check(prob, again)
+
+
+def test_a_step_counts_as_a_gain_only_when_the_plan_as_served_improves():
+    """Deployments with more than HALL_MAX_REGIONS client regions have flow variables: a step is
+    weighed with the serving the returned plan will have on both sides (not CP-SAT's own flows for
+    the new replicas against the served flows of the old), so the plan never ends worse than its
+    start and the gain the search reports is the gain of the plan it returns."""
+    pools = [sc.pool("c0", "aws", "eu-north-1", "L4", 1.12, nodes_max=3, pool_id="p0"),
+             sc.pool("c1", "aws", "ap-southeast-1", "L4", 0.3, nodes_max=6, pool_id="p1"),
+             sc.pool("c2", "azure", "westus2", "L4", 1.94, nodes_max=6, pool_id="p2"),
+             sc.pool("c3", "azure", "eastus2", "L4", 0.84, nodes_max=1, pool_id="p3"),
+             sc.pool("c4", "gcp", "us-central1", "L4", 1.13, nodes_max=2, pool_id="p4"),
+             sc.pool("c5", "azure", "southcentralus", "L4", 1.85, nodes_max=5, pool_id="p5"),
+             sc.pool("c6", "aws", "eu-west-1", "L4", 0.63, nodes_max=5, pool_id="p6")]
+    deps = [sc.dep("d0", regions={"sa-east": 2, "ap-south": 1, "na-east": 1, "ap-southeast": 2, "ap-northeast": 1,
+                                  "na-west": 1, "eu-central": 1, "oceania": 2},
+                   ttft_ms=5000, max_replicas=20, profile={"L4": 2.0}),
+            sc.dep("d1", regions={"oceania": 2, "sa-east": 2, "ap-northeast": 2, "na-central": 1, "ap-southeast": 1,
+                                  "ap-south": 1},
+                   ttft_ms=5000, max_replicas=20, profile={"L4": 1.0})]
+    prob = sc.problem(deps, pools)
+    assert all(len(d.replicas_by_region) > formulation.HALL_MAX_REGIONS for d in deps)
+    settings = solver.SolverSettings(neighbourhood_size=2)
+    c, active = setup(prob, settings)
+    built = formulation.build(c, prob, settings, None, {}, active)
+    lp = linear.solve_lp(built.model)
+    assert lp.ok
+    start = dive.dive(prob, c, settings, built, lp.values, time.perf_counter() + 5.0)
+    out = neighbourhood.search(prob, c, settings, start, active, time.perf_counter() + 2.0)
+    before = objective(prob, c, settings, active, starts.with_flows(c, start, active))
+    after = objective(prob, c, settings, active, out.solution)
+    assert after <= before + 1e-6
+    assert out.gain_usd == pytest.approx(before - after, abs=1e-3)
