@@ -83,7 +83,7 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
           protect_weight: Mapping[int, float] | None = None) -> Built:
     """The model for the ``active`` deployments. ``current``: (deployment, group) -> replicas now,
     or None for a first placement (no churn to count); ``fixed``: deployment -> [(group, replicas)]
-    kept as they are; ``subset``: the arcs to use (default: all; pairs follow their arcs);
+    kept as they are; ``subset``: the pairs to use (default: all);
     ``lp_cuts``: add the LP-only cuts (a model only CP-SAT solves needs none); ``protect_weight``:
     ``protect_weights(prob)``, when the caller builds many models of one problem.
 

@@ -1,12 +1,15 @@
-"""``solve``: filters and scores build the candidates, one CP-SAT model decides globally.
+"""``solve``: filters and scores build the candidates, one integer program decides globally.
 
 Pipeline: candidates (filter and score plugins) -> deployments that cannot meet isolation with the
 candidates they have are set aside, with the reason -> the integer program (formulation) -> the LP
-relaxation with GLOP (a lower bound; rounded, a hint when there is no current placement) -> CP-SAT,
-hinted with the current placement (warm start), within the time limit (without a CP-SAT solution in
-time, the feasible greedy start is the plan) -> the split back to member pools -> the last check
-(``validate``: whatever path produced it, a plan that breaks a hard constraint is repaired, never
-returned as is) -> the honest cost, and an explanation for every unplaced demand.
+relaxation with GLOP (a lower bound; when there is no current placement, the start by an LP dive)
+-> the search: on a model of at most ``restrict_above_pairs`` pairs one CP-SAT search of the whole
+model, hinted with the start (the current placement when there is one: warm start); on a larger
+one, steps that re-solve a few competing deployments at a time with the rest held
+(``neighbourhood``), from the start, until the time limit (without a CP-SAT solution in time, the
+feasible start is the plan) -> the split back to member pools -> the last check (``validate``:
+whatever path produced it, a plan that breaks a hard constraint is repaired, never returned as
+is) -> the honest cost, and an explanation for every unplaced demand.
 
 Incremental re-solve: with a current placement that serves most deployments exactly as they now
 ask, only the deployments that changed get variables; the others stay where they are and their
