@@ -14,6 +14,7 @@ Measured on the same fleet: 7060-7120 in the same 7 s (docs/scheduler-decisions.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import random
 import time
@@ -54,15 +55,16 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
     for p, pair in enumerate(c.pairs):
         if pair.d in members:
             pairs_by_g.setdefault(pair.g, []).append(p)
-    steps = improved = stalled = 0
+    threads = max(1, settings.neighbourhood_threads)
+    workers = max(1, settings.num_search_workers // threads)
+    steps = improved = stalled = version = 0
     gain = 0.0
     # Steps in a row without a gain after which the plan is taken as a local optimum (on a large
     # fleet the deadline comes first; a small one stops early instead of spinning).
     patience = max(20, 3 * len(pool))
-    while pool and stalled < patience and time.perf_counter() < deadline - 0.01:
-        steps += 1
-        stalled += 1
-        hood = _neighbours(c, rng, pool, pairs_by_g, by_d, wanted_groups, settings.neighbourhood_size)
+
+    def model_of(hood: list[int]) -> tuple[formulation.Built, dict[int, int]]:
+        """The step model for ``hood`` next to the plan as it is now, and the plan's values in it."""
         held = {d: list(e) for d, e in (fixed or {}).items()}
         for d, mine in by_d.items():
             if d not in hood and mine:
@@ -71,31 +73,86 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
         sub = formulation.build(c, prob, settings, current, held, hood, usable, lp_cuts=False,
                                 protect_weight=weights)
         now = greedy.Solution({p: n for d in hood for p, n in by_d.get(d, {}).items()}, {})
-        hint = starts.complete(c, sub, starts.with_flows(c, now, hood))
-        before = _value(sub, hint)
-        limit = min(settings.neighbourhood_time_s, deadline - time.perf_counter())
-        if limit < 0.05:  # solve_sat runs at least 0.05 s: stop rather than overrun the deadline
-            break
-        out = linear.solve_sat(sub.model, time_limit_s=limit, workers=settings.num_search_workers,
-                               relative_gap=0.0, hint=hint, seed=settings.seed + steps)
-        if out.status not in ("optimal", "feasible"):
-            continue
-        # Weighed as ``before`` is: the replicas with the serving the plan will have (flows.assign),
-        # not CP-SAT's own flow variables, which a deployment with more than HALL_MAX_REGIONS
-        # regions has and the returned plan does not keep (else a step that only re-routes, or
-        # one that is worse as served, counts as a gain).
-        found = greedy.Solution({p: out.values[v] for p, v in sub.x.items() if out.values[v] > 0}, {})
-        after = _value(sub, starts.complete(c, sub, starts.with_flows(c, found, hood)))
-        if after < before - 1e-6:
-            improved += 1
-            stalled = 0
-            gain += before - after
-            for d in hood:
-                by_d[d] = {}
-            for p, n in found.counts.items():
-                by_d.setdefault(c.pairs[p].d, {})[p] = n
+        return sub, starts.complete(c, sub, starts.with_flows(c, now, hood))
+
+    # CP-SAT releases the GIL while it searches: ``threads`` steps on disjoint sets of deployments
+    # run at once, each with a share of the workers, while the next model is built.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=threads) as executor:
+        running: dict[concurrent.futures.Future, _Step] = {}
+        while True:
+            while (len(running) < threads and pool and stalled < patience
+                   and time.perf_counter() < deadline - 0.01):
+                busy = {d for step in running.values() for d in step.hood}
+                hood = _neighbours(c, rng, pool, pairs_by_g, by_d, wanted_groups, settings.neighbourhood_size, busy)
+                limit = min(settings.neighbourhood_time_s, deadline - time.perf_counter())
+                if not hood or limit < 0.05:  # solve_sat runs at least 0.05 s: stop, not overrun
+                    break
+                steps += 1
+                stalled += 1
+                sub, hint = model_of(hood)
+                future = executor.submit(linear.solve_sat, sub.model, time_limit_s=limit, workers=workers,
+                                         relative_gap=0.0, hint=hint, seed=settings.seed + steps)
+                running[future] = _Step(hood, sub, _value(sub, hint), version)
+            if not running:
+                break
+            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                step = running.pop(future)
+                out = future.result()
+                if out.status not in ("optimal", "feasible"):
+                    continue
+                # Weighed as ``before`` is: the replicas with the serving the plan will have
+                # (flows.assign), not CP-SAT's own flow variables, which a deployment with more
+                # than HALL_MAX_REGIONS regions has and the returned plan does not keep (else a
+                # step that only re-routes, or one that is worse as served, counts as a gain).
+                found = greedy.Solution({p: out.values[v] for p, v in step.sub.x.items() if out.values[v] > 0}, {})
+                sub, before = step.sub, step.before
+                if step.version != version:
+                    # Another step changed the plan meanwhile: weigh both again next to the plan as
+                    # it is now, and keep the new replicas only if they still fit it.
+                    sub, hint = model_of(step.hood)
+                    before = _value(sub, hint)
+                values = starts.complete(c, sub, starts.with_flows(c, found, step.hood))
+                if step.version != version and not _fits(sub, found, values):
+                    continue
+                after = _value(sub, values)
+                if after < before - 1e-6:
+                    improved += 1
+                    stalled = 0
+                    version += 1
+                    gain += before - after
+                    for d in step.hood:
+                        by_d[d] = {}
+                    for p, n in found.counts.items():
+                        by_d.setdefault(c.pairs[p].d, {})[p] = n
     counts = {p: n for mine in by_d.values() for p, n in mine.items()}
     return Outcome(starts.with_flows(c, greedy.Solution(counts, {}), list(active)), steps, improved, gain)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    hood: list[int]
+    sub: formulation.Built
+    before: float  # the plan's value in ``sub`` when it was built
+    version: int  # steps kept before this one was built
+
+
+def _fits(sub: formulation.Built, found: greedy.Solution, values: Mapping[int, int]) -> bool:
+    """Whether ``found`` (completed as ``values``) is a solution of ``sub``: every replica count
+    within its variable's bounds (complete() clamps, so a count above a shrunk bound shows here) and
+    every row within its limits."""
+    m = sub.model
+    if any(values.get(v, 0) != found.counts.get(p, 0) for p, v in sub.x.items()):
+        return False
+    if any(p not in sub.x for p in found.counts):
+        return False
+    if any(not m.lb[v] <= values.get(v, 0) <= m.ub[v] for v in range(m.size)):
+        return False
+    for idx, coef, lo, hi in m.rows:
+        total = sum(a * values.get(v, 0) for v, a in zip(idx, coef, strict=True))
+        if total < lo - 1e-9 or total > hi + 1e-9:
+            return False
+    return True
 
 
 def _value(sub: formulation.Built, values: Mapping[int, int]) -> float:
@@ -104,11 +161,16 @@ def _value(sub: formulation.Built, values: Mapping[int, int]) -> float:
 
 
 def _neighbours(c: cand_mod.Candidates, rng: random.Random, pool: Sequence[int], pairs_by_g: Mapping[int, list[int]],
-                by_d: Mapping[int, Mapping[int, int]], wanted_groups: Mapping[int, set[int]], size: int) -> list[int]:
-    """One deployment at random and up to ``size - 1`` others that use or want a group it uses or wants."""
-    first = rng.choice(pool)
+                by_d: Mapping[int, Mapping[int, int]], wanted_groups: Mapping[int, set[int]], size: int,
+                busy: set[int]) -> list[int]:
+    """One deployment at random and up to ``size - 1`` others that use or want a group it uses or
+    wants, none of them ``busy`` (in a step still running); [] when every deployment is busy."""
+    free = [d for d in pool if d not in busy] if busy else pool
+    if not free:
+        return []
+    first = rng.choice(free)
     groups = {c.pairs[p].g for p in by_d.get(first, {})} | wanted_groups.get(first, set())
     rivals = sorted({c.pairs[p].d for g in groups for p in pairs_by_g.get(g, ())
-                     if c.pairs[p].d != first
+                     if c.pairs[p].d != first and c.pairs[p].d not in busy
                      and (p in by_d.get(c.pairs[p].d, {}) or g in wanted_groups.get(c.pairs[p].d, set()))})
     return sorted([first] + rng.sample(rivals, min(size - 1, len(rivals))))

@@ -296,4 +296,7 @@ class SolverSettings(pydantic.BaseModel):
                     "instead.")
     neighbourhood_time_s: float = pydantic.Field(
         default=0.1, gt=0, le=10, description="CP-SAT time limit of one neighbourhood step, seconds.")
+    neighbourhood_threads: int = pydantic.Field(
+        default=2, ge=1, le=64, description="Neighbourhood steps run at once (on disjoint deployments), each with "
+                                            "num_search_workers / threads CP-SAT workers.")
     seed: int = 0

@@ -87,6 +87,23 @@ def test_search_never_moves_fixed_replicas_and_fits_next_to_them():
     assert out.improved == 0
 
 
+def test_a_step_found_before_another_changed_the_plan_is_kept_only_if_it_still_fits():
+    """Two steps run at once: one found next to a plan that has since filled the pool is rejected
+    (its replicas no longer fit), one that still fits is accepted."""
+    prob = sc.problem([sc.dep("a", regions={"na-east": 2}), sc.dep("b", regions={"na-east": 2})],
+                      [sc.pool("c1", "aws", "us-east-1", "L4", 1.0, pool_id="cheap", nodes_max=3),
+                       sc.pool("c1", "aws", "us-east-1", "L4", 3.0, pool_id="dear")])
+    settings = solver.SolverSettings()
+    c, _ = setup(prob, settings)
+    cheap_a, cheap_b = pair_of(c, 0, "cheap"), pair_of(c, 1, "cheap")
+    # "a" now holds 2 of the cheap pool's 3 nodes; "b" was re-solved before that happened.
+    now = formulation.build(c, prob, settings, None, {0: [(c.pairs[cheap_a].g, 2)]}, [1], lp_cuts=False)
+    for counts, fits in (({cheap_b: 2}, False), ({cheap_b: 1, pair_of(c, 1, "dear"): 1}, True)):
+        found = greedy.Solution(counts, {})
+        values = starts.complete(c, now, starts.with_flows(c, found, [1]))
+        assert neighbourhood._fits(now, found, values) is fits
+
+
 def test_search_on_a_contended_fleet_returns_a_valid_plan_cheaper_than_its_start():
     """On the benchmark's seeded fleet (many deployments sharing a few cheap pools), a few seconds
     of search from the LP dive's start give a plan that breaks nothing and costs less than the start."""
