@@ -166,6 +166,11 @@ class Rollout(base.StrictModel):
         description="Healthy observation each step needs (its new replicas READY, thresholds met) before the next "
                     "(blue_green: before the switch).")
     rollback: RollbackThresholds = RollbackThresholds()
+    progress_deadline_s: float | None = pydantic.Field(
+        default=900, gt=0, le=86_400,
+        description="Roll back when a step is not done this long after its step_duration_s: its new replicas never "
+                    "all READY for that long (a crash loop, no GPUs for them); at the last step, new replicas still "
+                    "short. null: wait for ever.")
 
     @pydantic.field_validator("steps_percent")
     @classmethod

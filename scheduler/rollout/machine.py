@@ -17,7 +17,9 @@ Rules (``obs.now_s`` is the injected clock; N is the plan's replicas for the dep
   when it is gone. ``steps_percent`` does not apply.
 - Rollback: the new revision's error rate over the step (router-reported errors / requests) above
   ``rollback.error_rate``, or the worst p99 TTFT its READY replicas reported during the step above
-  ``rollback.ttft_p99_ms`` (when set). Judged at the end of each step's observation, and at any round
+  ``rollback.ttft_p99_ms`` (when set), or no progress: a step not done ``step_duration_s`` +
+  ``progress_deadline_s`` after it began (new replicas crashing, or no GPUs for them; at the last
+  step only while new replicas are short, not while old ones drain). Judged at the end of each step's observation, and at any round
   once the step has counted ``EARLY_VERDICT_MIN_REQUESTS`` requests (so a few early errors do not
   decide). A breach moves to ROLLED_BACK with the reason: the new revision is withdrawn and the
   stable one restored to N, until a newer apply.
@@ -163,17 +165,20 @@ def _step(state: st.RolloutState, rollout: deployment_spec.Rollout, obs: Observa
         return _rolled_back(state, breach, obs)
     if obs.planned_replicas == 0 and not any(r.state in _LIVE for r in obs.replicas):
         return _complete(info, state.started_at_s, now, "nothing serves: the next replicas start at the new revision")
+    healthy = counts.new_ready >= counts.new_wanted
     if state.step == last_step(state):
         if counts.old_present == 0:
             return _complete(info, state.started_at_s, now, f"rolled {state.stable_revision} -> {state.revision}")
-        return state
-    healthy = counts.new_ready >= counts.new_wanted
+        # Old replicas draining slowly next to a healthy new set are not the new revision's fault.
+        late = _late(state, rollout, counts, now) if not healthy else None
+        return _rolled_back(state, late, obs) if late is not None else state
     observed_s = state.observed_s
     if healthy and state.healthy_at_s is not None:
         observed_s += max(0.0, now - state.healthy_at_s)
     state = dataclasses.replace(state, observed_s=observed_s, healthy_at_s=now if healthy else None)
     if not healthy or observed_s < rollout.step_duration_s:
-        return state
+        late = _late(state, rollout, counts, now)
+        return _rolled_back(state, late, obs) if late is not None else state
     breach = _breach(signals, rollout.rollback, final=True)
     if breach is not None:
         return _rolled_back(state, breach, obs)
@@ -211,6 +216,19 @@ def _breach(signals: st.StepSignals, limits: deployment_spec.RollbackThresholds,
     if limits.ttft_p99_ms is not None and signals.ttft_p99_ms > limits.ttft_p99_ms:
         return "ttft", f"TTFT p99 {signals.ttft_p99_ms:.1f} ms > {limits.ttft_p99_ms:g} ms"
     return None
+
+
+def _late(state: st.RolloutState, rollout: deployment_spec.Rollout, counts: st.Counts,
+          now: float) -> tuple[str, str] | None:
+    """("progress_deadline", words) once the step is past step_duration_s + progress_deadline_s
+    since it began without being done."""
+    deadline = rollout.progress_deadline_s
+    elapsed = now - state.step_started_at_s
+    if deadline is None or elapsed <= rollout.step_duration_s + deadline:
+        return None
+    return "progress_deadline", (f"not done {elapsed:.0f} s after it began (step_duration_s "
+                                 f"{rollout.step_duration_s:g} + progress_deadline_s {deadline:g}): "
+                                 f"{counts.new_ready}/{counts.new_wanted} new replicas READY")
 
 
 def _rolled_back(state: st.RolloutState, breach: tuple[str, str], obs: Observation) -> st.RolloutState:

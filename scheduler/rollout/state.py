@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 
 STRATEGIES = ("canary", "blue_green")
-ROLLBACK_REASONS = ("error_rate", "ttft")
+ROLLBACK_REASONS = ("error_rate", "ttft", "progress_deadline")
 
 
 class Phase(str, enum.Enum):

@@ -11,7 +11,7 @@ from scheduler.rollout import state as st
 def view(state: st.RolloutState) -> dict:
     """The rollout as JSON-ready data: strategy, phase, step (1-based) of how many, the new revision's
     share, replica counts of each side, since when (Unix seconds), the step's signals, and why it
-    ended (``rollback_reason``: error_rate or ttft when rolled back)."""
+    ended (``rollback_reason``: error_rate, ttft or progress_deadline when rolled back)."""
     c, sig = state.counts, state.signals
     return {
         "deployment": state.deployment,

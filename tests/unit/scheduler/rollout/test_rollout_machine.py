@@ -211,3 +211,45 @@ def test_an_unreadable_record_is_a_clear_error():
     """A stored record this version cannot read raises ValueError naming the problem."""
     with pytest.raises(ValueError, match="unreadable rollout record.*sideways"):
         rollout.RolloutState.from_json('{"phase": "sideways"}')
+
+
+def test_a_step_whose_new_replicas_never_become_ready_rolls_back_after_the_progress_deadline():
+    """New replicas that keep crashing (never READY) hold the canary's first step only until
+    step_duration_s + progress_deadline_s after it began; then the rollout rolls back, saying why."""
+    state = begin()
+    state = rollout.advance(state, V2, obs(T0 + 10, fleet(V1, 10, V2, 1, STARTING)))
+    state = rollout.advance(state, V2, obs(T0 + 60 + 900, fleet(V1, 10, V2, 1, STARTING)))
+    assert state.phase is rollout.Phase.PROGRESSING
+    state = rollout.advance(state, V2, obs(T0 + 60 + 901, fleet(V1, 10, V2, 1, STARTING)))
+    assert state.phase is rollout.Phase.ROLLED_BACK and state.rollback_reason == "progress_deadline"
+    assert state.reason == ("step 1: not done 961 s after it began (step_duration_s 60 + progress_deadline_s 900): "
+                            "0/1 new replicas READY")
+    assert rollout.split_of(state, V1).counts(10) == (0, 10)
+
+
+def test_a_slow_step_that_gets_healthy_before_its_deadline_advances():
+    """New replicas that take most of the deadline to become READY still let the step advance once
+    they have been healthy for step_duration_s, within the deadline."""
+    state = begin()
+    state = rollout.advance(state, V2, obs(T0 + 800, fleet(V1, 10, V2, 1, STARTING)))
+    state = rollout.advance(state, V2, obs(T0 + 850, fleet(V1, 10, V2, 1)))
+    state = rollout.advance(state, V2, obs(T0 + 910, fleet(V1, 9, V2, 1)))
+    assert state.phase is rollout.Phase.PROGRESSING and state.step == 1
+
+
+def test_at_the_last_step_only_short_new_replicas_count_as_no_progress():
+    """At 100% a rollout whose old replicas drain slowly next to a READY new set waits past the
+    deadline; one whose new replicas are short rolls back."""
+    at_last = dataclasses.replace(begin(), step=2, step_started_at_s=T0)
+    waiting = rollout.advance(at_last, V2, obs(T0 + 2000, fleet(V1, 3, V2, 10)))
+    assert waiting.phase is rollout.Phase.PROGRESSING
+    short = rollout.advance(at_last, V2, obs(T0 + 2000, fleet(V1, 3, V2, 10, STARTING)))
+    assert short.phase is rollout.Phase.ROLLED_BACK and short.rollback_reason == "progress_deadline"
+
+
+def test_no_progress_deadline_waits_for_ever():
+    """With progress_deadline_s null a step whose new replicas never become READY keeps waiting."""
+    forever = info("v2", "{strategy: canary, steps_percent: [10, 100], step_duration_s: 60, progress_deadline_s: null}")
+    state = rollout.advance(stable(V1), forever, obs(T0, fleet(V1, 10)))
+    state = rollout.advance(state, forever, obs(T0 + 86_400, fleet(V1, 10, forever, 1, STARTING)))
+    assert state.phase is rollout.Phase.PROGRESSING
