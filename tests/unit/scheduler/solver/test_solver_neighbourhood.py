@@ -21,6 +21,15 @@ def setup(prob: solver.PlacementProblem, settings: solver.SolverSettings):
     return c, active
 
 
+def dive_start(prob: solver.PlacementProblem, settings: solver.SolverSettings):
+    """Candidates, active deployments, the LP relaxation and the LP dive's start plan."""
+    c, active = setup(prob, settings)
+    built = formulation.build(c, prob, settings, None, {}, active)
+    lp = linear.solve_lp(built.model)
+    assert lp.ok
+    return c, active, lp, dive.dive(prob, c, settings, built, lp.values, time.perf_counter() + 5.0)
+
+
 def objective(prob, c, settings, active, sol) -> float:
     placement = evaluate.split(c, sol, None)
     assert placement is not None
@@ -109,11 +118,7 @@ def test_search_on_a_contended_fleet_returns_a_valid_plan_cheaper_than_its_start
     of search from the LP dive's start give a plan that breaks nothing and costs less than the start."""
     prob = fleet.make(100, 60, seed=7)
     settings = solver.SolverSettings()
-    c, active = setup(prob, settings)
-    built = formulation.build(c, prob, settings, None, {}, active)
-    lp = linear.solve_lp(built.model)
-    assert lp.ok
-    start = dive.dive(prob, c, settings, built, lp.values, time.perf_counter() + 5.0)
+    c, active, lp, start = dive_start(prob, settings)
     out = neighbourhood.search(prob, c, settings, start, active, time.perf_counter() + 3.0)
     assert valid(prob, c, settings, out.solution) == []
     before, after = objective(prob, c, settings, active, start), objective(prob, c, settings, active, out.solution)
@@ -165,11 +170,7 @@ def test_a_step_counts_as_a_gain_only_when_the_plan_as_served_improves():
     prob = sc.problem(deps, pools)
     assert all(len(d.replicas_by_region) > formulation.HALL_MAX_REGIONS for d in deps)
     settings = solver.SolverSettings(neighbourhood_size=2)
-    c, active = setup(prob, settings)
-    built = formulation.build(c, prob, settings, None, {}, active)
-    lp = linear.solve_lp(built.model)
-    assert lp.ok
-    start = dive.dive(prob, c, settings, built, lp.values, time.perf_counter() + 5.0)
+    c, active, _, start = dive_start(prob, settings)
     out = neighbourhood.search(prob, c, settings, start, active, time.perf_counter() + 2.0)
     before = objective(prob, c, settings, active, starts.with_flows(c, start, active))
     after = objective(prob, c, settings, active, out.solution)
