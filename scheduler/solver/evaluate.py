@@ -29,7 +29,7 @@ class Breakdown:
 
 
 def split(c: cand_mod.Candidates, sol: greedy.Solution, current: problem.Placement | None,
-          held: Mapping[str, int] | None = None) -> problem.Placement | None:
+          held: Mapping[str, int] | None = None, overfill: bool = False) -> problem.Placement | None:
     """Pair counts and arc flows -> member-pool placement with its serving map (reference
     replicas of each region's demand per pool, shared over a group's members by their replicas);
     None when a group's replicas do not fit its members (fragmentation), so the caller can solve
@@ -39,7 +39,11 @@ def split(c: cand_mod.Candidates, sol: greedy.Solution, current: problem.Placeme
     (those an incremental re-solve keeps); new replicas fit around them. The model counts a
     group's nodes as if its members were one pool, so the split fills nodes already paid for
     (nodes_min) or running before it opens one, and drops the preference for where a deployment
-    runs now when keeping it would run more nodes than the model counted."""
+    runs now when keeping it would run more nodes than the model counted.
+
+    ``overfill``: a replica that fits no member goes to the member with the most GPUs left, beyond
+    its capacity, instead of failing the split: for a caller with no time to re-solve, whose last
+    check (``validate.repair``) then drops what does not fit and reports it unplaced."""
     held = held or {}
     by_group: dict[int, list[tuple[int, int]]] = {}
     for p, n in sol.counts.items():
@@ -56,9 +60,9 @@ def split(c: cand_mod.Candidates, sol: greedy.Solution, current: problem.Placeme
             for p, n in items:
                 share[p] = {group.members[0].key: n}
             continue
-        got = _split_group(c, group, items, now, held)
+        got = _split_group(c, group, items, now, held, overfill)
         if got is not None and now and _member_nodes(group, got[1]) > _group_nodes(group, got[1]):
-            plain = _split_group(c, group, items, {}, held)
+            plain = _split_group(c, group, items, {}, held, overfill)
             if plain is not None and _member_nodes(group, plain[1]) < _member_nodes(group, got[1]):
                 got = plain
         if got is None:
@@ -84,12 +88,12 @@ def split(c: cand_mod.Candidates, sol: greedy.Solution, current: problem.Placeme
 
 
 def _split_group(c: cand_mod.Candidates, group: cand_mod.Group, items: list[tuple[int, int]],
-                 now: Mapping[str, Mapping[str, int]], held: Mapping[str, int]
+                 now: Mapping[str, Mapping[str, int]], held: Mapping[str, int], overfill: bool = False
                  ) -> tuple[dict[int, dict[str, int]], dict[str, int]] | None:
     """One group's replicas over its members, largest replicas first (first-fit decreasing): a
     deployment's current members first (``now``: no churn), then room on nodes already running or
     paid for, then a new node on the first member with room. Returns (pair -> member -> replicas,
-    member -> GPUs used), or None when they do not fit."""
+    member -> GPUs used), or None when they do not fit (``overfill``: see ``split``)."""
     gpn = group.offer.gpus_per_node
     order = [m.key for m in group.members]
     free = {m.key: m.gpus_capacity - held.get(m.key, 0) for m in group.members}
@@ -115,9 +119,13 @@ def _split_group(c: cand_mod.Candidates, group: cand_mod.Group, items: list[tupl
                     take = min(left, free[key] // size, open_room(key) // size)
                 else:
                     key = next((k for k in order if free[k] >= size), None)
-                    if key is None:
+                    if key is None and not overfill:
                         return None
-                    take = min(left, free[key] // size, max(1, gpn // size))
+                    if key is None:
+                        key = max(order, key=lambda k: (free[k], k))
+                        take = 1
+                    else:
+                        take = min(left, free[key] // size, max(1, gpn // size))
             free[key] -= take * size
             used[key] += take * size
             got[key] = got.get(key, 0) + take

@@ -319,10 +319,16 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
         held[key] = held.get(key, 0) + n * cand_mod.packed_gpus(gpus, offer.gpus_per_node)
     placement = evaluate.split(c, sol, current, held)
     if placement is None:
-        if settings.aggregate_pools:
+        if not settings.aggregate_pools:
+            raise RuntimeError("a solution without merged pools did not fit its pools; this is a solver bug")
+        if deadline - time.perf_counter() > 0.5 * (deadline - start):
             log.info("solver aggregate=off reason=fragmentation")
             return _solve(prob, settings.model_copy(update={"aggregate_pools": False}), current, deadline, start, changed)
-        raise RuntimeError("a solution without merged pools did not fit its pools; this is a solver bug")
+        # With less than half the time left a re-solve of the unmerged model would return little
+        # more than a greedy plan: the replicas that fit no member pool are dropped by the repair
+        # below instead (and reported unplaced).
+        log.info("solver aggregate=kept reason=fragmentation time_left_s=%.2f", deadline - time.perf_counter())
+        placement = evaluate.split(c, sol, current, held, overfill=True)
     merged = dict(placement.replicas)
     for k, n in fixed_members.items():
         merged[k] = merged.get(k, 0) + n

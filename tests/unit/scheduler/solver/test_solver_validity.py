@@ -163,3 +163,50 @@ def test_a_valid_plan_passes_the_check_untouched():
     repaired = validate.repair(prob, result.placement)
     assert repaired.placement is result.placement
     assert (repaired.found, repaired.dropped_replicas, repaired.unplaced) == ((), 0, ())
+
+
+def test_a_split_that_fits_no_member_is_overfilled_then_repaired_with_the_loss_reported():
+    """Two merged 8-GPU pools with 4 GPUs left on each cannot hold one 8-GPU replica: the plain split
+    fails; the overfilled one (for a solve with no time to re-solve unmerged) puts it beyond a
+    member's capacity, which the last check finds and repairs by dropping a replica."""
+    from scheduler.solver import candidates, evaluate, greedy, starts
+
+    prob = sc.problem([sc.dep("big", regions={"na-east": 1}, gpu_types=["H100"], gpus=8, source=sc.BIG)],
+                      [sc.pool("c1", "aws", "us-east-1", "H100", 30.0, gpus_per_node=8, nodes_max=1, pool_id="a"),
+                       sc.pool("c2", "aws", "us-east-1", "H100", 30.0, gpus_per_node=8, nodes_max=1, pool_id="b")])
+    c = candidates.build(prob, solver.SolverSettings())
+    (p,) = c.pairs_by_d[0]
+    held = {m.key: 4 for m in c.groups[c.pairs[p].g].members}
+    sol = starts.with_flows(c, greedy.Solution({p: 1}, {}), [0])
+    assert evaluate.split(c, sol, None, held) is None
+    over = evaluate.split(c, sol, None, held, overfill=True)
+    assert sum(over.replicas.values()) == 1
+    # The held GPUs are what an incremental re-solve keeps: as kept replicas of another deployment.
+    kept = sc.dep("kept", regions={"na-east": 0}, gpu_types=["H100"], gpus=4, source=sc.BIG)
+    whole = sc.problem([*prob.deployments, kept], prob.pools)
+    placement = solver.Placement({**over.replicas, ("kept", "c1/a"): 1, ("kept", "c2/b"): 1}, dict(over.serving))
+    assert any(v.constraint == "capacity" for v in validate.violations(whole, placement))
+    fixed = validate.repair(whole, placement)
+    assert validate.violations(whole, fixed.placement) == []
+    assert fixed.dropped_replicas >= 1
+
+
+def test_fragmentation_with_no_time_left_repairs_instead_of_solving_again(monkeypatch: pytest.MonkeyPatch):
+    """When the merged plan does not split onto member pools and less than half the time is left,
+    the solve overfills the split and repairs it rather than re-solving the unmerged model (which
+    returned a greedy plan): the plan it returns is valid."""
+    from scheduler.solver import evaluate
+
+    real = evaluate.split
+    calls: list[bool] = []
+
+    def fragmented(*args, overfill: bool = False, **kw):
+        calls.append(overfill)
+        return real(*args, overfill=overfill, **kw) if overfill else None
+
+    monkeypatch.setattr(evaluate, "split", fragmented)
+    prob = sc.problem([sc.dep("chat", regions={"na-east": 2})],
+                      [sc.pool("a", "aws", "us-east-1", "L4", 1.0), sc.pool("b", "aws", "us-east-1", "L4", 1.0)])
+    result = solver.solve(prob, time_limit_s=0.001)
+    assert calls == [False, True]
+    assert sc.violations(prob, result) == []
