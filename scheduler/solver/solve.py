@@ -240,6 +240,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     large = len(built.x) > settings.restrict_above_pairs
     local = large and settings.neighbourhood_size > 0
     wanted: dict[int, set[int]] = {}
+    lp_cost: dict[int, float] = {}
     usable: set[int] | None = None
     if settings.lp_hint and built.x:
         t = time.perf_counter()
@@ -256,6 +257,8 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
             for p, v in built.x.items():
                 if lp.values[v] > 1e-6:
                     wanted.setdefault(c.pairs[p].d, set()).add(c.pairs[p].g)
+                    lp_cost[c.pairs[p].d] = (lp_cost.get(c.pairs[p].d, 0.0)
+                                             + lp.values[v] * neighbourhood.replica_usd(c, p))
             if local:
                 t = time.perf_counter()
                 usable = starts.restrict(c, built, lp.values, begin, settings.pairs_per_region)
@@ -277,7 +280,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     if local:
         # A large fleet: the start improved a few competing deployments at a time (neighbourhood).
         found = neighbourhood.search(prob, c, settings, begin, active, deadline - reserve, current=warm,
-                                     fixed=fixed, wanted_groups=wanted, pairs=usable)
+                                     fixed=fixed, wanted_groups=wanted, pairs=usable, lp_cost=lp_cost)
         sol = found.solution
         status = problem.SolveStatus.FEASIBLE
         message = ""
