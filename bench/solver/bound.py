@@ -25,9 +25,6 @@ import math
 import os
 import time
 
-from ortools.linear_solver import pywraplp
-from ortools.sat.python import cp_model
-
 from scheduler.solver import candidates, formulation, greedy, linear, problem, starts
 
 PRICE_SCALE = 1_000_000  # pricing objective in micro-dollars: rounding error < 1e-6 $ per unit
@@ -154,34 +151,10 @@ def _plan_columns(c: candidates.Candidates, built: formulation.Built, plan: prob
 
 
 def _lp_duals(m: linear.LinearModel, shared: list[int]) -> tuple[float, dict[int, float]]:
-    solver, cons, _ = _load(m, range(len(m.rows)), range(m.size), with_cuts=True)
-    code = solver.Solve()
-    if code != pywraplp.Solver.OPTIMAL:
+    lp = linear.solve_lp(m, time_limit_s=600.0, duals=True)
+    if not lp.ok:
         raise RuntimeError("the LP relaxation did not solve")
-    return solver.Objective().Value() + m.constant, {i: cons[i].dual_value() for i in shared}
-
-
-def _load(m: linear.LinearModel, rows, variables, with_cuts: bool):
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    xs = {v: solver.NumVar(m.lb[v], m.ub[v], "") for v in variables}
-    objective = solver.Objective()
-    for v, x in xs.items():
-        objective.SetCoefficient(x, m.cost[v])
-    objective.SetMinimization()
-    cons = {}
-    for i in rows:
-        idx, coef, lo, hi = m.rows[i]
-        ct = solver.Constraint(-solver.infinity() if lo == -math.inf else lo, solver.infinity() if hi == math.inf else hi)
-        for v, a in zip(idx, coef, strict=True):
-            if v in xs:
-                ct.SetCoefficient(xs[v], a)
-        cons[i] = ct
-    if with_cuts:
-        for idx, coef, lo in m.cuts:
-            ct = solver.Constraint(lo, solver.infinity())
-            for v, a in zip(idx, coef, strict=True):
-                ct.SetCoefficient(xs[v], a)
-    return solver, cons, xs
+    return lp.objective, {i: lp.duals[i] for i in shared}
 
 
 def _signed(m: linear.LinearModel, pi: dict[int, float]) -> dict[int, float]:
@@ -236,69 +209,55 @@ def _price(m: linear.LinearModel, block: _Block, reduced: list[float],
     if time.perf_counter() > deadline:
         return None
     local = {v: i for i, v in enumerate(block.vars)}
-    cp = cp_model.CpModel()
-    proto = cp.proto
-    for v in block.vars:
-        proto.variables.add().domain.extend([m.lb[v], m.ub[v]])
+    own = linear.LinearModel([m.lb[v] for v in block.vars], [m.ub[v] for v in block.vars],
+                             [reduced[v] for v in block.vars])
     for r in block.rows:
         idx, coef, lo, hi = m.rows[r]
-        ct = proto.constraints.add().linear
-        ct.vars.extend(local[v] for v in idx)
-        ct.coeffs.extend(coef)
-        ct.domain.extend([cp_model.INT_MIN if lo == -math.inf else math.ceil(lo - 1e-9),
-                          cp_model.INT_MAX if hi == math.inf else math.floor(hi + 1e-9)])
-    scaled = [(local[v], round(reduced[v] * PRICE_SCALE)) for v in block.vars if reduced[v]]
-    proto.objective.vars.extend(i for i, _ in scaled)
-    proto.objective.coeffs.extend(k for _, k in scaled)
+        own.row([local[v] for v in idx], coef, lo, hi)
     # Rounding each coefficient moves the objective by at most 0.5 / PRICE_SCALE per unit.
     slack = sum(0.5 / PRICE_SCALE * max(abs(m.lb[v]), abs(m.ub[v])) for v in block.vars)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = PRICE_TIME_S
-    code = solver.solve(cp)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    out = linear.solve_sat(own, time_limit_s=PRICE_TIME_S, workers=1, relative_gap=0.0,
+                           objective_scale=PRICE_SCALE)
+    if out.status not in ("optimal", "feasible"):
         raise RuntimeError("a deployment's own problem has no plan (the empty plan should be one)")
-    col = {v: int(solver.value(cp.get_int_var_from_proto_index(local[v]))) for v in block.vars}
-    return solver.best_objective_bound / PRICE_SCALE - slack, col
+    return out.bound - slack, {v: out.values[i] for v, i in local.items()}
 
 
 def _master_duals(m: linear.LinearModel, shared: list[int], node_vars: list[int],
                   columns: dict[int, list[dict[int, int]]]) -> dict[int, float] | None:
     """Duals of the shared rows in the LP over convex combinations of each deployment's plans
     (None if GLOP does not solve it to optimality)."""
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    inf = solver.infinity()
-    objective = solver.Objective()
-    objective.SetMinimization()
-    nodes = {v: solver.NumVar(m.lb[v], m.ub[v], "") for v in node_vars}
-    for v, x in nodes.items():
-        objective.SetCoefficient(x, m.cost[v])
-    rows = {}
+    master = linear.LinearModel()
+    entries: dict[int, dict[int, int]] = {i: {} for i in shared}  # shared row -> master var -> coefficient
+    nodes = {v: master.var(m.lb[v], m.ub[v], m.cost[v]) for v in node_vars}
+    by_var: dict[int, list[tuple[int, int]]] = {}
     for i in shared:
-        idx, coef, lo, hi = m.rows[i]
-        ct = solver.Constraint(-inf if lo == -math.inf else lo, inf if hi == math.inf else hi)
-        for v, a in zip(idx, coef, strict=True):
+        for v, a in zip(m.rows[i][0], m.rows[i][1], strict=True):
             if v in nodes:
-                ct.SetCoefficient(nodes[v], a)
-        rows[i] = (ct, dict(zip(idx, coef, strict=True)))
-    by_var: dict[int, list[int]] = {}
-    for i in shared:
-        for v in m.rows[i][0]:
-            by_var.setdefault(v, []).append(i)
-    for d, cols in columns.items():
-        convex = solver.Constraint(1.0, 1.0)
+                entries[i][nodes[v]] = a
+            else:
+                by_var.setdefault(v, []).append((i, a))
+    convex: list[list[int]] = []
+    for cols in columns.values():
+        lams = []
         for col in cols:
-            lam = solver.NumVar(0.0, inf, "")
-            convex.SetCoefficient(lam, 1.0)
-            objective.SetCoefficient(lam, sum(m.cost[v] * n for v, n in col.items() if n))
-            usage: dict[int, float] = {}
+            lam = master.var(0, 1, sum(m.cost[v] * n for v, n in col.items() if n))
+            lams.append(lam)
             for v, n in col.items():
-                if n:
-                    for i in by_var.get(v, ()):
-                        usage[i] = usage.get(i, 0.0) + rows[i][1][v] * n
-            for i, a in usage.items():
-                if a:
-                    rows[i][0].SetCoefficient(lam, a)
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+                for i, a in by_var.get(v, ()) if n else ():
+                    entries[i][lam] = entries[i].get(lam, 0) + a * n
+        convex.append(lams)
+    added = []
+    for i in shared:
+        if entries[i]:
+            _, _, lo, hi = m.rows[i]
+            master.row(list(entries[i]), list(entries[i].values()), lo, hi)
+            added.append(i)
+    for lams in convex:
+        master.row(lams, [1] * len(lams), 1, 1)
+    lp = linear.solve_lp(master, time_limit_s=600.0, duals=True)
+    if not lp.ok:
         return None
-    return {i: rows[i][0].dual_value() for i in shared}
+    out = {i: 0.0 for i in shared}
+    out.update(zip(added, lp.duals, strict=False))
+    return out

@@ -80,9 +80,11 @@ class _StopNearBound(cp_model.CpSolverSolutionCallback):
 
 
 def solve_sat(model: LinearModel, *, time_limit_s: float, workers: int, relative_gap: float,
-              hint: Mapping[int, int] | None = None, seed: int = 0, known_bound: float | None = None) -> SatOutcome:
+              hint: Mapping[int, int] | None = None, seed: int = 0, known_bound: float | None = None,
+              objective_scale: float = OBJECTIVE_SCALE) -> SatOutcome:
     """The integer model with CP-SAT (rows, bounds and objective written straight into its proto).
-    ``known_bound``: a valid lower bound of the objective (model units) to stop at within the gap."""
+    ``known_bound``: a valid lower bound of the objective (model units) to stop at within the gap;
+    ``objective_scale``: objective units per USD CP-SAT works in (costs are rounded to them)."""
     cp = cp_model.CpModel()
     proto = cp.proto
     for lo, hi in zip(model.lb, model.ub, strict=True):
@@ -93,7 +95,7 @@ def solve_sat(model: LinearModel, *, time_limit_s: float, workers: int, relative
         linear.coeffs.extend(coef)
         linear.domain.extend([cp_model.INT_MIN if lo == -INF else math.ceil(lo - 1e-9),
                               cp_model.INT_MAX if hi == INF else math.floor(hi + 1e-9)])
-    nz = [(i, round(c * OBJECTIVE_SCALE)) for i, c in enumerate(model.cost) if c]
+    nz = [(i, round(c * objective_scale)) for i, c in enumerate(model.cost) if c]
     proto.objective.vars.extend([i for i, _ in nz])
     proto.objective.coeffs.extend([c for _, c in nz])
     if hint:
@@ -108,7 +110,7 @@ def solve_sat(model: LinearModel, *, time_limit_s: float, workers: int, relative
     p.random_seed = seed
     callback = None
     if known_bound is not None and math.isfinite(known_bound):
-        callback = _StopNearBound((known_bound - model.constant) * OBJECTIVE_SCALE, relative_gap)
+        callback = _StopNearBound((known_bound - model.constant) * objective_scale, relative_gap)
     code = solver.solve(cp, callback)
     names = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible",
              cp_model.MODEL_INVALID: "invalid"}
@@ -117,7 +119,7 @@ def solve_sat(model: LinearModel, *, time_limit_s: float, workers: int, relative
         values = [int(v) for v in solver.response_proto.solution]
         # The honest objective with the float costs (CP-SAT saw them rounded to milli-dollars).
         objective = sum(model.cost[i] * values[i] for i, _ in nz) + model.constant
-        bound = solver.best_objective_bound / OBJECTIVE_SCALE + model.constant
+        bound = solver.best_objective_bound / objective_scale + model.constant
     else:
         values, objective, bound = [], math.inf, -math.inf
     return SatOutcome(status, values, objective, bound, solver.wall_time)
@@ -128,10 +130,12 @@ class LpOutcome:
     ok: bool
     values: list[float]
     objective: float
+    duals: list[float] = dataclasses.field(default_factory=list)  # per row of ``model.rows``, when asked
 
 
-def solve_lp(model: LinearModel, *, time_limit_s: float = 10.0) -> LpOutcome:
+def solve_lp(model: LinearModel, *, time_limit_s: float = 10.0, duals: bool = False) -> LpOutcome:
     """The LP relaxation with GLOP: every integer variable made continuous within its bounds.
+    ``duals``: also return each row's dual value (cuts excluded).
 
     The model goes to GLOP as an MPModelProto filled with whole lists at once (10x faster than a
     SetCoefficient call per nonzero)."""
@@ -167,4 +171,6 @@ def solve_lp(model: LinearModel, *, time_limit_s: float = 10.0) -> LpOutcome:
         log.warning("solver lp=failed status=%d wall_s=%.2f limit_s=%.2f rows=%d variables=%d", code,
                     time.perf_counter() - started, time_limit_s, len(proto.constraint), len(proto.variable))
         return LpOutcome(False, [], -math.inf)
-    return LpOutcome(True, [x.solution_value() for x in lp.variables()], lp.Objective().Value() + model.constant)
+    prices = [ct.dual_value() for ct in lp.constraints()[:len(model.rows)]] if duals else []
+    return LpOutcome(True, [x.solution_value() for x in lp.variables()], lp.Objective().Value() + model.constant,
+                     prices)

@@ -70,6 +70,13 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
     # Steps in a row without a gain after which the plan is taken as a local optimum (on a large
     # fleet the deadline comes first; a small one stops early instead of spinning).
     patience = max(20, 3 * len(pool))
+    # Regret per deployment of ``pool``, kept up to date as steps are kept (not summed every step).
+    at = {d: i for i, d in enumerate(pool)}
+
+    def regret_of(d: int) -> float:
+        return max(0.05, sum(n * replica_usd(c, p) for p, n in by_d.get(d, {}).items()) - lp_cost.get(d, 0.0))
+
+    regret = [regret_of(d) for d in pool] if lp_cost is not None else None
 
     def model_of(hood: list[int]) -> tuple[formulation.Built, dict[int, int]]:
         """The step model for ``hood`` next to the plan as it is now, and the plan's values in it."""
@@ -91,10 +98,6 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
             while (len(running) < threads and pool and stalled < patience
                    and time.perf_counter() < deadline - 0.01):
                 busy = {d for step in running.values() for d in step.hood}
-                regret = None
-                if lp_cost is not None:
-                    regret = [max(0.05, sum(n * replica_usd(c, p) for p, n in by_d.get(d, {}).items())
-                                  - lp_cost.get(d, 0.0)) for d in pool]
                 hood = _neighbours(c, rng, pool, pairs_by_g, by_d, wanted_groups, settings.neighbourhood_size, busy,
                                    regret)
                 limit = min(settings.neighbourhood_time_s, deadline - time.perf_counter())
@@ -138,6 +141,9 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
                         by_d[d] = {}
                     for p, n in found.counts.items():
                         by_d.setdefault(c.pairs[p].d, {})[p] = n
+                    if regret is not None:
+                        for d in step.hood:
+                            regret[at[d]] = regret_of(d)
     counts = {p: n for mine in by_d.values() for p, n in mine.items()}
     return Outcome(starts.with_flows(c, greedy.Solution(counts, {}), list(active)), steps, improved, gain)
 

@@ -11,7 +11,7 @@ import pytest
 import solver_cases as sc
 
 from scheduler import solver
-from scheduler.solver import linear, validate
+from scheduler.solver import candidates, evaluate, greedy, linear, starts, validate
 
 ALWAYS = solver.SolverSettings(incremental="always")
 
@@ -169,8 +169,6 @@ def test_a_split_that_fits_no_member_is_overfilled_then_repaired_with_the_loss_r
     """Two merged 8-GPU pools with 4 GPUs left on each cannot hold one 8-GPU replica: the plain split
     fails; the overfilled one (for a solve with no time to re-solve unmerged) puts it beyond a
     member's capacity, which the last check finds and repairs by dropping a replica."""
-    from scheduler.solver import candidates, evaluate, greedy, starts
-
     prob = sc.problem([sc.dep("big", regions={"na-east": 1}, gpu_types=["H100"], gpus=8, source=sc.BIG)],
                       [sc.pool("c1", "aws", "us-east-1", "H100", 30.0, gpus_per_node=8, nodes_max=1, pool_id="a"),
                        sc.pool("c2", "aws", "us-east-1", "H100", 30.0, gpus_per_node=8, nodes_max=1, pool_id="b")])
@@ -195,8 +193,6 @@ def test_fragmentation_with_no_time_left_repairs_instead_of_solving_again(monkey
     """When the merged plan does not split onto member pools and less than half the time is left,
     the solve overfills the split and repairs it rather than re-solving the unmerged model (which
     returned a greedy plan): the plan it returns is valid."""
-    from scheduler.solver import evaluate
-
     real = evaluate.split
     calls: list[bool] = []
 
