@@ -160,6 +160,7 @@ _EMULATOR_ARGS: tuple[tuple[str, str, object], ...] = (
     ("--speedup", "speedup", float),
     ("--output-tokens-mean", "output_tokens_mean", int),
     ("--health-timeout-s", "health_timeout_s", float),
+    ("--region", "region", str),
 )
 _FAULT_ARGS: tuple[tuple[str, str, object], ...] = (
     ("--crash-after-requests", "crash_after_requests", int),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pydantic
 import pytest
 
@@ -16,6 +18,28 @@ def test_env_supplies_emulator_settings():
     cfg = config.parse_args(["--model-path", "m", "--port", "1"], env=env)
     assert (cfg.gpu_type, cfg.speedup) == ("L4", 20.0)
     assert cfg.faults.hang and cfg.faults.crash_after_requests == 3
+
+
+def test_env_sets_the_simulated_region():
+    """MERIDIAN_EMULATOR_REGION (what the demo's agents pass to their replicas) turns on the
+    simulated network distance; it used to be dropped, so no client ever waited its RTT."""
+    cfg = config.parse_args(["--model-path", "m"], env={"MERIDIAN_EMULATOR_REGION": "eu-west-1"})
+    assert cfg.region == "eu-west-1"
+    assert config.parse_args(["--model-path", "m", "--region", "us-east-1"], env={}).region == "us-east-1"
+    with pytest.raises(pydantic.ValidationError, match="region"):
+        config.parse_args(["--model-path", "m"], env={"MERIDIAN_EMULATOR_REGION": "mars-north-1"})
+
+
+def test_every_emulator_setting_can_be_passed_to_a_launched_emulator():
+    """Each emulator-only setting has a flag and a MERIDIAN_EMULATOR_* variable (a launched replica
+    gets no other way in), and environment() writes each of them."""
+    sglang = {dest for _, dest, _ in config._SGLANG_ARGS}
+    derived = {"faults"}
+    own = set(config.EmulatorConfig.model_fields) - sglang - derived
+    settable = {dest for _, dest, _ in config._EMULATOR_ARGS}
+    assert own <= settable, f"not settable when launched: {sorted(own - settable)}"
+    params = set(inspect.signature(emulator.environment).parameters)
+    assert (own | set(config.FaultConfig.model_fields)) <= params
 
 
 def test_flags_take_precedence_over_env():
