@@ -176,7 +176,7 @@ def plugin_key(plugin: object, view: framework.DeploymentView) -> object:
 def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
           only: Sequence[int] | None = None) -> Candidates:
     """Views for every deployment; arcs for the deployments in ``only`` (default: all)."""
-    cycle = framework.Cycle(prob.policy, prob.latency_map, prob.excluded_pools)
+    cycle = framework.Cycle.of(prob, settings)
     pair_filters = [f for f in framework.make_filters(settings.filters) if not f.per_region]
     region_filters = [f for f in framework.make_filters(settings.filters) if f.per_region]
     score_plugins = framework.make_scores(settings.scores)

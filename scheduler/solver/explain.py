@@ -46,14 +46,14 @@ def no_candidates(c: cand_mod.Candidates, d: int, region: str) -> tuple[str, str
                             f"{constraint} ({examples})")
     survivors = [c.groups[g].offer for g in c.pair_survivors[d]]
     near = sorted(rej.region.get(region, []), key=lambda it: it[2])
-    budget = max(filters.rtt_budget_ms(view, o.gpu_type) for o in survivors)
+    budget = max(filters.rtt_budget_ms(view, o.gpu_type, c.cycle.ttft_headroom_ms) for o in survivors)
     where = ""
     if near:
         key = near[0][0]
         region_of = next((c.groups[g].offer.region for g in c.pair_survivors[d] if c.groups[g].key == key), "")
         where = f"; nearest is {key} in {region_of} at {near[0][2]:g} ms"
     return "latency", (f"no {_types({o.gpu_type for o in survivors})} within {budget:.0f} ms of {region} "
-                       f"(SLA: RTT + prefill <= TTFT p99 {view.demand.spec.sla.ttft_p99_ms:g} ms"
+                       f"(SLA: RTT + prefill + {c.cycle.ttft_headroom_ms:g} ms headroom <= TTFT p99 {view.demand.spec.sla.ttft_p99_ms:g} ms"
                        f"{', max_rtt_ms ' + format(view.demand.spec.sla.max_rtt_ms, 'g') if view.demand.spec.sla.max_rtt_ms else ''})"
                        f"{where}")
 
@@ -65,7 +65,7 @@ def blocked(c: cand_mod.Candidates, book: ledger.Ledger, d: int, region: str,
     arcs = [a for a in c.arcs_by_d[d] if c.arcs[a].region == region]
     pairs = sorted({c.arcs[a].p for a in arcs})
     types = {c.groups[c.arcs[a].g].offer.gpu_type for a in arcs}
-    budget = max((filters.rtt_budget_ms(view, t) for t in types), default=0.0)
+    budget = max((filters.rtt_budget_ms(view, t, c.cycle.ttft_headroom_ms) for t in types), default=0.0)
     head = _near(view, types, region, budget)
     if isolation_off:
         p = view.demand.spec.placement

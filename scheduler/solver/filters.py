@@ -140,7 +140,8 @@ class PoolCapacity:
 @framework.register_filter("latency")
 class LatencySla:
     """RTT from the client region to the pool's region within max_rtt_ms, and RTT + expected
-    prefill within the TTFT p99 target."""
+    prefill + the cycle's headroom (the router's hop, the engine's scheduling, jitter a p99 must
+    absorb) within the TTFT p99 target."""
 
     name, per_region = "latency", True
 
@@ -155,9 +156,10 @@ class LatencySla:
         except latency.UnknownRegion as exc:
             return framework.Status(framework.Code.ERROR, "latency", str(exc))
         prefill_ms = c.view.prefill_ms_by_type.get(c.pool.gpu_type, 0.0)
-        if rtt_ms + prefill_ms > sla.ttft_p99_ms:
-            return framework.unschedulable("latency", f"RTT {rtt_ms:g} ms + prefill {prefill_ms:.0f} ms > "
-                                                      f"TTFT p99 {sla.ttft_p99_ms:g} ms")
+        headroom_ms = c.cycle.ttft_headroom_ms
+        if rtt_ms + prefill_ms + headroom_ms > sla.ttft_p99_ms:
+            return framework.unschedulable("latency", f"RTT {rtt_ms:g} ms + prefill {prefill_ms:.0f} ms + headroom "
+                                                      f"{headroom_ms:g} ms > TTFT p99 {sla.ttft_p99_ms:g} ms")
         if sla.max_rtt_ms is not None and rtt_ms > sla.max_rtt_ms:
             # Relaxable: when no pool is within max_rtt_ms of the region, the nearest ones that
             # still meet the TTFT target serve it (as routers fail over), reported as an SLA risk.
@@ -166,8 +168,8 @@ class LatencySla:
         return framework.OK
 
 
-def rtt_budget_ms(view: framework.DeploymentView, gpu_type: str) -> float:
+def rtt_budget_ms(view: framework.DeploymentView, gpu_type: str, headroom_ms: float = 0.0) -> float:
     """The most RTT a pool of ``gpu_type`` may be from a client region for this deployment."""
     sla = view.demand.spec.sla
-    budget = sla.ttft_p99_ms - view.prefill_ms_by_type.get(gpu_type, 0.0)
+    budget = sla.ttft_p99_ms - view.prefill_ms_by_type.get(gpu_type, 0.0) - headroom_ms
     return min(budget, sla.max_rtt_ms) if sla.max_rtt_ms is not None else budget

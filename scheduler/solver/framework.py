@@ -81,6 +81,11 @@ class Cycle:
     policy: policy_spec.CapacityPolicySpec | None
     latency_map: latency.LatencyMap
     excluded_pools: Mapping[str, str]
+    ttft_headroom_ms: float = 0.0  # TTFT p99 kept free of RTT + prefill (SolverSettings.ttft_headroom_ms)
+
+    @classmethod
+    def of(cls, prob: problem.PlacementProblem, settings: problem.SolverSettings) -> Cycle:
+        return cls(prob.policy, prob.latency_map, prob.excluded_pools, settings.ttft_headroom_ms)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -267,6 +267,12 @@ class SolverSettings(pydantic.BaseModel):
         default=True, description="When no pool is within a deployment's max_rtt_ms of a client region, serve that "
                                   "region from the pools that meet its TTFT target (an SLA risk `meridian plan` "
                                   "reports) rather than leave its demand unplaced.")
+    ttft_headroom_ms: float = pydantic.Field(
+        default=10.0, ge=0, le=10_000,
+        description="TTFT p99 a placement keeps free: a pool serves a client region only when RTT + expected "
+                    "prefill + this is within the TTFT target, leaving room for the router's hop, the engine's "
+                    "scheduling and the jitter a p99 must absorb (an embedding model with a 150 ms target is not "
+                    "served from 147 ms away).")
     spot_capacity_credit: float = pydantic.Field(
         default=0.85, gt=0, le=1, description="Share of a spot replica's capacity counted toward demand (SpotHedge).")
     num_search_workers: int = pydantic.Field(default=2, ge=1, le=64,

@@ -106,7 +106,7 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
     if current.replicas and not current.serving:
         return None
     offers = {p.key: p for p in prob.pools}
-    cycle = framework.Cycle(prob.policy, prob.latency_map, prob.excluded_pools)
+    cycle = framework.Cycle.of(prob, settings)
     filters = framework.make_filters(settings.filters)
     serving: dict[str, list[tuple[str, str, float]]] = {}
     for (d, region, key), units in current.serving.items():

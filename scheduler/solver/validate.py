@@ -121,7 +121,7 @@ class _Plan:
         self.replicas: dict[Pair, int] = {k: n for k, n in placement.replicas.items() if n > 0}
         self.serving: dict[tuple[str, str, str], float] = {k: v for k, v in placement.serving.items() if v > 0}
         self.policy = prob.policy
-        self.cycle = framework.Cycle(prob.policy, prob.latency_map, prob.excluded_pools)
+        self.cycle = framework.Cycle.of(prob, settings)
         plugins = framework.make_filters(settings.filters)
         self.pair_filters = [f for f in plugins if not f.per_region]
         self.region_filters = [f for f in plugins if f.per_region]

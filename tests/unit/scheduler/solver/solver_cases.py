@@ -189,8 +189,9 @@ def within_reach(prob: solver.PlacementProblem, name: str, region: str) -> bool:
     """Some pool the deployment may use (the solver's filter plugins, none relaxed) is within its
     max_rtt_ms of ``region`` and meets its TTFT target."""
     d = next(x for x in prob.deployments if x.name == name)
-    cycle = framework.Cycle(prob.policy, prob.latency_map, prob.excluded_pools)
-    plugins = framework.make_filters(solver.SolverSettings().filters)
+    settings = solver.SolverSettings()
+    cycle = framework.Cycle.of(prob, settings)
+    plugins = framework.make_filters(settings.filters)
     return candidates.reachable({}, cycle, plugins, candidates.make_view(d, prob.policy), prob.pools, region)
 
 

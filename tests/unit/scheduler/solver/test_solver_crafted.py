@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import solver_cases as sc
 
+from meridian import latency
 from meridian import spec as spec_mod
 from scheduler import solver
-from scheduler.solver import inputs
+from scheduler.solver import candidates, inputs
 
 LIMIT_S = 10.0
 
@@ -49,6 +50,23 @@ def test_latency_sla_forces_a_nearer_pricier_region():
     assert strict.serving == {("chat", "ap-south", "aps1/l4-on-demand"): 1}
     loose = solve(sc.problem([sc.dep("chat", regions={"ap-south": 1}, ttft_ms=5000)], pools))
     assert loose.placement.to_dict() == {"chat": {"use1/l4-on-demand": 1}}
+
+
+def test_ttft_headroom_keeps_a_pool_at_the_edge_of_the_target_out():
+    """A region whose RTT + prefill leaves 5 ms of the TTFT target is not used with the default 10-ms
+    headroom (the router's hop and the engine's scheduling would break the p99): a pricier nearer
+    one serves; with no headroom the cheap one does; with only the edge pool, the reason says why."""
+    lat = latency.default()
+    prefill = candidates.make_view(sc.dep("e", regions={"ap-northeast": 1}), None).prefill_ms_by_type["L4"]
+    ttft = lat.rtt_ms("ap-northeast", "us-east-1") + prefill + 5
+    assert lat.rtt_ms("ap-northeast", "eu-west-1") + prefill + 10 <= ttft
+    edge, near = sc.pool("use1", "aws", "us-east-1", "L4", 0.50), sc.pool("euw1", "aws", "eu-west-1", "L4", 0.90)
+    embed = sc.dep("embed", regions={"ap-northeast": 1}, ttft_ms=ttft)
+    assert solve(sc.problem([embed], [edge, near])).placement.to_dict() == {"embed": {"euw1/l4-on-demand": 1}}
+    bare = solve(sc.problem([embed], [edge, near]), settings=solver.SolverSettings(ttft_headroom_ms=0))
+    assert bare.placement.to_dict() == {"embed": {"use1/l4-on-demand": 1}}
+    [u] = solve(sc.problem([embed], [edge])).unplaced
+    assert u.constraint == "latency" and "10 ms headroom" in u.reason, u.reason
 
 
 def test_isolation_forces_two_clouds():
