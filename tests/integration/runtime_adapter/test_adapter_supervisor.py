@@ -13,7 +13,7 @@ import sys
 import aiohttp
 import pytest
 
-from meridian import fleet
+from meridian import fleet, latency
 from runtime_adapter import AdoptError, Replica, ReplicaFailed, SupervisorConfig, emulator, records
 from tests.conftest import free_port
 from tests.integration.runtime_adapter.conftest import FAST, pid_gone
@@ -282,3 +282,26 @@ async def test_detach_then_adopt_in_process(tmp_path):
     finally:
         if pid and not pid_gone(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_launched_replica_given_a_region_makes_far_clients_wait_the_rtt(tmp_path, http):
+    """The region reaches a supervised emulator process through its environment (as the demo's
+    agents pass it): a client from Tokyo waits the Virginia RTT, one from Virginia does not."""
+    r = replica(tmp_path, env=emu_env(region="us-east-1", speedup=1.0))
+    far_s = latency.default().rtt_ms("ap-northeast", "us-east-1") / 1000
+    try:
+        await r.start()
+        assert await r.wait_ready(60)
+        body = {"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        took = {}
+        for client in ("na-east", "ap-northeast"):
+            t0 = asyncio.get_running_loop().time()
+            async with http.post(r.endpoint + "/v1/chat/completions", json=body,
+                                 headers={"X-Meridian-Client-Region": client}) as resp:
+                assert resp.status == 200
+                await resp.read()
+            took[client] = asyncio.get_running_loop().time() - t0
+    finally:
+        await r.stop()
+    assert took["ap-northeast"] >= far_s, took
+    assert took["na-east"] < took["ap-northeast"] - far_s / 2, took
