@@ -65,6 +65,7 @@ class Built:
     protect: dict[int, tuple[int, int]]  # d -> (variable, scaled units to keep)
     active: list[int]
     fixed_packed: dict[int, int]  # group -> GPUs held by fixed deployments
+    const_nodes: dict[int, int] = dataclasses.field(default_factory=dict)  # group no variable uses -> its nodes
 
 
 def priority_weight(priority: int) -> float:
@@ -123,6 +124,13 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
         if not mine and not held and group.nodes_min == 0:
             continue
         gpn = group.offer.gpus_per_node
+        if not mine:
+            # No variable may use the group: its nodes are the fewest that hold what runs there
+            # (the optimum of the variable they would be), a constant. A neighbourhood step holds
+            # nearly every group so, and its model shrinks to the groups it can change.
+            b.const_nodes[g] = max(group.nodes_min, math.ceil(held / gpn))
+            m.constant += group.offer.price_per_node_hour_usd * b.const_nodes[g]
+            continue
         hi_nodes = max(group.nodes_min, math.ceil(max(group.offer.gpus_capacity, held) / gpn))
         nodes = m.var(group.nodes_min, hi_nodes, group.offer.price_per_node_hour_usd)
         b.nodes[g] = nodes
@@ -343,20 +351,30 @@ def _quotas(b: Built, c: cand_mod.Candidates, prob: problem.PlacementProblem,
             cents = [math.ceil(pairs[p].gpus * groups[pairs[p].g].offer.price_per_gpu_hour_usd * CENTS) for p in members]
             left = team.budget_per_hour_usd * CENTS - fixed_team_cents.get(team.name, 0.0)
             m.row([b.x[p] for p in members], cents, hi=max(0.0, math.floor(left)))
+    # Groups with constant nodes (const_nodes) count in these rows as constants off the limit.
     for cloud in policy.clouds:
         in_cloud = [g for g in b.nodes if groups[g].offer.cloud == cloud.name]
+        const = [g for g in b.const_nodes if groups[g].offer.cloud == cloud.name]
         limits = [("", cloud.max_gpus)] + list(cloud.max_gpus_by_type.items())
         for gpu_type, quota in limits:
             if quota is None:
                 continue
             chosen = [g for g in in_cloud if gpu_type in ("", groups[g].offer.gpu_type)]
             if chosen:
+                held = [g for g in const if gpu_type in ("", groups[g].offer.gpu_type)]
                 # Nodes that must run anyway (nodes_min) cannot be a quota violation of the plan.
-                floor = sum(groups[g].nodes_min * groups[g].offer.gpus_per_node for g in chosen)
+                floor = sum(groups[g].nodes_min * groups[g].offer.gpus_per_node for g in chosen + held)
+                taken = sum(b.const_nodes[g] * groups[g].offer.gpus_per_node for g in held)
                 m.row([b.nodes[g] for g in chosen], [groups[g].offer.gpus_per_node for g in chosen],
-                      hi=max(quota, floor))
+                      hi=max(quota, floor) - taken)
     if policy.budget_per_hour_usd is not None and b.nodes:
         chosen = list(b.nodes)
-        cents = [math.ceil(groups[g].offer.price_per_node_hour_usd * CENTS) for g in chosen]
-        sunk = sum(cc * groups[g].nodes_min for cc, g in zip(cents, chosen, strict=True))
-        m.row([b.nodes[g] for g in chosen], cents, hi=max(math.floor(policy.budget_per_hour_usd * CENTS), sunk))
+
+        def cents_of(g: int) -> int:
+            return math.ceil(groups[g].offer.price_per_node_hour_usd * CENTS)
+
+        cents = [cents_of(g) for g in chosen]
+        sunk = sum(cents_of(g) * groups[g].nodes_min for g in chosen + list(b.const_nodes))
+        taken = sum(cents_of(g) * n for g, n in b.const_nodes.items())
+        m.row([b.nodes[g] for g in chosen], cents,
+              hi=max(math.floor(policy.budget_per_hour_usd * CENTS), sunk) - taken)

@@ -176,3 +176,25 @@ def test_a_step_counts_as_a_gain_only_when_the_plan_as_served_improves():
     after = objective(prob, c, settings, active, out.solution)
     assert after <= before + 1e-6
     assert out.gain_usd == pytest.approx(before - after, abs=1e-3)
+
+
+def test_a_held_group_is_a_constant_that_still_counts_against_quota_and_budget():
+    """A step's model has no node variable for a pool only held deployments use: its nodes are a
+    constant in the objective and are taken off the cloud quota and fleet budget, so the freed
+    deployment still sees them (4-GPU aws quota, 3 held on one pool: 1 of 2 replicas fits)."""
+    held = sc.dep("held", regions={"na-east": 3}, gpu_types=["A10G"])
+    free = sc.dep("free", regions={"na-east": 2})
+    pools = [sc.pool("c", "aws", "us-east-1", "A10G", 1.0), sc.pool("c", "aws", "us-east-1", "L4", 0.8)]
+    for pol, fits in ((sc.policy(clouds=[{"name": "aws", "max_gpus": 4}]), 1),
+                      (sc.policy(budget_per_hour_usd=3.9), 1), (sc.policy(), 2)):
+        prob = sc.problem([held, free], pools, pol)
+        settings = solver.SolverSettings()
+        c = candidates.build(prob, settings)
+        a10g = next(g.index for g in c.groups if g.offer.gpu_type == "A10G")
+        built = formulation.build(c, prob, settings, None, {0: [(a10g, 3)]}, [1])
+        assert set(built.nodes) == {g.index for g in c.groups if g.offer.gpu_type == "L4"}
+        assert built.const_nodes == {a10g: 3}
+        out = linear.solve_sat(built.model, time_limit_s=1.0, workers=1, relative_gap=0.0)
+        assert out.status == "optimal"
+        assert sum(out.values[v] for v in built.x.values()) == fits, pol
+        assert out.objective == pytest.approx(3 * 1.0 + fits * 0.8 + (2 - fits) * 5000 * 2.0 + fits * 0.01, abs=0.2)
