@@ -90,6 +90,12 @@ def _models(spec_set: spec.SpecSet) -> tuple[list[traffic.ModelTraffic], dict[st
     return models, slas, regions
 
 
+def _starts_cold(model: traffic.ModelTraffic) -> bool:
+    """The example embedding model scales to zero: traffic starts without waiting for it, and its
+    first requests wait for a replica to start (reported as such)."""
+    return model.embedding
+
+
 async def _wait_routable(fleet: fleet_mod.LocalFleet, session: aiohttp.ClientSession, models: list[str],
                          timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
@@ -132,7 +138,7 @@ async def demo(opts: DemoOptions, out=sys.stdout) -> int:
             await fleet.start_agents()
             timeline.note(f"{len(fleet.cluster_docs)} agents connected")
             await fleet.start_router()
-            warm = [m.model for m in models if not m.embedding]
+            warm = [m.model for m in models if not _starts_cold(m)]
             await _wait_routable(fleet, session, warm, opts.startup_timeout_s)
             timeline.note("replicas ready and routed: " + ", ".join(warm) + "; traffic starts")
             return await _traffic_phase(fleet, session, opts, phases, models, slas, model_regions, timeline,
@@ -206,8 +212,10 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
                "time to re-place its capacity": lost.get("replaced_s")}
     for u in (status.get("plan") or {}).get("unplaced", []):
         timeline.note(f"unplaced at the end: {u.get('reason', '')}")
+    cold = stats.cold_starts(recorder.records, [m.model for m in models if _starts_cold(m)], slas)
     print(view.report(stats.placement_rows(status), stats.attainment(recorder.records, slas), total, failed,
-                      timings, timeline.lines, slas, stats.failure_reasons(recorder.records)), file=out, flush=True)
+                      timings, timeline.lines, slas, stats.failure_reasons(recorder.records), cold),
+          file=out, flush=True)
     return 0
 
 

@@ -149,6 +149,36 @@ def replicas_by_model_region(status: Mapping) -> dict[str, dict[str, int]]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class ColdStart:
+    """A model that started with no replica (scale to zero) and was scaled up by its first requests."""
+
+    model: str
+    ready_after_s: float  # from its first request to its first answer
+    waited: int  # requests sent before the first answer: they waited for a replica to start
+    missed: int  # of those, the ones outside the SLA
+
+
+def cold_starts(records: Iterable[traffic.Record], models: Iterable[str], slas: Mapping[str, Sla]) -> list[ColdStart]:
+    """For each model of ``models`` (those with no replica when traffic began): how long its first
+    requests waited. A replica was up by the first answer, so requests sent before it waited."""
+    by_model: dict[str, list[traffic.Record]] = {}
+    for r in records:
+        by_model.setdefault(r.model, []).append(r)
+    out = []
+    for model in sorted(set(models)):
+        mine = by_model.get(model, [])
+        answers = [r.started_s + r.ttft_s for r in mine if r.ok and r.ttft_s is not None]
+        if not answers:
+            continue
+        first_answer = min(answers)
+        early = [r for r in mine if r.started_s < first_answer]
+        sla = slas.get(model)
+        missed = sum(1 for r in early if sla is None or not within_sla(r, sla))
+        out.append(ColdStart(model, first_answer - min(r.started_s for r in mine), len(early), missed))
+    return out
+
+
 def failure_reasons(records: Iterable[traffic.Record], top: int = 5) -> list[tuple[str, int]]:
     """The most common failure messages (first 90 characters), with counts."""
     counts: dict[str, int] = {}

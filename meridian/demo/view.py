@@ -50,7 +50,8 @@ def frame(elapsed_s: float, duration_s: float, phase: str, status: Mapping, regi
 
 def report(placement: Sequence[stats.PlacementRow], attainment: Sequence[stats.AttainmentRow],
            total: int, failed: int, timings: Mapping[str, float | None], events: Sequence[str],
-           slas: Mapping[str, stats.Sla], failures: Sequence[tuple[str, int]] = ()) -> str:
+           slas: Mapping[str, stats.Sla], failures: Sequence[tuple[str, int]] = (),
+           cold: Sequence[stats.ColdStart] = ()) -> str:
     """The end-of-run report."""
     out = ["", "=" * 78, "Meridian demo report", "=" * 78, "", "Placement at the end:"]
     out.append(table(["model", "cloud", "region", "cluster", "GPU", "tier", "replicas", "GPUs", "$/h"],
@@ -64,6 +65,10 @@ def report(placement: Sequence[stats.PlacementRow], attainment: Sequence[stats.A
     out.append(table(["model", "client region", "SLA TTFT/TPOT ms", "requests", "within SLA", "failed"],
                      [(a.model, a.region, _sla_text(slas.get(a.model)), a.requests, f"{a.attainment:.1%}", a.failed)
                       for a in attainment] or [("-",) * 6]))
+    for c in cold:
+        out.append(f"{c.model} started with no replica (scale to zero): its first answer came {c.ready_after_s:.1f} s "
+                   f"after its first request; {c.waited} request(s) sent meanwhile waited for a replica to start "
+                   f"({c.missed} of them outside the SLA, counted above)")
     out.append("")
     share = failed / total if total else 0.0
     out.append(f"requests: {total} sent, {failed} failed ({share:.2%})")

@@ -44,3 +44,21 @@ def test_failure_reasons_most_common_first_and_report_renders():
     assert reasons == [("503 no replica", 3), ("502 all failed", 1)]
     text = view.report([], stats.attainment(records, SLA), 5, 4, {"time to re-place": 12.5}, ["t=1 x"], SLA, reasons)
     assert "3 x 503 no replica" in text and "time to re-place: 12.5 s" in text and "80.00%" in text
+
+
+def test_cold_start_counts_the_requests_sent_before_the_first_answer():
+    """Requests to a model scaled to zero that were sent before its first answer waited for a
+    replica; the report says how many, how long, and how many of them missed the SLA."""
+    sla = {"embed": stats.Sla(ttft_ms=150, tpot_ms=None)}
+    records = [traffic.Record(10.0, "embed", "eu-west", True, 7.0, 7.0, 0),   # answered at 17.0: the first
+               traffic.Record(12.0, "embed", "eu-west", True, 5.1, 5.1, 0),   # 17.1
+               traffic.Record(16.9, "embed", "na-east", True, 0.12, 0.12, 0),  # 17.02, within SLA
+               traffic.Record(17.5, "embed", "eu-west", True, 0.01, 0.01, 0),  # after: did not wait
+               traffic.Record(11.0, "chat", "eu-west", True, 0.1, 1.0, 10)]
+    (cold,) = stats.cold_starts(records, ["embed"], sla)
+    assert (cold.model, cold.waited, cold.missed) == ("embed", 3, 2)
+    assert abs(cold.ready_after_s - 7.0) < 1e-9
+    assert stats.cold_starts(records[:0], ["embed"], sla) == []
+    text = view.report([], stats.attainment(records, sla), 5, 0, {}, [], sla, [], [cold])
+    assert "embed started with no replica (scale to zero): its first answer came 7.0 s after its first request; " \
+           "3 request(s) sent meanwhile waited" in text
