@@ -98,6 +98,9 @@ def solve_sat(model: LinearModel, *, time_limit_s: float, workers: int, relative
     nz = [(i, round(c * objective_scale)) for i, c in enumerate(model.cost) if c]
     proto.objective.vars.extend([i for i, _ in nz])
     proto.objective.coeffs.extend([c for _, c in nz])
+    # The constant (nodes no variable may change) is part of the objective CP-SAT's relative gap
+    # and the stop near a known bound are measured on, as it was when those nodes were variables.
+    proto.objective.offset = model.constant * objective_scale
     if hint:
         items = sorted(hint.items())
         proto.solution_hint.vars.extend([i for i, _ in items])
@@ -110,7 +113,7 @@ def solve_sat(model: LinearModel, *, time_limit_s: float, workers: int, relative
     p.random_seed = seed
     callback = None
     if known_bound is not None and math.isfinite(known_bound):
-        callback = _StopNearBound((known_bound - model.constant) * objective_scale, relative_gap)
+        callback = _StopNearBound(known_bound * objective_scale, relative_gap)
     code = solver.solve(cp, callback)
     names = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible",
              cp_model.MODEL_INVALID: "invalid"}
@@ -119,7 +122,7 @@ def solve_sat(model: LinearModel, *, time_limit_s: float, workers: int, relative
         values = [int(v) for v in solver.response_proto.solution]
         # The honest objective with the float costs (CP-SAT saw them rounded to milli-dollars).
         objective = sum(model.cost[i] * values[i] for i, _ in nz) + model.constant
-        bound = solver.best_objective_bound / objective_scale + model.constant
+        bound = solver.best_objective_bound / objective_scale
     else:
         values, objective, bound = [], math.inf, -math.inf
     return SatOutcome(status, values, objective, bound, solver.wall_time)

@@ -198,3 +198,30 @@ def test_a_held_group_is_a_constant_that_still_counts_against_quota_and_budget()
         assert out.status == "optimal"
         assert sum(out.values[v] for v in built.x.values()) == fits, pol
         assert out.objective == pytest.approx(3 * 1.0 + fits * 0.8 + (2 - fits) * 5000 * 2.0 + fits * 0.01, abs=0.2)
+
+
+def test_held_nodes_that_alone_break_a_quota_keep_the_model_infeasible():
+    """With no variable left in aws, 3 held A10G nodes against a 2-GPU aws quota still make the
+    model infeasible (as the row over their node variables did), not silently feasible."""
+    held = sc.dep("held", regions={"na-east": 3}, gpu_types=["A10G"])
+    free = sc.dep("free", regions={"na-east": 1}, placement_clouds=["gcp"])
+    pools = [sc.pool("a", "aws", "us-east-1", "A10G", 1.0), sc.pool("g", "gcp", "us-east4", "L4", 0.8)]
+    prob = sc.problem([held, free], pools, sc.policy(clouds=[{"name": "aws", "max_gpus": 2}, {"name": "gcp"}]))
+    settings = solver.SolverSettings()
+    c = candidates.build(prob, settings)
+    a10g = next(g.index for g in c.groups if g.offer.gpu_type == "A10G")
+    built = formulation.build(c, prob, settings, None, {0: [(a10g, 3)]}, [1])
+    assert a10g in built.const_nodes and all(c.groups[g].offer.cloud == "gcp" for g in built.nodes)
+    assert linear.solve_sat(built.model, time_limit_s=1.0, workers=1, relative_gap=0.0).status == "infeasible"
+
+
+def test_the_constant_counts_once_in_cp_sat_objective_and_bound():
+    """The model's constant (nodes no variable may change), now CP-SAT's objective offset, is in
+    the objective and bound it returns exactly once."""
+    m = linear.LinearModel()
+    x = m.var(0, 3, 2.0)
+    m.row([x], [1], lo=1)
+    m.constant = 100.0
+    out = linear.solve_sat(m, time_limit_s=1.0, workers=1, relative_gap=0.0)
+    assert out.status == "optimal"
+    assert out.objective == pytest.approx(102.0) and out.bound == pytest.approx(102.0)
