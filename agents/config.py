@@ -77,6 +77,7 @@ def replica_settings(cluster: spec.Cluster, **overrides) -> replicas.ReplicaSett
     a = cluster.spec.agent
     values = dict(advertise_host=a.advertise_host, port_range=allocation.parse_port_range(a.replica_ports),
                   engine_command=engine_command(a.engine_command),
-                  cache_dir=str(pathlib.Path(a.cache_dir).expanduser()) if a.cache_dir else None)
+                  cache_dir=str(pathlib.Path(a.cache_dir).expanduser()) if a.cache_dir else None,
+                  emulator_region=cluster.spec.region if cluster.spec.provider_name == "sim" else "")
     values.update(overrides)
     return replicas.ReplicaSettings(**values)

@@ -117,6 +117,9 @@ class ReplicaSettings:
     api_key: str | None = None
     supervisor: runtime_adapter.SupervisorConfig = runtime_adapter.SupervisorConfig(survive_supervisor_exit=True)
     ended_linger_s: float = 120.0  # how long STOPPED/FAILED replicas stay in reports
+    # Region an emulator engine pretends to run in, so clients feel the latency map's distance
+    # (set for sim clusters; "" for none).
+    emulator_region: str = ""
 
 
 class ReplicaManager:
@@ -180,11 +183,16 @@ class ReplicaManager:
 
     def _engine_env(self, gpu_type: str) -> dict[str, str]:
         env = dict(self.settings.engine_env)
-        if is_emulator(self.settings.engine_command) and gpu_type:
+        if not is_emulator(self.settings.engine_command):
+            return env
+        # Each setting on its own: one the emulator does not model must not drop the other.
+        for name, value in (("gpu_type", gpu_type), ("region", self.settings.emulator_region)):
+            if not value:
+                continue
             try:
-                env = {**emulator_settings.environment(gpu_type=gpu_type), **env}
+                env = {**emulator_settings.environment(**{name: value}), **env}
             except ValueError:
-                log.warning("emulator does not model gpu_type=%s; using its default", gpu_type)
+                log.warning("emulator does not model %s=%s; using its default", name, value)
         return env
 
     def prepare(self, action: models.StartReplica, *, node_id: str, gpu_ids: tuple[int, ...], port: int,

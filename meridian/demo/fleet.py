@@ -132,7 +132,6 @@ class LocalFleet:
         argv = processes.meridian_argv("agent", "--cluster", str(self.workdir / "clusters.yaml"), "--name", name,
                                        "--log-level", self.config.log_level)
         env = self._env()
-        env["MERIDIAN_EMULATOR_REGION"] = self.cluster_docs[name]["spec"]["region"]
         env.update(dict(self.config.emulator_env))
         child = self.procs.start(f"agent-{name}", argv, env=env, cluster=name)
         await self.procs.wait_port(child, self.agent_ports[name])

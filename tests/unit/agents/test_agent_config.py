@@ -8,7 +8,7 @@ import pytest
 
 from meridian.cli import main as cli_main
 
-from agents import config
+from agents import config, replicas
 
 TWO = """
 apiVersion: meridian/v1
@@ -71,6 +71,12 @@ def test_replica_settings_and_state_dir(files, tmp_path):
     one = config.load_cluster([str(path)], "one")
     settings = config.replica_settings(one)
     assert settings.engine_command[0] == sys.executable and settings.port_range == (32000, 32010)
+    # A sim (here: local) cluster's emulator replicas pretend to run in its region.
+    assert settings.emulator_region == "us-east-1"
+    env = replicas.ReplicaManager(settings, tmp_path)._engine_env("L4")
+    assert (env["MERIDIAN_EMULATOR_REGION"], env["MERIDIAN_EMULATOR_GPU_TYPE"]) == ("us-east-1", "L4")
+    # A GPU type the emulator does not model drops only that setting.
+    assert replicas.ReplicaManager(settings, tmp_path)._engine_env("X9")["MERIDIAN_EMULATOR_REGION"] == "us-east-1"
     assert config.state_dir(one, str(tmp_path)) == tmp_path / "one"
     with pytest.raises(config.ConfigError, match="engine_command is empty"):
         config.engine_command([])
