@@ -78,22 +78,22 @@ class Phases:
         return "spot preemption wave"
 
 
-def _models(spec_set: spec.SpecSet) -> tuple[list[traffic.ModelTraffic], dict[str, stats.Sla], dict[str, set[str]]]:
+def _models(spec_set: spec.SpecSet) -> tuple[list[traffic.ModelTraffic], dict[str, stats.Sla], dict[str, set[str]],
+                                             set[str]]:
+    """Traffic per model, SLAs and client regions by served name, and the models that may scale to
+    zero (min_replicas 0): traffic starts without waiting for them, and their first requests wait
+    for a replica to start (reported as such)."""
     shares = {"chat-8b": 0.75, "reasoning-70b": 0.15, "embed": 0.10}
-    models, slas, regions = [], {}, {}
+    models, slas, regions, cold = [], {}, {}, set()
     for d in spec_set.of_kind("ModelDeployment"):
         served = d.spec.model.served_name
         models.append(traffic.ModelTraffic(served, shares.get(d.metadata.name, 0.1), embedding=d.spec.runtime.is_embedding,
                                            max_tokens=32 if d.metadata.name == "reasoning-70b" else 48))
         slas[served] = stats.Sla(d.spec.sla.ttft_p99_ms, d.spec.sla.tpot_p99_ms)
         regions[served] = set(d.spec.sla.client_regions)
-    return models, slas, regions
-
-
-def _starts_cold(model: traffic.ModelTraffic) -> bool:
-    """The example embedding model scales to zero: traffic starts without waiting for it, and its
-    first requests wait for a replica to start (reported as such)."""
-    return model.embedding
+        if d.spec.scaling.min_replicas == 0:
+            cold.add(served)
+    return models, slas, regions, cold
 
 
 async def _wait_routable(fleet: fleet_mod.LocalFleet, session: aiohttp.ClientSession, models: list[str],
@@ -119,7 +119,7 @@ async def demo(opts: DemoOptions, out=sys.stdout) -> int:
     cfg = fleet_mod.FleetConfig(workdir=workdir)
     fleet = fleet_mod.LocalFleet(cfg)
     spec_set = spec.load_files([*cfg.spec_files, cfg.cluster_file])
-    models, slas, model_regions = _models(spec_set)
+    models, slas, model_regions, cold = _models(spec_set)
     timeline = Timeline()
     phases = Phases(opts)
     interactive = opts.live and out.isatty()
@@ -138,10 +138,10 @@ async def demo(opts: DemoOptions, out=sys.stdout) -> int:
             await fleet.start_agents()
             timeline.note(f"{len(fleet.cluster_docs)} agents connected")
             await fleet.start_router()
-            warm = [m.model for m in models if not _starts_cold(m)]
+            warm = [m.model for m in models if m.model not in cold]
             await _wait_routable(fleet, session, warm, opts.startup_timeout_s)
             timeline.note("replicas ready and routed: " + ", ".join(warm) + "; traffic starts")
-            return await _traffic_phase(fleet, session, opts, phases, models, slas, model_regions, timeline,
+            return await _traffic_phase(fleet, session, opts, phases, models, slas, model_regions, cold, timeline,
                                         interactive, out)
     finally:
         leftovers = await asyncio.to_thread(fleet.stop)
@@ -152,7 +152,8 @@ async def demo(opts: DemoOptions, out=sys.stdout) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regions, timeline, interactive, out) -> int:
+async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regions, cold, timeline, interactive,
+                         out) -> int:
     recorder = traffic.Recorder()
 
     def rate(region: str, elapsed: float) -> float:
@@ -212,9 +213,9 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
                "time to re-place its capacity": lost.get("replaced_s")}
     for u in (status.get("plan") or {}).get("unplaced", []):
         timeline.note(f"unplaced at the end: {u.get('reason', '')}")
-    cold = stats.cold_starts(recorder.records, [m.model for m in models if _starts_cold(m)], slas)
     print(view.report(stats.placement_rows(status), stats.attainment(recorder.records, slas), total, failed,
-                      timings, timeline.lines, slas, stats.failure_reasons(recorder.records), cold),
+                      timings, timeline.lines, slas, stats.failure_reasons(recorder.records),
+                      stats.cold_starts(recorder.records, cold, slas)),
           file=out, flush=True)
     return 0
 

@@ -154,8 +154,8 @@ class ColdStart:
     """A model that started with no replica (scale to zero) and was scaled up by its first requests."""
 
     model: str
-    ready_after_s: float  # from its first request to its first answer
-    waited: int  # requests sent before the first answer: they waited for a replica to start
+    ready_after_s: float | None  # from its first request to its first answer; None: never answered
+    waited: int  # requests sent before the first answer (all of them when none came)
     missed: int  # of those, the ones outside the SLA
 
 
@@ -168,14 +168,15 @@ def cold_starts(records: Iterable[traffic.Record], models: Iterable[str], slas: 
     out = []
     for model in sorted(set(models)):
         mine = by_model.get(model, [])
-        answers = [r.started_s + r.ttft_s for r in mine if r.ok and r.ttft_s is not None]
-        if not answers:
+        if not mine:
             continue
-        first_answer = min(answers)
-        early = [r for r in mine if r.started_s < first_answer]
+        answers = [r.started_s + r.ttft_s for r in mine if r.ok and r.ttft_s is not None]
+        first_answer = min(answers) if answers else None
+        early = [r for r in mine if first_answer is None or r.started_s < first_answer]
         sla = slas.get(model)
         missed = sum(1 for r in early if sla is None or not within_sla(r, sla))
-        out.append(ColdStart(model, first_answer - min(r.started_s for r in mine), len(early), missed))
+        ready = None if first_answer is None else first_answer - min(r.started_s for r in mine)
+        out.append(ColdStart(model, ready, len(early), missed))
     return out
 
 

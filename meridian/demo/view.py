@@ -66,9 +66,13 @@ def report(placement: Sequence[stats.PlacementRow], attainment: Sequence[stats.A
                      [(a.model, a.region, _sla_text(slas.get(a.model)), a.requests, f"{a.attainment:.1%}", a.failed)
                       for a in attainment] or [("-",) * 6]))
     for c in cold:
+        if c.ready_after_s is None:
+            out.append(f"{c.model} started with no replica (scale to zero) and never answered: none of its "
+                       f"{c.waited} request(s) got a replica")
+            continue
         out.append(f"{c.model} started with no replica (scale to zero): its first answer came {c.ready_after_s:.1f} s "
-                   f"after its first request; {c.waited} request(s) sent meanwhile waited for a replica to start "
-                   f"({c.missed} of them outside the SLA, counted above)")
+                   f"after its first request; {c.waited} request(s) were sent before that answer, most waiting for "
+                   f"a replica to start ({c.missed} of them outside the SLA, counted above)")
     out.append("")
     share = failed / total if total else 0.0
     out.append(f"requests: {total} sent, {failed} failed ({share:.2%})")

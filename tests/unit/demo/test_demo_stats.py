@@ -61,4 +61,9 @@ def test_cold_start_counts_the_requests_sent_before_the_first_answer():
     assert stats.cold_starts(records[:0], ["embed"], sla) == []
     text = view.report([], stats.attainment(records, sla), 5, 0, {}, [], sla, [], [cold])
     assert "embed started with no replica (scale to zero): its first answer came 7.0 s after its first request; " \
-           "3 request(s) sent meanwhile waited" in text
+           "3 request(s) were sent before that answer" in text
+    # A model that never answered is the worst cold start: reported, not left out.
+    failed = [traffic.Record(10.0, "embed", "eu-west", False, None, 30.0, 0, "timeout")] * 2
+    (never,) = stats.cold_starts(failed, ["embed"], sla)
+    assert (never.ready_after_s, never.waited, never.missed) == (None, 2, 2)
+    assert "never answered: none of its 2 request(s) got a replica" in view.report([], [], 2, 2, {}, [], sla, [], [never])
