@@ -52,6 +52,11 @@ def no_candidates(c: cand_mod.Candidates, d: int, region: str) -> tuple[str, str
         key = near[0][0]
         region_of = next((c.groups[g].offer.region for g in c.pair_survivors[d] if c.groups[g].key == key), "")
         where = f"; nearest is {key} in {region_of} at {near[0][2]:g} ms"
+    if budget < 0:
+        # Prefill alone (plus the headroom) takes the whole TTFT target: no distance is near enough.
+        return "latency", (f"prefill of {view.name} on {_types({o.gpu_type for o in survivors})} plus the "
+                           f"{c.cycle.ttft_headroom_ms:g} ms headroom exceeds its TTFT p99 "
+                           f"{view.demand.spec.sla.ttft_p99_ms:g} ms from any region{where}")
     return "latency", (f"no {_types({o.gpu_type for o in survivors})} within {budget:.0f} ms of {region} "
                        f"(SLA: RTT + prefill + {c.cycle.ttft_headroom_ms:g} ms headroom <= TTFT p99 {view.demand.spec.sla.ttft_p99_ms:g} ms"
                        f"{', max_rtt_ms ' + format(view.demand.spec.sla.max_rtt_ms, 'g') if view.demand.spec.sla.max_rtt_ms else ''})"

@@ -366,3 +366,14 @@ def test_serving_beyond_max_rtt_is_kept_by_an_incremental_re_solve():
     again = solve(changed, current=first.placement, settings=solver.SolverSettings(incremental="always"))
     assert again.mode == "incremental"
     assert again.placement.to_dict() == {"big": {"use1/h100-on-demand": 1}, "chat": {"use1/l4-on-demand": 2}}
+
+
+def test_a_ttft_target_the_prefill_and_headroom_use_up_is_explained_as_such():
+    """A TTFT target above the prefill but within the headroom of it: no region can serve, and the
+    reason says the prefill plus the headroom exceed the target (not "within -4 ms")."""
+    probe = sc.dep("e", regions={"na-east": 1})
+    prefill = candidates.make_view(probe, None).prefill_ms_by_type["L4"]
+    embed = sc.dep("embed", regions={"na-east": 1}, ttft_ms=round(prefill + 6, 1))
+    [u] = solve(sc.problem([embed], [sc.pool("use1", "aws", "us-east-1", "L4", 0.5)])).unplaced
+    assert u.constraint == "latency"
+    assert "plus the 10 ms headroom exceeds its TTFT p99" in u.reason and "within -" not in u.reason, u.reason
