@@ -38,6 +38,10 @@ class FleetConfig:
     provisioning_delay_s: float = 4.0
     spot_preemptions_per_node_hour: float | None = None  # None: as the cluster spec says
     router_region: str = "na-east"
+    # One router per client region here (each with that --region: edge routers near their clients,
+    # so the RTT a router takes out of what it observes is the one its clients' requests travel);
+    # empty: one router in router_region.
+    edge_regions: tuple[str, ...] = ()
     router_policy: str = "latency"
     scheduler_settings: tuple[str, ...] = ("heartbeat_interval_s=2",)
     emulator_env: tuple[tuple[str, str], ...] = ()
@@ -55,7 +59,8 @@ class LocalFleet:
         self.router_token = secrets.token_urlsafe(16)
         self.grpc_port = processes.free_port()
         self.admin_port = processes.free_port()
-        self.router_port = processes.free_port()
+        regions = config.edge_regions or (config.router_region,)
+        self.router_ports: dict[str, int] = {region: processes.free_port() for region in regions}
         self.cluster_docs: dict[str, dict] = {}
         self.agent_ports: dict[str, int] = {}
         self._prepared = False
@@ -68,7 +73,13 @@ class LocalFleet:
 
     @property
     def router_url(self) -> str:
-        return f"http://127.0.0.1:{self.router_port}"
+        """The first router's URL (its status stands for all: every router follows the scheduler)."""
+        return next(iter(self.router_urls.values()))
+
+    @property
+    def router_urls(self) -> dict[str, str]:
+        """Router URL by the client region it serves."""
+        return {region: f"http://127.0.0.1:{port}" for region, port in self.router_ports.items()}
 
     def prepare(self) -> None:
         """Write the local copies of the cluster specs, token files and the scheduler's token book."""
@@ -140,16 +151,22 @@ class LocalFleet:
         await asyncio.gather(*(self.start_agent(name) for name in self.cluster_docs))
 
     async def start_router(self) -> None:
+        """Every router (one per edge region, or the one)."""
+        await asyncio.gather(*(self._start_router(region, port, first=i == 0)
+                               for i, (region, port) in enumerate(self.router_ports.items())))
+
+    async def _start_router(self, region: str, port: int, first: bool) -> None:
+        name = "router" if first else f"router-{region}"
         argv = processes.meridian_argv(
-            "router", "--listen", f"127.0.0.1:{self.router_port}", "--region", self.config.router_region,
+            "router", "--listen", f"127.0.0.1:{port}", "--region", region,
             "--trusted-region-header", REGION_HEADER, "--scheduler", f"127.0.0.1:{self.grpc_port}",
-            "--scheduler-token", self.router_token, "--lkg-path", str(self.workdir / "router-lkg.json"),
+            "--scheduler-token", self.router_token, "--lkg-path", str(self.workdir / f"{name}-lkg.json"),
             "--policy", self.config.router_policy, "--log-level", self.config.log_level.lower())
         for path in self.config.spec_files:
             if "latency" in path.name:
                 argv += ["--latency-map", str(path)]
-        child = self.procs.start("router", argv, env=self._env())
-        await self.procs.wait_port(child, self.router_port)
+        child = self.procs.start(name, argv, env=self._env())
+        await self.procs.wait_port(child, port)
 
     async def start(self) -> None:
         if not self._prepared:
@@ -208,8 +225,10 @@ class LocalFleet:
     async def status(self, session: aiohttp.ClientSession) -> dict:
         return await self.admin(session, "GET", "/v1/status")
 
-    async def router_status(self, session: aiohttp.ClientSession) -> dict:
-        async with session.get(f"{self.router_url}/router/status", timeout=aiohttp.ClientTimeout(total=10)) as resp:
+    async def router_status(self, session: aiohttp.ClientSession, url: str | None = None) -> dict:
+        """A router's status document (default: the first router's)."""
+        async with session.get(f"{url or self.router_url}/router/status",
+                               timeout=aiohttp.ClientTimeout(total=10)) as resp:
             return await resp.json(content_type=None)
 
     async def wait_for(self, session: aiohttp.ClientSession, predicate, timeout_s: float, what: str,

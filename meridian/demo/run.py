@@ -1,7 +1,7 @@
 """``meridian demo``: the whole story on one machine, on loopback, in about two minutes.
 
 A scheduler, one agent per example cluster (nine regions on AWS, GCP and Azure, the ``sim``
-provider, SGLang emulator replicas), a router; the example specs applied; traffic from several
+provider, SGLang emulator replicas), an edge router per client region; the example specs applied; traffic from several
 client regions through the official ``openai`` SDK; a live view; scripted events (a traffic spike,
 a whole region lost, a spot preemption wave); a report at the end. Ctrl-C stops everything and
 leaves no process behind."""
@@ -98,14 +98,17 @@ def _models(spec_set: spec.SpecSet) -> tuple[list[traffic.ModelTraffic], dict[st
 
 async def _wait_routable(fleet: fleet_mod.LocalFleet, session: aiohttp.ClientSession, models: list[str],
                          timeout_s: float) -> None:
+    """Until every router has a ready replica of each of ``models``."""
     deadline = time.monotonic() + timeout_s
     missing = models
     while time.monotonic() < deadline:
         try:
-            rs = await fleet.router_status(session)
-            ready = {m["model"] for m in rs.get("models", [])
-                     if any(r["state"] == "ready" for r in m.get("replicas", []))}
-            missing = [m for m in models if m not in ready]
+            missing = []
+            for url in fleet.router_urls.values():
+                rs = await fleet.router_status(session, url)
+                ready = {m["model"] for m in rs.get("models", [])
+                         if any(r["state"] == "ready" for r in m.get("replicas", []))}
+                missing += [m for m in models if m not in ready and m not in missing]
             if not missing:
                 return
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
@@ -116,7 +119,8 @@ async def _wait_routable(fleet: fleet_mod.LocalFleet, session: aiohttp.ClientSes
 
 async def demo(opts: DemoOptions, out=sys.stdout) -> int:
     workdir = pathlib.Path(opts.workdir or tempfile.mkdtemp(prefix="meridian-demo-"))
-    cfg = fleet_mod.FleetConfig(workdir=workdir)
+    # An edge router per client region, as a global endpoint would run (anycast to the nearest).
+    cfg = fleet_mod.FleetConfig(workdir=workdir, edge_regions=CLIENT_REGIONS)
     fleet = fleet_mod.LocalFleet(cfg)
     spec_set = spec.load_files([*cfg.spec_files, cfg.cluster_file])
     models, slas, model_regions, cold = _models(spec_set)
@@ -124,7 +128,8 @@ async def demo(opts: DemoOptions, out=sys.stdout) -> int:
     phases = Phases(opts)
     interactive = opts.live and out.isatty()
     try:
-        print(f"meridian demo: starting a scheduler, {len(spec_set.of_kind('Cluster'))} agents and a router "
+        print(f"meridian demo: starting a scheduler, {len(spec_set.of_kind('Cluster'))} agents and "
+              f"{len(fleet.router_urls)} edge routers "
               f"on loopback (work dir {workdir})", file=out, flush=True)
         fleet.prepare()
         await fleet.start_scheduler()
@@ -160,7 +165,7 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
         return phases.rate(region, elapsed)
 
     per_model = [traffic.TrafficGenerator(
-        fleet.router_url, "demo-key", [r for r in CLIENT_REGIONS if r in model_regions[m.model]], [m],
+        fleet.router_urls, "demo-key", [r for r in CLIENT_REGIONS if r in model_regions[m.model]], [m],
         lambda region, t, share=m.share: rate(region, t) * share, recorder, seed=opts.seed + i, max_in_flight=48)
         for i, m in enumerate(models)]
     gens = [asyncio.create_task(g.run(opts.duration_s)) for g in per_model]

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import openai
 
@@ -80,7 +80,7 @@ def percentile(values: list[float], q: float) -> float | None:
 class TrafficGenerator:
     """Sends Poisson traffic per client region until stopped."""
 
-    def __init__(self, base_url: str, api_key: str, regions: list[str], models: list[ModelTraffic],
+    def __init__(self, base_url: str | Mapping[str, str], api_key: str, regions: list[str], models: list[ModelTraffic],
                  rate_rps: Callable[[str, float], float], recorder: Recorder, *,
                  max_in_flight: int = 64, seed: int = 7, timeout_s: float = 30.0):
         self._regions = regions
@@ -89,8 +89,10 @@ class TrafficGenerator:
         self._recorder = recorder
         self._rng = random.Random(seed)
         self._slots = asyncio.Semaphore(max_in_flight)
+        # ``base_url``: one endpoint, or one per client region (its edge router).
+        urls = {r: base_url if isinstance(base_url, str) else base_url[r] for r in regions}
         self._clients = {
-            r: openai.AsyncOpenAI(base_url=f"{base_url.rstrip('/')}/v1", api_key=api_key, max_retries=0,
+            r: openai.AsyncOpenAI(base_url=f"{urls[r].rstrip('/')}/v1", api_key=api_key, max_retries=0,
                                   timeout=timeout_s, default_headers={REGION_HEADER: r})
             for r in regions
         }
