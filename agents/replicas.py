@@ -50,7 +50,13 @@ def bind_host_for(advertise_host: str) -> str:
 
 
 def is_emulator(engine_command: Sequence[str]) -> bool:
-    return "runtime_adapter.emulator" in engine_command
+    """Whether the engine is Meridian's SGLang emulator, however it is launched:
+    ``python -m runtime_adapter.emulator``, ``python -mruntime_adapter.emulator`` or
+    ``meridian emulator`` (it is then told the pool's GPU type and the cluster's region)."""
+    args = list(engine_command)
+    if any(a in ("runtime_adapter.emulator", "-mruntime_adapter.emulator") for a in args):
+        return True
+    return len(args) >= 2 and pathlib.PurePath(args[0]).name == "meridian" and args[1] == "emulator"
 
 
 @dataclasses.dataclass(frozen=True)

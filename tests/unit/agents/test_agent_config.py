@@ -82,6 +82,19 @@ def test_replica_settings_and_state_dir(files, tmp_path):
         config.engine_command([])
 
 
+@pytest.mark.parametrize("command,emulator", [
+    (["python", "-m", "runtime_adapter.emulator"], True), (["python3", "-mruntime_adapter.emulator"], True),
+    (["meridian", "emulator"], True), (["/opt/venv/bin/meridian", "emulator", "--speedup", "2"], True),
+    (["python", "-m", "sglang.launch_server"], False), (["meridian", "router"], False)])
+def test_every_documented_emulator_command_gets_its_gpu_type_and_region(command, emulator, tmp_path):
+    """`meridian emulator` (documented) is the emulator as much as `python -m runtime_adapter.emulator`:
+    its replicas are told the pool's GPU type and the sim cluster's region; SGLang gets neither."""
+    settings = replicas.ReplicaSettings(engine_command=tuple(command), emulator_region="eu-west-1")
+    env = replicas.ReplicaManager(settings, tmp_path)._engine_env("L4")
+    assert replicas.is_emulator(command) is emulator
+    assert ("MERIDIAN_EMULATOR_REGION" in env, "MERIDIAN_EMULATOR_GPU_TYPE" in env) == (emulator, emulator)
+
+
 def test_cli_reports_an_unusable_configuration(files, monkeypatch, capsys):
     """`meridian agent` exits 1 with a message naming the field when the token is missing."""
     path, _ = files
