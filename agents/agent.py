@@ -397,7 +397,10 @@ def build(cluster: spec.Cluster, *, token: str, state_dir: pathlib.Path,
     """An agent for ``cluster`` with the provider its spec names (or the one given). A sim cloud
     keeps its state in the agent's state directory, as a real cloud keeps its own across agent
     restarts."""
-    rng = rng or random.Random()
+    if rng is None:
+        seed = cluster.spec.sim.seed if cluster.spec.provider_name == "sim" else None
+        # Per cluster, so clusters given one seed do not draw the same preemptions.
+        rng = random.Random(f"{cluster.metadata.name}/{seed}") if seed is not None else random.Random()
     state_dir.mkdir(parents=True, exist_ok=True)
     if provider is None:
         opts = dict(provider_options or {})

@@ -65,7 +65,9 @@ class SimCloud(base.StrictModel):
     spot_preemptions_per_node_hour: float = pydantic.Field(default=0.02, ge=0, le=100)
     stock_out_pools: list[str] = pydantic.Field(default_factory=list,
                                                 description="Pools that refuse to grow (fault injection).")
-    seed: int = 0
+    seed: int | None = pydantic.Field(
+        default=None, description="Seed of the simulated cloud's chance (which spot nodes are preempted, "
+                                   "when): the same seed gives the same draws every run; none: new ones each run.")
 
 
 class AgentSettings(base.StrictModel):

@@ -10,7 +10,8 @@ import pytest
 from meridian import catalog
 from meridian.fleet import models
 
-from agents import providers
+from agents import agent as agent_mod
+from agents import config, providers
 from agents.providers import sim
 from agents.providers.errors import CloudError, CloudErrorKind
 
@@ -149,3 +150,28 @@ async def test_sim_provider_is_the_async_face(cluster, clock):
     with pytest.raises(CloudError):
         await p.resize("h100", 2)
     assert await p.interruptions() == []
+
+
+def test_the_specs_seed_makes_an_agents_sim_cloud_draw_the_same_preemptions(clock, cluster_factory, tmp_path):
+    """spec.sim.seed reaches the agent's simulated cloud: the same seed gives the same preemption
+    history run after run, another cluster with that seed another one, and no seed a new one."""
+    def history(seed, name="test-aws"):
+        cluster = cluster_factory(name=name, spot_preemptions_per_node_hour=30,
+                                  **({"seed": seed} if seed is not None else {}))
+        c = type(clock)(clock.now)
+        agent = agent_mod.build(cluster, token="t", state_dir=tmp_path / f"{name}-{seed}-{len(runs)}",
+                                replica_settings=config.replica_settings(cluster), clock=c)
+        runs.append(1)
+        seen = []
+        for _ in range(120):
+            c.advance(60)
+            agent.provider.cloud.advance()
+            seen.append(len(agent.provider.cloud.notices()))
+        return seen
+
+    runs: list[int] = []
+    first = history(42)
+    assert sum(first) > 0
+    assert history(42) == first
+    assert history(42, name="other-aws") != first
+    assert history(None) != history(None)
