@@ -33,7 +33,8 @@ class ReservedCommitment(base.StrictModel):
     cloud: base.CloudName
     region: rules.CloudRegion
     instance_type: str = pydantic.Field(min_length=1)
-    nodes: int = pydantic.Field(ge=1)
+    nodes: int = pydantic.Field(ge=1, description="Nodes committed: a reserved-tier pool of this instance type "
+                                                  "in this region offers the solver at most these.")
     price_per_hour_usd: float = pydantic.Field(ge=0, description="Effective hourly price per node.")
 
 

@@ -146,6 +146,7 @@ def pool_offers(snapshot: fleet_mod.FleetSnapshot, specs: SpecView, *, held_gpus
                 continue
             po = problem.PoolOffer.of(c.cluster_id, ident.cloud.value, ident.region, pool,
                                       gpus_held_by_current=held_gpus.get(key, 0), price_per_node_hour_usd=price)
+            po = inputs.within_commitment(po, specs.policy)
             if key in no_growth:
                 room = max(0, pool.gpus_free) + held_gpus.get(key, 0)
                 po = dataclasses.replace(po, gpus_capacity=min(po.gpus_capacity, room))

@@ -5,6 +5,7 @@ scheduler builds PoolOffers from agent-reported GpuPools with ``PoolOffer.of``."
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
 from meridian import catalog, fleet
@@ -18,21 +19,41 @@ class UnknownOffer(ValueError):
     """A pool's instance type is not in the catalog for its cloud and region."""
 
 
+def commitment(cloud: str, region: str, instance_type: str,
+               policy: policy_spec.CapacityPolicySpec | None) -> policy_spec.ReservedCommitment | None:
+    """The policy's reserved commitment for this instance type in this region, if any."""
+    for r in policy.reserved if policy is not None else ():
+        if (r.cloud, r.region, r.instance_type) == (cloud, region, instance_type):
+            return r
+    return None
+
+
 def price_per_node_hour(cloud: str, region: str, instance_type: str, tier: str,
                         offer: catalog.InstanceOffer, policy: policy_spec.CapacityPolicySpec | None) -> float:
     """Effective hourly node price: a reserved commitment's price, else a policy override, else the
     catalog's on-demand or spot price."""
     if policy is not None:
-        if tier == "reserved":
-            for r in policy.reserved:
-                if (r.cloud, r.region, r.instance_type) == (cloud, region, instance_type):
-                    return r.price_per_hour_usd
+        committed = commitment(cloud, region, instance_type, policy) if tier == "reserved" else None
+        if committed is not None:
+            return committed.price_per_hour_usd
         for o in policy.price_overrides:
             if o.cloud == cloud and o.instance_type == instance_type and o.region in (None, region):
                 chosen = o.spot_price_per_hour_usd if tier == "spot" else o.price_per_hour_usd
                 if chosen is not None:
                     return chosen
     return offer.spot_price_per_hour_usd if tier == "spot" else offer.price_per_hour_usd
+
+
+def within_commitment(offer: problem.PoolOffer, policy: policy_spec.CapacityPolicySpec | None) -> problem.PoolOffer:
+    """A reserved-tier pool priced by a commitment offers at most the commitment's nodes: a node
+    beyond them would be planned at the committed price but billed on demand. (Per pool: two pools
+    matching one commitment each get its count.)"""
+    if offer.tier is not fleet.Tier.RESERVED:
+        return offer
+    committed = commitment(offer.cloud, offer.region, offer.pool.instance_type, policy)
+    if committed is None or offer.gpus_capacity <= committed.nodes * offer.gpus_per_node:
+        return offer
+    return dataclasses.replace(offer, gpus_capacity=committed.nodes * offer.gpus_per_node)
 
 
 def pools_from_clusters(clusters: Iterable[cluster_spec.Cluster], policy: policy_spec.CapacityPolicySpec | None = None,
@@ -56,7 +77,7 @@ def pools_from_clusters(clusters: Iterable[cluster_spec.Cluster], policy: policy
                 gpus_free=decl.initial_nodes * offer.gpu_count, tier=fleet.Tier(decl.tier),
                 price_per_node_hour_usd=price, quota_headroom_gpus=quota_headroom_gpus,
                 zone=decl.zone or spec.zone or "")
-            out.append(problem.PoolOffer.of(cl.metadata.name, spec.cloud, spec.region, pool))
+            out.append(within_commitment(problem.PoolOffer.of(cl.metadata.name, spec.cloud, spec.region, pool), policy))
     return out
 
 

@@ -339,6 +339,22 @@ def test_pools_from_cluster_specs_take_catalog_spot_and_reserved_prices():
     assert offers["aws-use1/l4"].gpus_capacity == 8  # one node free now + 7 more it may grow to
 
 
+def test_a_reserved_pool_offers_only_the_nodes_its_commitment_covers():
+    """A reserved-tier pool that may grow to 3 nodes under a 1-node commitment offers one node's
+    GPUs: a second would be planned at the committed $31.46 but billed on demand."""
+    loaded = spec_mod.load_files(["examples/capacity-policy.yaml", "examples/clusters.yaml"])
+    policy = loaded.of_kind("CapacityPolicy")[0].spec
+    clusters = [c.model_copy(deep=True) for c in loaded.of_kind("Cluster")]
+    use1 = next(c for c in clusters if c.metadata.name == "aws-use1")
+    h100 = next(p for p in use1.spec.pools if p.name == "h100")
+    object.__setattr__(h100, "max_nodes", 3)
+    offers = {p.key: p for p in inputs.pools_from_clusters(clusters, policy)}
+    assert offers["aws-use1/h100"].pool.nodes_max == 3
+    assert offers["aws-use1/h100"].gpus_capacity == 8
+    more = policy.model_copy(update={"reserved": [r.model_copy(update={"nodes": 2}) for r in policy.reserved]})
+    assert {p.key: p for p in inputs.pools_from_clusters(clusters, more)}["aws-use1/h100"].gpus_capacity == 16
+
+
 
 def test_spot_share_cap_weighs_capacity_not_replicas():
     """A 50% spot cap with one replica type 3x the other: one on-demand L40S (3 units, $1.80) lets
