@@ -54,7 +54,10 @@ def text(cmp: runner.Comparison) -> str:
     sc = cmp.scenario
     lines = [f"Scenario {sc.name!r}: {sc.hours:g} h from {sc.start_utc_hour:g}:00 UTC, seed {sc.seed}, "
              f"tick {sc.tick_s:g} s, {cmp.requests:,} requests; {len(cmp.results)} policies in "
-             f"{cmp.wall_s:.1f} s wall ({cmp.jobs} process(es)) on {_machine()}", ""]
+             f"{cmp.wall_s:.1f} s wall ({cmp.jobs} process(es)) on {_machine()}"]
+    if sc.description:
+        lines.append(sc.description)
+    lines.append("")
     rows = []
     ref = cmp.result("meridian")
     for r in cmp.results:
@@ -110,7 +113,8 @@ def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:
         if not include_series:
             d.pop("series", None)
         results.append(d)
-    return {"scenario": cmp.scenario.name, "hours": cmp.scenario.hours, "seed": cmp.scenario.seed,
+    return {"scenario": cmp.scenario.name, "description": cmp.scenario.description,
+            "hours": cmp.scenario.hours, "seed": cmp.scenario.seed,
             "tick_s": cmp.scenario.tick_s, "requests": cmp.requests, "wall_s": round(cmp.wall_s, 2),
             "jobs": cmp.jobs, "machine": _machine(), "results": results,
             "verdicts": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in item.items()}

@@ -21,6 +21,7 @@ def test_json_output_has_every_policy_and_region(capsys):
         assert r["regions"]["na-east"]["ttft_p99_ms"] >= r["regions"]["na-east"]["ttft_p50_ms"] > 0
         assert len(r["series"]["t_h"]) == len(r["series"]["cost_per_hour_usd"]) == 6
     assert out["verdicts"][0]["baseline"] == "skyserve"
+    assert out["description"].startswith("One day of the example fleet")  # the scenario's description
 
 
 def test_table_and_plots(tmp_path, capsys):
@@ -30,6 +31,7 @@ def test_table_and_plots(tmp_path, capsys):
     assert code == 0
     captured = capsys.readouterr()
     assert "od-multi-region" in captured.out and "SLO met" in captured.out
+    assert captured.out.splitlines()[1].startswith("One day of the example fleet")  # under the heading
     assert "against the on-demand-only rows" in captured.out
     for name in ("cost.png", "slo_attainment.png"):
         data = (tmp_path / "plots" / name).read_bytes()
