@@ -131,6 +131,11 @@ class RouterConfig(_Frozen):
             problems.append("lkg_store: 'redis' needs redis_url")
         if self.api_keys_in_redis and not self.redis_url:
             problems.append("api_keys_in_redis: needs redis_url")
+        if (self.default_rate_limit_rps or self.default_rate_limit_burst) and not (
+                self.api_keys_file or self.api_keys_in_redis):
+            # Limits are per API key: without keys nothing would be limited, silently.
+            problems.append("default_rate_limit_rps: limits each API key; set api_keys_file or api_keys_in_redis, "
+                            "or leave it 0")
         if self.region and self.region not in self.latency_map():
             problems.append(f"region: {latency.UnknownRegion(self.region)}; see meridian/data/regions.csv")
         if self.outlier.base_ejection_s > self.outlier.max_ejection_s:

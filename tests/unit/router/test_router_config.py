@@ -21,6 +21,7 @@ def test_defaults_are_valid():
     ({"scheduler_address": "a:1", "routes_file": "x"}, "routes_file"),
     ({"lkg_store": "redis"}, "redis_url"),
     ({"api_keys_in_redis": True}, "api_keys_in_redis"),
+    ({"default_rate_limit_rps": 5}, "default_rate_limit_rps: limits each API key"),
     ({"max_body_bytes": 10}, "max_body_bytes"),
     ({"retry": {"max_attempts": 0}}, "retry.max_attempts"),
     ({"policy_args": {"prefix_cache": {"cache_threshold": 2}}}, "cache_threshold"),
