@@ -99,7 +99,10 @@ class Sla(base.StrictModel):
     ttft_p99_ms: float = pydantic.Field(gt=0, le=600_000, description="p99 time to first token.")
     tpot_p99_ms: float | None = pydantic.Field(default=None, gt=0, le=10_000,
                                                description="p99 time per output token.")
-    availability_target: float = pydantic.Field(default=0.999, gt=0, lt=1)
+    availability_target: float = pydantic.Field(
+        default=0.999, gt=0, lt=1, description="The owner's availability goal, kept with the SLA for reports; "
+                                               "placement does not read it (placement.min_distinct_clouds / "
+                                               "min_distinct_regions are what spread replicas).")
     client_regions: list[rules.ClientRegion] = pydantic.Field(
         min_length=1, description="Where this model's clients are.")
     max_rtt_ms: float | None = pydantic.Field(
