@@ -45,7 +45,9 @@ class SchedulerConfig(pydantic.BaseModel):
         default=None, min_length=1,
         description="PEM CA bundle: clients must present a certificate it signed (mutual TLS).")
 
-    heartbeat_interval_s: float = pydantic.Field(default=5.0, gt=0, le=300, description="Told to agents in Welcome.")
+    heartbeat_interval_s: int = pydantic.Field(
+        default=5, ge=1, le=300, description="Told to agents in Welcome, in whole seconds as the wire carries it "
+                                             "(a fraction was rounded there while loss was timed on the fraction).")
     lost_after_intervals: int = pydantic.Field(default=3, ge=2, le=100,
                                                description="Silent heartbeat intervals before an agent is lost.")
     lease_ttl_s: float = pydantic.Field(default=5.0, gt=0.5, le=120,

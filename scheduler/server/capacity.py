@@ -102,7 +102,7 @@ class CapacityServicer(capacity_pb2_grpc.CapacityServiceServicer):
         try:
             await self._sink.on_hello(identity, completed, self._clock.now())
             await context.write(capacity_pb2.SchedulerMessage(welcome=capacity_pb2.Welcome(
-                scheduler_id=self._id, fencing_token=fence, heartbeat_interval_s=max(1, round(self._heartbeat_s)))))
+                scheduler_id=self._id, fencing_token=fence, heartbeat_interval_s=int(self._heartbeat_s))))
             reader = asyncio.create_task(self._read(context, identity))
             refusal = await self._write(context, session, reader)
         finally:

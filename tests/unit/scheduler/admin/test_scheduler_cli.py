@@ -30,6 +30,7 @@ def test_flags_and_set_build_the_config():
     (["--set", "lease_ttl_s=1", "--set", "lease_renew_interval_s=2"], "at most half of lease_ttl_s"),
     (["--state", "mongo://db"], "state_url: 'mongo://db': use sqlite://PATH"),
     (["--set", "tick_interval_s=-1"], "tick_interval_s: Input should be greater than 0"),
+    (["--set", "heartbeat_interval_s=0.4"], "heartbeat_interval_s: Input should be a valid integer"),
 ])
 def test_bad_settings_exit_1_naming_the_setting(argv, needle, capsys, monkeypatch):
     """A bad setting stops the scheduler before it starts, with the setting and the rule in the message."""

@@ -122,7 +122,7 @@ async def test_standby_redirects_agents_to_the_leader(make_service):
 async def test_silent_agent_is_lost_and_its_replicas_leave_the_routing_table(make_service):
     """An agent silent for lost_after_intervals heartbeats is marked lost and its replicas are no longer
     routable; reconnecting brings the cluster back."""
-    svc = await leading(await make_service(heartbeat_interval_s=0.3, lost_after_intervals=2))
+    svc = await leading(await make_service(heartbeat_interval_s=1, lost_after_intervals=2))
     agent = testing.FakeAgent([addr(svc)], "c1", TOKENS["c1"])
     await agent.connect()
     await agent.inventory([testing.gpu_pool("l4")])
@@ -146,13 +146,13 @@ async def test_silent_agent_is_lost_and_its_replicas_leave_the_routing_table(mak
 
 async def test_heartbeats_keep_an_agent_live(make_service):
     """An agent that sends only heartbeats, at its interval, is never marked lost."""
-    svc = await leading(await make_service(heartbeat_interval_s=0.3, lost_after_intervals=2))
+    svc = await leading(await make_service(heartbeat_interval_s=1, lost_after_intervals=2))
     agent = testing.FakeAgent([addr(svc)], "c1", TOKENS["c1"])
     await agent.connect()
     try:
-        for _ in range(12):  # ~1.8 s, three times the lost threshold
+        for _ in range(12):  # ~6 s, three times the lost threshold
             await agent.heartbeat()
-            await svc.clock.sleep(0.15)
+            await svc.clock.sleep(0.5)
         assert not svc.fleet.snapshot(0).clusters["c1"].lost
     finally:
         await agent.close()
