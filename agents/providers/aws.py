@@ -124,8 +124,13 @@ class AwsProvider(base.Provider):
     name = "aws"
 
     def __init__(self, cluster: spec.Cluster, *, clock: Callable[[], float], ec2: Any, autoscaling: Any,
-                 servicequotas: Any | None, imds_url: str | None):
+                 servicequotas: Any | None, imds_url: str | None, sts: Any | None = None):
         s = cluster.spec
+        # spec.aws.account_id: the credentials must be this account's, checked once before anything
+        # is read or resized (a profile pointing at the wrong account must not resize its groups).
+        self._account_id = s.aws.account_id if s.aws is not None else None
+        self._sts = sts
+        self._account_ok = self._account_id is None
         self._region = s.region
         self._zone = s.zone or ""
         self._decls = {p.name: p for p in s.pools}
@@ -245,7 +250,21 @@ class AwsProvider(base.Provider):
         activities.sort(key=lambda a: a["StartTime"].timestamp() if a.get("StartTime") else 0.0, reverse=True)
         return classify_activity(activities[0]) if activities else None
 
+    def _check_account(self) -> None:
+        if self._account_ok:
+            return
+        if self._sts is None:
+            raise CloudError(CloudErrorKind.INVALID_REQUEST, "spec.aws.account_id is set but no STS client was given "
+                                                             "to check it", operation="GetCallerIdentity")
+        actual = str(self._call("GetCallerIdentity", self._sts.get_caller_identity).get("Account", ""))
+        if actual != self._account_id:
+            raise CloudError(CloudErrorKind.AUTH_FAILURE,
+                             f"the credentials are for AWS account {actual or '?'}, not {self._account_id} "
+                             f"(spec.aws.account_id): nothing is read or resized", operation="GetCallerIdentity")
+        self._account_ok = True
+
     def _discover(self) -> list[base.PoolStatus]:
+        self._check_account()
         groups = self._groups()
         self._refresh_static()
         self._refresh_spot()
@@ -329,6 +348,7 @@ class AwsProvider(base.Provider):
             raise exc.with_pool(pool_id, exc.operation or "resize") from None
 
     def _resize(self, pool_id: str, target: int, keep_nodes: frozenset[str]) -> None:
+        self._check_account()
         decl = self._decls.get(pool_id)
         if decl is None:
             raise CloudError(CloudErrorKind.NOT_FOUND, f"no pool {pool_id!r}", pool_id=pool_id, operation="resize")
@@ -398,8 +418,10 @@ class AwsProvider(base.Provider):
 @providers.register("aws")
 def create(cluster: spec.Cluster, *, clock: Callable[[], float] = time.time, rng: random.Random | None = None,
            session: boto3.session.Session | None = None, ec2: Any = None, autoscaling: Any = None,
-           servicequotas: Any = None, imds_url: str | None = "auto", max_attempts: int = 5) -> AwsProvider:
-    """Options: injected boto3 ``session`` or clients (``ec2``, ``autoscaling``, ``servicequotas``);
+           servicequotas: Any = None, sts: Any = None, imds_url: str | None = "auto",
+           max_attempts: int = 5) -> AwsProvider:
+    """Options: injected boto3 ``session`` or clients (``ec2``, ``autoscaling``, ``servicequotas``,
+    ``sts``: used only to check ``spec.aws.account_id``);
     ``imds_url`` ("auto": the standard address if the agent runs on EC2; None: no spot notices);
     ``max_attempts`` for botocore's standard retry mode (throttling, transient errors)."""
     account = cluster.spec.aws
@@ -414,6 +436,8 @@ def create(cluster: spec.Cluster, *, clock: Callable[[], float] = time.time, rng
                                                 region_name=cluster.spec.region)
     servicequotas = servicequotas or session.client("service-quotas", endpoint_url=endpoint, config=cfg,
                                                     region_name=cluster.spec.region)
+    if sts is None and account is not None and account.account_id is not None:
+        sts = session.client("sts", endpoint_url=endpoint, config=cfg, region_name=cluster.spec.region)
     imds_url = notices.resolve("aws", imds_url, notices.AWS_IMDS_URL)
     return AwsProvider(cluster, clock=clock, ec2=ec2, autoscaling=autoscaling, servicequotas=servicequotas,
-                       imds_url=imds_url)
+                       imds_url=imds_url, sts=sts)

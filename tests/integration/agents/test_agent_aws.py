@@ -58,8 +58,11 @@ async def aws(moto_url, monkeypatch):
         await proxy.stop()
 
 
-def make_cluster(proxy_url: str, **kw):
-    return h.cluster_doc("aws-it", POOLS.replace("ENDPOINT", proxy_url), **kw)
+def make_cluster(proxy_url: str, aws_account: str | None = None, **kw):
+    pools = POOLS.replace("ENDPOINT", proxy_url)
+    if aws_account is not None:
+        pools = pools.replace("aws: {endpoint_url:", f'aws: {{account_id: "{aws_account}", endpoint_url:')
+    return h.cluster_doc("aws-it", pools, **kw)
 
 
 async def test_discovers_gpu_pools_with_type_count_and_price(aws):
@@ -100,6 +103,30 @@ async def test_resize_is_seen_through_the_same_api(aws):
         assert proxy.count("SetDesiredCapacity") == 1 and proxy.count("SetInstanceProtection") == 2
     finally:
         await p.close()
+
+
+async def test_a_cluster_bound_to_another_account_reads_and_resizes_nothing(aws):
+    """spec.aws.account_id is checked with STS before anything else: moto's credentials are for
+    123456789012, so a cluster naming another account fails discovery and resize with an auth
+    error naming both, and touches no group; naming the right one works."""
+    proxy, _, asg = aws
+    wrong = providers.create("aws", make_cluster(proxy.url, aws_account="000000000000"),
+                             imds_url=None)
+    try:
+        with pytest.raises(providers.CloudError) as info:
+            await wrong.discover()
+        assert info.value.kind is providers.CloudErrorKind.AUTH_FAILURE
+        assert "account 123456789012, not 000000000000" in str(info.value)
+        with pytest.raises(providers.CloudError):
+            await wrong.resize("l4", 5)
+        assert proxy.count("UpdateAutoScalingGroup") == 0 and proxy.count("DescribeAutoScalingGroups") == 0
+    finally:
+        await wrong.close()
+    right = providers.create("aws", make_cluster(proxy.url, aws_account="123456789012"), imds_url=None)
+    try:
+        assert {s.pool.pool_id for s in await right.discover()} == {"l4", "l4-spot", "h100"}
+    finally:
+        await right.close()
 
 
 async def test_throttling_is_retried_by_botocore(aws):
