@@ -143,6 +143,10 @@ class LocalFleet:
         argv = processes.meridian_argv("agent", "--cluster", str(self.workdir / "clusters.yaml"), "--name", name,
                                        "--log-level", self.config.log_level)
         env = self._env()
+        for path in self.config.spec_files:
+            if "latency" in path.name:
+                # The replicas simulate distance with the measured RTTs the scheduler and routers use.
+                env["MERIDIAN_EMULATOR_LATENCY_MAP_FILE"] = str(path)
         env.update(dict(self.config.emulator_env))
         child = self.procs.start(f"agent-{name}", argv, env=env, cluster=name)
         await self.procs.wait_port(child, self.agent_ports[name])

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import pydantic
 
-from meridian import capacity, latency
+from meridian import capacity, latency, spec
 from meridian.catalog import gpus
 
 log = logging.getLogger(__name__)
@@ -77,14 +77,29 @@ class EmulatorConfig(pydantic.BaseModel):
         default="", description="Cloud region this replica pretends to run in. With it, a request carrying "
         "X-Meridian-Client-Region waits the RTT between the two (meridian.latency) before it is served, so "
         "network distance is felt on one machine (the demo). Empty: no simulated network.")
+    latency_map_file: str = pydantic.Field(
+        default="", description="A LatencyMap spec file (measured RTTs, extra regions) applied over the built-in "
+        "map for the simulated distance, as the scheduler and routers apply it; empty: the built-in map.")
     faults: FaultConfig = FaultConfig()
 
-    @pydantic.field_validator("region")
-    @classmethod
-    def _known_region(cls, value: str) -> str:
-        if value and value not in latency.default():
-            raise ValueError(f"unknown region {value!r}; use a cloud region of the latency map, e.g. us-east-1")
-        return value
+    def latency_map(self) -> latency.LatencyMap:
+        """The built-in latency map with the overrides of ``latency_map_file``."""
+        base = latency.default()
+        if self.latency_map_file:
+            for doc in spec.load_files([self.latency_map_file]).of_kind("LatencyMap"):
+                base = doc.spec.apply(base)
+        return base
+
+    @pydantic.model_validator(mode="after")
+    def _known_region(self) -> EmulatorConfig:
+        try:
+            known = self.latency_map()
+        except (OSError, spec.SpecError) as exc:
+            raise ValueError(f"latency_map_file: {exc}") from exc
+        if self.region and self.region not in known:
+            raise ValueError(f"region: unknown region {self.region!r}; use a cloud region of the latency map, "
+                             "e.g. us-east-1")
+        return self
 
     @pydantic.field_validator("gpu_type")
     @classmethod
@@ -161,6 +176,7 @@ _EMULATOR_ARGS: tuple[tuple[str, str, object], ...] = (
     ("--output-tokens-mean", "output_tokens_mean", int),
     ("--health-timeout-s", "health_timeout_s", float),
     ("--region", "region", str),
+    ("--latency-map-file", "latency_map_file", str),
 )
 _FAULT_ARGS: tuple[tuple[str, str, object], ...] = (
     ("--crash-after-requests", "crash_after_requests", int),

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from aiohttp import web
 
-from meridian import latency
 from runtime_adapter.emulator import engine as engine_mod
 from runtime_adapter.emulator import protocol, tokens
 
@@ -60,7 +59,7 @@ _QUEUE_FULL_STREAM = protocol.stream_error(QUEUE_FULL, "SERVICE_UNAVAILABLE", 50
 class Handlers:
     def __init__(self, server: EmulatorServer) -> None:
         self.s = server
-        self._latency = latency.default()
+        self._latency = server.config.latency_map()
 
     # ----- shared ---------------------------------------------------------------------------------
     async def _body(self, request: web.Request, model: type[pydantic.BaseModel], *, openai: bool) -> Any:

@@ -14,7 +14,8 @@ def command() -> list[str]:
 
 def environment(*, gpu_type: str | None = None, speedup: float | None = None, startup_delay_s: float | None = None,
                 warmup_s: float | None = None, output_tokens_mean: int | None = None,
-                health_timeout_s: float | None = None, region: str | None = None, crash_after_requests: int | None = None,
+                health_timeout_s: float | None = None, region: str | None = None,
+                latency_map_file: str | None = None, crash_after_requests: int | None = None,
                 hang: bool | None = None, slowdown_factor: float | None = None, error_rate: float | None = None,
                 fail_startup: bool | None = None) -> dict[str, str]:
     """The environment variables for the given emulator settings (None: the emulator's default).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 
 import pydantic
 import pytest
@@ -28,6 +29,20 @@ def test_env_sets_the_simulated_region():
     assert config.parse_args(["--model-path", "m", "--region", "us-east-1"], env={}).region == "us-east-1"
     with pytest.raises(pydantic.ValidationError, match="region"):
         config.parse_args(["--model-path", "m"], env={"MERIDIAN_EMULATOR_REGION": "mars-north-1"})
+
+
+def test_a_latency_map_file_gives_the_simulated_distance_its_measured_rtts(repo_root):
+    """The example LatencyMap measures eu-west -> us-east-1 at 76 ms (the built-in estimate: 81) and
+    adds the client region za-south: with the file the emulator waits what the scheduler and routers
+    assume; a file that cannot be read is an error naming the setting."""
+    path = os.path.join(repo_root, "examples", "latency-overrides.yaml")
+    cfg = config.parse_args(["--model-path", "m", "--region", "us-east-1"],
+                            env={"MERIDIAN_EMULATOR_LATENCY_MAP_FILE": path})
+    assert cfg.latency_map().rtt_ms("eu-west", "us-east-1") == 76
+    assert cfg.latency_map().rtt_ms("za-south", "eu-west-1") == 160
+    assert config.parse_args(["--model-path", "m"], env={}).latency_map().rtt_ms("eu-west", "us-east-1") != 76
+    with pytest.raises(pydantic.ValidationError, match="latency_map_file"):
+        config.parse_args(["--model-path", "m", "--latency-map-file", "/nonexistent.yaml"], env={})
 
 
 def test_every_emulator_setting_can_be_passed_to_a_launched_emulator():
