@@ -45,15 +45,19 @@ def price_per_node_hour(cloud: str, region: str, instance_type: str, tier: str,
 
 
 def within_commitment(offer: problem.PoolOffer, policy: policy_spec.CapacityPolicySpec | None) -> problem.PoolOffer:
-    """A reserved-tier pool priced by a commitment offers at most the commitment's nodes: a node
-    beyond them would be planned at the committed price but billed on demand. (Per pool: two pools
-    matching one commitment each get its count.)"""
+    """A reserved-tier pool priced by a commitment may not grow past the commitment's nodes: a node
+    beyond them would be planned at the committed price but billed on demand. Nodes that run now
+    or must run (nodes_min) stay usable, so no running replica is displaced by the cap. (Per pool:
+    two pools matching one commitment each get its count.)"""
     if offer.tier is not fleet.Tier.RESERVED:
         return offer
     committed = commitment(offer.cloud, offer.region, offer.pool.instance_type, policy)
-    if committed is None or offer.gpus_capacity <= committed.nodes * offer.gpus_per_node:
+    if committed is None:
         return offer
-    return dataclasses.replace(offer, gpus_capacity=committed.nodes * offer.gpus_per_node)
+    nodes = max(committed.nodes, offer.pool.nodes_min, offer.pool.nodes_current)
+    if offer.gpus_capacity <= nodes * offer.gpus_per_node:
+        return offer
+    return dataclasses.replace(offer, gpus_capacity=nodes * offer.gpus_per_node)
 
 
 def pools_from_clusters(clusters: Iterable[cluster_spec.Cluster], policy: policy_spec.CapacityPolicySpec | None = None,

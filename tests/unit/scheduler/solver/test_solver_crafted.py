@@ -353,6 +353,9 @@ def test_a_reserved_pool_offers_only_the_nodes_its_commitment_covers():
     assert offers["aws-use1/h100"].gpus_capacity == 8
     more = policy.model_copy(update={"reserved": [r.model_copy(update={"nodes": 2}) for r in policy.reserved]})
     assert {p.key: p for p in inputs.pools_from_clusters(clusters, more)}["aws-use1/h100"].gpus_capacity == 16
+    # Nodes that run now stay usable (no running replica is displaced by the cap); only growth stops.
+    object.__setattr__(h100, "initial_nodes", 2)
+    assert {p.key: p for p in inputs.pools_from_clusters(clusters, policy)}["aws-use1/h100"].gpus_capacity == 16
 
 
 
