@@ -397,16 +397,17 @@ def build(cluster: spec.Cluster, *, token: str, state_dir: pathlib.Path,
     """An agent for ``cluster`` with the provider its spec names (or the one given). A sim cloud
     keeps its state in the agent's state directory, as a real cloud keeps its own across agent
     restarts."""
-    if rng is None:
-        seed = cluster.spec.sim.seed if cluster.spec.provider_name == "sim" else None
-        # Per cluster, so clusters given one seed do not draw the same preemptions.
-        rng = random.Random(f"{cluster.metadata.name}/{seed}") if seed is not None else random.Random()
+    seed = cluster.spec.sim.seed if cluster.spec.provider_name == "sim" else None
+    # The simulated cloud draws from its own source (per cluster, so clusters given one seed do not
+    # preempt in lockstep): the agent's backoffs must not shift its draws.
+    cloud_rng = random.Random(f"{cluster.metadata.name}/{seed}") if seed is not None and rng is None else None
+    rng = rng or random.Random()
     state_dir.mkdir(parents=True, exist_ok=True)
     if provider is None:
         opts = dict(provider_options or {})
         if cluster.spec.provider_name == "sim":
             opts.setdefault("state_path", state_dir / "sim-cloud.json")
-        provider = providers.create(cluster.spec.provider_name, cluster, clock=clock, rng=rng, **opts)
+        provider = providers.create(cluster.spec.provider_name, cluster, clock=clock, rng=cloud_rng or rng, **opts)
     metrics = metrics_mod.AgentMetrics(cluster.metadata.name, registry)
     manager = replicas_mod.ReplicaManager(
         replica_settings, state_dir, adapter_metrics=runtime_adapter.AdapterMetrics(metrics.registry), clock=clock)

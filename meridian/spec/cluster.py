@@ -66,8 +66,9 @@ class SimCloud(base.StrictModel):
     stock_out_pools: list[str] = pydantic.Field(default_factory=list,
                                                 description="Pools that refuse to grow (fault injection).")
     seed: int | None = pydantic.Field(
-        default=None, description="Seed of the simulated cloud's chance (which spot nodes are preempted, "
-                                   "when): the same seed gives the same draws every run; none: new ones each run.")
+        default=None, description="Seed of the simulated cloud's chance (which spot nodes are preempted, when): "
+                                   "with the same seed and the same clock readings (the simulator and tests drive "
+                                   "a fake clock) the same nodes are preempted; none: new draws each run.")
 
 
 class AgentSettings(base.StrictModel):
