@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import pathlib
 import socket
 import time
@@ -56,7 +57,10 @@ def is_emulator(engine_command: Sequence[str]) -> bool:
     args = list(engine_command)
     if any(a in ("runtime_adapter.emulator", "-mruntime_adapter.emulator") for a in args):
         return True
-    return len(args) >= 2 and pathlib.PurePath(args[0]).name == "meridian" and args[1] == "emulator"
+    # The CLI, however started (`meridian`, `env meridian`, `python -m meridian.cli.main`): its
+    # `emulator` subcommand.
+    launchers = {"meridian", "meridian.cli.main", "-mmeridian.cli.main", "meridian.cli", "-mmeridian.cli"}
+    return any((pathlib.PurePath(a).name in launchers) and nxt == "emulator" for a, nxt in zip(args, args[1:]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,11 +196,14 @@ class ReplicaManager:
         if not is_emulator(self.settings.engine_command):
             return env
         # Each setting on its own: one the emulator does not model must not drop the other.
+        # A region may come from the LatencyMap file the replicas will be given (inherited or set).
+        map_file = env.get("MERIDIAN_EMULATOR_LATENCY_MAP_FILE") or os.environ.get("MERIDIAN_EMULATOR_LATENCY_MAP_FILE")
         for name, value in (("gpu_type", gpu_type), ("region", self.settings.emulator_region)):
             if not value:
                 continue
+            extra = {"latency_map_file": map_file} if name == "region" and map_file else {}
             try:
-                env = {**emulator_settings.environment(**{name: value}), **env}
+                env = {**emulator_settings.environment(**{name: value}, **extra), **env}
             except ValueError:
                 log.warning("emulator does not model %s=%s; using its default", name, value)
         return env

@@ -86,7 +86,10 @@ class EmulatorConfig(pydantic.BaseModel):
         """The built-in latency map with the overrides of ``latency_map_file``."""
         base = latency.default()
         if self.latency_map_file:
-            for doc in spec.load_files([self.latency_map_file]).of_kind("LatencyMap"):
+            docs = spec.load_files([self.latency_map_file]).of_kind("LatencyMap")
+            if not docs:
+                raise ValueError(f"{self.latency_map_file} has no LatencyMap document")
+            for doc in docs:
                 base = doc.spec.apply(base)
         return base
 
@@ -94,7 +97,7 @@ class EmulatorConfig(pydantic.BaseModel):
     def _known_region(self) -> EmulatorConfig:
         try:
             known = self.latency_map()
-        except (OSError, spec.SpecError) as exc:
+        except (OSError, ValueError, spec.SpecError) as exc:
             raise ValueError(f"latency_map_file: {exc}") from exc
         if self.region and self.region not in known:
             raise ValueError(f"region: unknown region {self.region!r}; use a cloud region of the latency map, "

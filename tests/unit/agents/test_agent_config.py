@@ -85,6 +85,7 @@ def test_replica_settings_and_state_dir(files, tmp_path):
 @pytest.mark.parametrize("command,emulator", [
     (["python", "-m", "runtime_adapter.emulator"], True), (["python3", "-mruntime_adapter.emulator"], True),
     (["meridian", "emulator"], True), (["/opt/venv/bin/meridian", "emulator", "--speedup", "2"], True),
+    (["python", "-m", "meridian.cli.main", "emulator"], True), (["env", "meridian", "emulator"], True),
     (["python", "-m", "sglang.launch_server"], False), (["meridian", "router"], False)])
 def test_every_documented_emulator_command_gets_its_gpu_type_and_region(command, emulator, tmp_path):
     """`meridian emulator` (documented) is the emulator as much as `python -m runtime_adapter.emulator`:
@@ -127,3 +128,22 @@ def test_cli_refuses_unusable_tls_files_before_starting(tmp_path, monkeypatch, c
     path.write_text(cluster.replace("tls: {ca_file: CA}", f"tls: {{ca_file: {garbage}, cert_file: {garbage}}}"))
     assert cli_main.main(["agent", "--cluster", str(path), "--state-dir", str(tmp_path)]) == 1
     assert "scheduler.tls.key_file" in capsys.readouterr().err
+
+
+def test_a_cloud_region_from_the_replicas_latency_map_file_is_passed_on(tmp_path, monkeypatch):
+    """A sim cluster in a cloud region that only a LatencyMap file declares keeps its region for its
+    emulator replicas when that file is what they will be given (not dropped as unknown)."""
+    lmap = tmp_path / "latency.yaml"
+    lmap.write_text("""
+apiVersion: meridian/v1
+kind: LatencyMap
+metadata: {name: lab}
+spec:
+  regions: [{name: lab-east-1, kind: cloud, cloud: aws, latitude: 40.0, longitude: -75.0}]
+""")
+    settings = replicas.ReplicaSettings(engine_command=("python", "-m", "runtime_adapter.emulator"),
+                                        emulator_region="lab-east-1")
+    assert "MERIDIAN_EMULATOR_REGION" not in replicas.ReplicaManager(settings, tmp_path)._engine_env("L4")
+    monkeypatch.setenv("MERIDIAN_EMULATOR_LATENCY_MAP_FILE", str(lmap))
+    env = replicas.ReplicaManager(settings, tmp_path)._engine_env("L4")
+    assert env["MERIDIAN_EMULATOR_REGION"] == "lab-east-1"

@@ -43,6 +43,10 @@ def test_a_latency_map_file_gives_the_simulated_distance_its_measured_rtts(repo_
     assert config.parse_args(["--model-path", "m"], env={}).latency_map().rtt_ms("eu-west", "us-east-1") != 76
     with pytest.raises(pydantic.ValidationError, match="latency_map_file"):
         config.parse_args(["--model-path", "m", "--latency-map-file", "/nonexistent.yaml"], env={})
+    # A spec file without a LatencyMap in it is a mistake, not an empty override.
+    with pytest.raises(pydantic.ValidationError, match="has no LatencyMap document"):
+        config.parse_args(["--model-path", "m", "--latency-map-file",
+                           os.path.join(repo_root, "examples", "deployments.yaml")], env={})
 
 
 def test_every_emulator_setting_can_be_passed_to_a_launched_emulator():
