@@ -76,6 +76,11 @@ class RoutingServicer(routing_pb2_grpc.RoutingServiceServicer):
         self._metrics.route_watchers.inc()
         try:
             known = request.known_version
+            if self._hub.table is not None:
+                # The whole table on connect, even to a router that holds this version (restarted
+                # from its saved copy): it then knows the stream is live and its table current.
+                yield wire.table_to_pb(self._hub.table)
+                known = self._hub.table.version
             while True:
                 table = await self._hub.newer_than(known)
                 yield wire.table_to_pb(table)

@@ -83,14 +83,16 @@ async def test_tables_are_published_on_every_change_with_increasing_versions(mak
         await agent.close()
 
 
-async def test_watcher_with_the_current_version_waits_for_a_change(make_service):
-    """A router that already has the current version gets nothing until the table changes."""
+async def test_watcher_with_the_current_version_gets_it_on_connect_then_each_change(make_service):
+    """A router that already has the current version (restarted from its saved table) is still sent
+    it on connect, so it knows the stream is live and its table current; then each change."""
     svc = await leading(await make_service())
     await testing.wait_for(lambda: svc.route_hub.version > 0, what="first table")
     current = svc.route_hub.version
     watcher = Watcher(f"127.0.0.1:{svc.grpc_port}", known_version=current)
     agent = testing.FakeAgent([f"127.0.0.1:{svc.grpc_port}"], "c1", TOKENS["c1"])
     try:
+        assert (await watcher.next(timeout_s=2.0)).version == current
         with pytest.raises(asyncio.TimeoutError):
             await watcher.next(timeout_s=0.5)
         await agent.connect()
