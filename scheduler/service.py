@@ -71,7 +71,7 @@ class SchedulerService:
             self.store, config.scheduler_id, ttl_s=config.lease_ttl_s, renew_interval_s=config.lease_renew_interval_s,
             poll_interval_s=config.standby_poll_interval_s, clock=self.clock,
             meta={"grpc": advertise, "admin": config.admin_address}, on_elected=self._elected,
-            on_deposed=self._deposed)
+            on_deposed=self._deposed, on_error=lambda where: self.metrics.errors.labels(where).inc())
         self._term_token = 0
         self._leader: state.Lease | None = None
         self._grpc: grpc.aio.Server | None = None

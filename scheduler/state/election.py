@@ -28,10 +28,11 @@ class LeaderElector:
     def __init__(self, store: base.StateStore, holder: str, *, ttl_s: float, renew_interval_s: float,
                  poll_interval_s: float, clock: clock_mod.Clock | None = None,
                  meta: Mapping[str, str] | None = None, on_elected: Callback | None = None,
-                 on_deposed: Callback | None = None):
+                 on_deposed: Callback | None = None, on_error: Callable[[str], None] | None = None):
         if renew_interval_s * 2 > ttl_s:
             raise ValueError(f"renew_interval_s ({renew_interval_s}) must be at most half of ttl_s ({ttl_s})")
         self._store = store
+        self._on_error = on_error or (lambda where: None)  # where: lease_acquire, lease_renew, lease_release
         self.holder = holder
         self._ttl_s = ttl_s
         self._renew_s = renew_interval_s
@@ -69,6 +70,7 @@ class LeaderElector:
                 got = await self._store.acquire_lease(self.holder, self._ttl_s, self.meta)
             except base.StateError as exc:
                 log.warning("event=lease_acquire_error holder=%s error=%r", self.holder, str(exc))
+                self._on_error("lease_acquire")
                 return
             if got is not None:
                 self._lease = got
@@ -82,6 +84,7 @@ class LeaderElector:
             ok = await self._store.renew_lease(self.holder, lease.token, self._ttl_s)
         except base.StateError as exc:
             log.warning("event=lease_renew_error holder=%s token=%d error=%r", self.holder, lease.token, str(exc))
+            self._on_error("lease_renew")
             ok = None
         if ok:
             self._valid_until = started + self._ttl_s * self.SAFETY
@@ -110,4 +113,5 @@ class LeaderElector:
             await self._store.release_lease(self.holder, lease.token)
         except base.StateError as exc:
             log.warning("event=lease_release_error holder=%s error=%r", self.holder, str(exc))
+            self._on_error("lease_release")
         await self._depose(lease, "resigned")

@@ -28,8 +28,9 @@ async def test_leader_that_cannot_renew_stops_leading_before_the_lease_lapses():
     async def on_deposed(lease):
         deposed.append(lease.token)
 
+    errors: list[str] = []
     elector = election.LeaderElector(store, "a", ttl_s=10.0, renew_interval_s=2.0, poll_interval_s=1.0, clock=clock,
-                                     on_deposed=on_deposed)
+                                     on_deposed=on_deposed, on_error=errors.append)
     try:
         await elector.step()
         assert elector.is_leader
@@ -37,6 +38,7 @@ async def test_leader_that_cannot_renew_stops_leading_before_the_lease_lapses():
         clock.advance(2.0)
         await elector.step()  # a failed renewal alone does not depose
         assert elector.is_leader and deposed == []
+        assert errors == ["lease_renew"]  # counted (errors_total{where="lease_renew"}), not only logged
         clock.advance(6.1)  # 8.1 s since the last good renewal: beyond 80% of the 10 s TTL
         assert not elector.is_leader and elector.token == 0
         await elector.step()
