@@ -124,24 +124,24 @@ class StreamClient:
                 self.last_error, hint = str(exc), exc.address
             except StreamRejected as exc:
                 self.last_error = str(exc)
-                log.error("stream rejected cluster=%s error=%s", self._identity.cluster_id, exc)
+                log.error("event=stream_rejected cluster=%s error=%s", self._identity.cluster_id, exc)
             except grpc.aio.AioRpcError as exc:
                 self.last_error = f"{exc.code().name}: {exc.details()}"
-                log.warning("stream broken cluster=%s code=%s details=%s", self._identity.cluster_id,
+                log.warning("event=stream_broken cluster=%s code=%s details=%s", self._identity.cluster_id,
                             exc.code().name, exc.details())
                 hint = leader_hint(exc.trailing_metadata()) if exc.code() == grpc.StatusCode.UNAVAILABLE else ""
             except (OSError, TimeoutError, wire.WireError) as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("stream failed cluster=%s error=%s", self._identity.cluster_id, self.last_error)
+                log.warning("event=stream_failed cluster=%s error=%s", self._identity.cluster_id, self.last_error)
             if hint and not redirected:
                 # A standby named the leader: go there at once (once; a second hop waits as usual).
-                log.info("scheduler is a standby; trying the leader cluster=%s leader=%s", self._identity.cluster_id,
+                log.info("event=leader_redirect cluster=%s leader=%s", self._identity.cluster_id,
                          hint)
                 self._redirect, redirected = hint, True
                 continue
             redirected = False
             delay_s = self._backoff.next_delay_s()
-            log.info("reconnecting cluster=%s in_s=%.2f attempt=%d", self._identity.cluster_id, delay_s, attempt)
+            log.info("event=reconnecting cluster=%s in_s=%.2f attempt=%d", self._identity.cluster_id, delay_s, attempt)
             await asyncio.sleep(delay_s)
 
     def _message(self, seq: itertools.count, **payload) -> cap.AgentMessage:
@@ -188,7 +188,7 @@ class StreamClient:
         if welcome.heartbeat_interval_s:
             self._heartbeat_interval_s = float(welcome.heartbeat_interval_s)
         if not self._journal.observe_fencing_token(welcome.fencing_token):
-            log.warning("scheduler welcomed with a stale fencing token scheduler=%s token=%d highest=%d; "
+            log.warning("event=stale_fencing_token scheduler=%s token=%d highest=%d; "
                         "its directives will be refused", welcome.scheduler_id, welcome.fencing_token,
                         self._journal.fencing_token)
         self.connected = True
@@ -196,7 +196,7 @@ class StreamClient:
         self._backoff.reset()
         self._metrics.connected.labels(self._metrics.cluster).set(1)
         self._outbox.mark_all_dirty()
-        log.info("stream up cluster=%s scheduler=%s fencing_token=%d session=%d", self._identity.cluster_id,
+        log.info("event=stream_up cluster=%s scheduler=%s fencing_token=%d session=%d", self._identity.cluster_id,
                  welcome.scheduler_id, welcome.fencing_token, self.sessions)
 
     async def _read(self, call) -> None:
