@@ -58,18 +58,13 @@ class SpotDefaults(base.StrictModel):
     max_share: float = pydantic.Field(
         default=0.5, ge=0, le=1,
         description="Most of any deployment's capacity that may run on spot (a deployment's own cap may be lower).")
-    fallback: Literal["on_demand"] = pydantic.Field(
+    fallback: Literal["on_demand", "none"] = pydantic.Field(
         default="on_demand", description="What replaces spot capacity that is lost or unavailable: on-demand "
-                                         "replicas, as SkyServe's SpotHedge does (the only mode).")
-
-    @pydantic.field_validator("fallback", mode="before")
-    @classmethod
-    def _fallback(cls, value: object) -> object:
-        if value == "none":
-            # Accepted once and silently ignored; refused now rather than pretending.
-            raise ValueError("'none' (leave lost spot capacity unreplaced) is not supported: the solver always "
-                             "replaces spot capacity that is lost or unavailable with on-demand; use on_demand")
-        return value
+                                         "replicas, as SkyServe's SpotHedge does. 'none' (leave it unreplaced) is "
+                                         "not implemented: it is accepted, so specs applied with it keep loading, "
+                                         "but capacity is replaced on demand all the same and the scheduler logs "
+                                         "a warning (event=spot_fallback_unsupported) each time it loads such a "
+                                         "policy.")
 
 
 class CapacityPolicySpec(base.StrictModel):

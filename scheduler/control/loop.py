@@ -154,6 +154,9 @@ class ControlLoop:
                       [str(i) for i in exc.issues][:20], self.specs.generation)
             return False
         self.specs = planner.SpecView.of(spec_set, gen)
+        if self.specs.policy is not None and self.specs.policy.spot.fallback == "none":
+            log.warning("event=spot_fallback_unsupported generation=%d detail=%r", gen,
+                        "spot.fallback 'none' is not implemented: lost spot capacity is replaced on demand")
         self._infos = {n: reconciler.DeploymentInfo.of(d) for n, d in self.specs.deployments.items()}
         env = self._env if self._env is not None else os.environ
         found, problems = await asyncio.to_thread(auth.resolve_cluster_tokens, list(self.specs.clusters.values()), env)

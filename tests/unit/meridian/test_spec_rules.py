@@ -150,21 +150,6 @@ spec:
     assert any(e.startswith("spec.reserved.0.instance_type: unknown gcp instance type 'a3-highgpu-9g'; did you mean 'a3-highgpu-8g'") for e in errs)
 
 
-def test_spot_fallback_none_is_refused_not_ignored():
-    """fallback: none was accepted and silently did nothing; it is refused, saying what happens."""
-    text = """
-apiVersion: meridian/v1
-kind: CapacityPolicy
-metadata: {name: default}
-spec:
-  clouds: [{name: aws}]
-  spot: {allowed: true, fallback: none}
-"""
-    (err,) = _errors(text)
-    assert err.startswith("spec.spot.fallback: 'none' (leave lost spot capacity unreplaced) is not supported")
-    assert "use on_demand" in err
-
-
 def test_cluster_rules():
     """A cluster's pools must be offered in its region and keep min <= initial <= max."""
     text = """

@@ -364,3 +364,21 @@ async def test_published_routes_carry_the_deployments_max_rtt_ms(store):
     CLOCK.advance(2.0)
     await h.loop.tick()
     assert (await records.RoutingStore(store).load()).model("chat").max_rtt_ms == 0.0
+
+
+async def test_a_policy_asking_for_no_spot_fallback_still_loads_and_is_warned_about(store, caplog):
+    """spot.fallback 'none' is not implemented: a policy with it (applied before or now) must still
+    load with the other specs, not empty the scheduler's view; the loop says it falls back anyway."""
+    policy = """---
+apiVersion: meridian/v1
+kind: CapacityPolicy
+metadata: {name: default}
+spec:
+  clouds: [{name: aws}]
+  spot: {allowed: true, fallback: none}
+"""
+    await apply_specs(store, SPECS + policy)
+    caplog.set_level("WARNING", logger="meridian.scheduler")
+    h = await lead(store, clock_mod.ManualClock(1_800_000_000.0))
+    assert "chat" in h.loop.specs.deployments and h.loop.specs.policy is not None
+    assert any("event=spot_fallback_unsupported" in r.getMessage() for r in caplog.records)
