@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 import aiohttp
 import runtime_adapter
 from runtime_adapter import records as adapter_records
+from runtime_adapter.emulator import config as emulator_config
 from runtime_adapter.emulator import settings as emulator_settings
 
 from meridian.fleet import models
@@ -197,7 +198,8 @@ class ReplicaManager:
             return env
         # Each setting on its own: one the emulator does not model must not drop the other.
         # A region may come from the LatencyMap file the replicas will be given (inherited or set).
-        map_file = env.get("MERIDIAN_EMULATOR_LATENCY_MAP_FILE") or os.environ.get("MERIDIAN_EMULATOR_LATENCY_MAP_FILE")
+        map_var = emulator_config.ENV_PREFIX + "LATENCY_MAP_FILE"
+        map_file = env.get(map_var) or os.environ.get(map_var)
         for name, value in (("gpu_type", gpu_type), ("region", self.settings.emulator_region)):
             if not value:
                 continue

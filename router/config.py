@@ -160,14 +160,11 @@ class RouterConfig(_Frozen):
         return self
 
     def latency_map(self) -> latency.LatencyMap:
-        """The default latency map with the overrides of ``latency_map_files`` (LatencyMap specs)."""
-        base = latency.default()
+        """The default latency map with the overrides of ``latency_map_files`` (LatencyMap specs), as
+        the spec loader builds it while validating them."""
         if not self.latency_map_files:
-            return base
-        loaded = spec.load_files(list(self.latency_map_files))
-        for doc in loaded.of_kind("LatencyMap"):
-            base = doc.spec.apply(base)
-        return base
+            return latency.default()
+        return spec.load_files(list(self.latency_map_files)).context.latency_map
 
     def scheduler_tls(self) -> scheduler_tls.ClientTls | None:
         """The TLS material for the scheduler connection (files read and checked); None: plaintext."""

@@ -20,6 +20,7 @@ import aiohttp
 import yaml
 
 from meridian.demo import processes
+from runtime_adapter.emulator import settings as emulator_settings
 
 log = logging.getLogger("meridian.demo.fleet")
 
@@ -143,13 +144,17 @@ class LocalFleet:
         argv = processes.meridian_argv("agent", "--cluster", str(self.workdir / "clusters.yaml"), "--name", name,
                                        "--log-level", self.config.log_level)
         env = self._env()
-        for path in self.config.spec_files:
-            if "latency" in path.name:
-                # The replicas simulate distance with the measured RTTs the scheduler and routers use.
-                env["MERIDIAN_EMULATOR_LATENCY_MAP_FILE"] = str(path)
+        for path in self._latency_files():
+            # The replicas simulate distance with the measured RTTs the scheduler and routers use.
+            env.update(emulator_settings.environment(latency_map_file=str(path)))
         env.update(dict(self.config.emulator_env))
         child = self.procs.start(f"agent-{name}", argv, env=env, cluster=name)
         await self.procs.wait_port(child, self.agent_ports[name])
+
+    def _latency_files(self) -> list[pathlib.Path]:
+        """The LatencyMap spec files among the applied ones (measured RTTs the routers and the
+        emulator replicas use, as the scheduler does)."""
+        return [path for path in self.config.spec_files if "latency" in path.name]
 
     async def start_agents(self) -> None:
         await asyncio.gather(*(self.start_agent(name) for name in self.cluster_docs))
@@ -166,9 +171,8 @@ class LocalFleet:
             "--trusted-region-header", REGION_HEADER, "--scheduler", f"127.0.0.1:{self.grpc_port}",
             "--scheduler-token", self.router_token, "--lkg-path", str(self.workdir / f"{name}-lkg.json"),
             "--policy", self.config.router_policy, "--log-level", self.config.log_level.lower())
-        for path in self.config.spec_files:
-            if "latency" in path.name:
-                argv += ["--latency-map", str(path)]
+        for path in self._latency_files():
+            argv += ["--latency-map", str(path)]
         child = self.procs.start(name, argv, env=self._env())
         await self.procs.wait_port(child, port)
 

@@ -83,15 +83,14 @@ class EmulatorConfig(pydantic.BaseModel):
     faults: FaultConfig = FaultConfig()
 
     def latency_map(self) -> latency.LatencyMap:
-        """The built-in latency map with the overrides of ``latency_map_file``."""
-        base = latency.default()
-        if self.latency_map_file:
-            docs = spec.load_files([self.latency_map_file]).of_kind("LatencyMap")
-            if not docs:
-                raise ValueError(f"{self.latency_map_file} has no LatencyMap document")
-            for doc in docs:
-                base = doc.spec.apply(base)
-        return base
+        """The built-in latency map with the overrides of ``latency_map_file`` (the map the spec
+        loader builds while it validates the file, as it does for the scheduler's specs)."""
+        if not self.latency_map_file:
+            return latency.default()
+        loaded = spec.load_files([self.latency_map_file])
+        if not loaded.of_kind("LatencyMap"):
+            raise ValueError(f"{self.latency_map_file} has no LatencyMap document")
+        return loaded.context.latency_map
 
     @pydantic.model_validator(mode="after")
     def _known_region(self) -> EmulatorConfig:

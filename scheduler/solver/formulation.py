@@ -365,8 +365,8 @@ def _quotas(b: Built, c: cand_mod.Candidates, prob: problem.PlacementProblem,
                 # Nodes that must run anyway (nodes_min) cannot be a quota violation of the plan.
                 floor = sum(groups[g].nodes_min * groups[g].offer.gpus_per_node for g in chosen + held)
                 taken = sum(b.const_nodes[g] * groups[g].offer.gpus_per_node for g in held)
-                _limit(m, [b.nodes[g] for g in chosen], [groups[g].offer.gpus_per_node for g in chosen],
-                       max(quota, floor) - taken)
+                m.row([b.nodes[g] for g in chosen], [groups[g].offer.gpus_per_node for g in chosen],
+                      hi=max(quota, floor) - taken)
     if policy.budget_per_hour_usd is not None and (b.nodes or b.const_nodes):
         chosen = list(b.nodes)
 
@@ -376,15 +376,4 @@ def _quotas(b: Built, c: cand_mod.Candidates, prob: problem.PlacementProblem,
         cents = [cents_of(g) for g in chosen]
         sunk = sum(cents_of(g) * groups[g].nodes_min for g in chosen + list(b.const_nodes))
         taken = sum(cents_of(g) * n for g, n in b.const_nodes.items())
-        _limit(m, [b.nodes[g] for g in chosen], cents, max(math.floor(policy.budget_per_hour_usd * CENTS), sunk) - taken)
-
-
-def _limit(m: linear.LinearModel, idx: list[int], coef: list[int], hi: float) -> None:
-    """``sum coef x <= hi``. With no variable left (every node of the limit constant) the row holds
-    iff ``hi >= 0``; when it does not, a row that cannot hold keeps the model infeasible, as the
-    row over those nodes' variables was."""
-    if not idx:
-        if hi >= 0:
-            return
-        idx, coef = [m.var(0, 0)], [0]
-    m.row(idx, coef, hi=hi)
+        m.row([b.nodes[g] for g in chosen], cents, hi=max(math.floor(policy.budget_per_hour_usd * CENTS), sunk) - taken)

@@ -43,8 +43,14 @@ class LinearModel:
         return len(self.lb) - 1
 
     def row(self, idx: Sequence[int], coef: Sequence[int], lo: float = -INF, hi: float = INF) -> None:
-        if idx:
-            self.rows.append((list(idx), [int(c) for c in coef], lo, hi))
+        """``lo <= sum coef x <= hi``. A row with no variable holds or not whatever the plan: one that
+        holds is left out; one that cannot (a limit constants alone exceed) is kept, over a variable
+        fixed at 0, so the model is infeasible as it should be."""
+        if not idx:
+            if lo <= 0 <= hi:
+                return
+            idx, coef = [self.var(0, 0)], [0]
+        self.rows.append((list(idx), [int(c) for c in coef], lo, hi))
 
     def cut(self, idx: Sequence[int], coef: Sequence[float], lo: float) -> None:
         """An LP-only row ``sum coef x >= lo`` (see ``cuts``)."""
