@@ -171,6 +171,7 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
     gens = [asyncio.create_task(g.run(opts.duration_s)) for g in per_model]
     lost: dict = {}
     preempted = False
+    preempted_wall: float | None = None
     traffic_started = time.monotonic()
     last_print = 0.0
     status: dict = {}
@@ -185,6 +186,7 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
                 _track_recovery(lost, status, recorder, timeline)
             if elapsed >= phases.preempt_at and not preempted:
                 preempted = True
+                preempted_wall = time.time()
                 hit = await fleet.preempt_spot(session)
                 timeline.note("SPOT PREEMPTION WAVE: " + (", ".join(f"{c} ({n} nodes)" for c, n in hit.items())
                                                           or "no spot node was running"))
@@ -210,6 +212,16 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
     dropped = sum(g.dropped for g in per_model)
     if dropped:
         timeline.note(f"{dropped} arrivals not sent: the generator's in-flight cap was reached")
+    if lost:
+        # The live check above ends 3 s after the last failure it has seen; requests that fail
+        # later (a model whose only replica was in the lost region fails until it is re-placed)
+        # are counted here, from every request started between the loss and the next event.
+        late = stats.failed_between(recorder.records, lost["at_wall"], preempted_wall)
+        last = round(max(r.started_s for r in late) - lost["at_wall"], 1) if late else None
+        if last is not None and last != lost.get("routed_around_s"):
+            lost["routed_around_s"] = last
+            timeline.note(f"{len(late)} request(s) started after the loss of {lost['cluster']} failed, the last "
+                          f"{lost['routed_around_s']:.1f}s after it ({', '.join(sorted({r.model for r in late}))})")
     routed = lost.get("routed_around_s")
     around = ("time to route around the lost region (last failed request started after the loss)"
               if routed is None or routed > 0

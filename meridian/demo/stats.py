@@ -180,6 +180,11 @@ def cold_starts(records: Iterable[traffic.Record], models: Iterable[str], slas: 
     return out
 
 
+def failed_between(records: Iterable[traffic.Record], since: float, until: float | None = None) -> list[traffic.Record]:
+    """Failed requests started at or after ``since`` (wall seconds) and before ``until`` (None: any time)."""
+    return [r for r in records if not r.ok and r.started_s >= since and (until is None or r.started_s < until)]
+
+
 def failure_reasons(records: Iterable[traffic.Record], top: int = 5) -> list[tuple[str, int]]:
     """The most common failure messages (first 90 characters), with counts."""
     counts: dict[str, int] = {}

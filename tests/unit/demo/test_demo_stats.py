@@ -67,3 +67,15 @@ def test_cold_start_counts_the_requests_sent_before_the_first_answer():
     (never,) = stats.cold_starts(failed, ["embed"], sla)
     assert (never.ready_after_s, never.waited, never.missed) == (None, 2, 2)
     assert "never answered: none of its 2 request(s) got a replica" in view.report([], [], 2, 2, {}, [], sla, [], [never])
+
+
+def test_failures_after_a_loss_are_counted_until_the_next_event():
+    """Requests started after the region loss and failed count (however late they failed); one
+    started before it (cut mid-stream) or after the next scripted event does not."""
+    records = [traffic.Record(99.0, "chat", "eu-west", False, None, 2.0, 0, "cut"),
+               traffic.Record(104.0, "embed", "na-east", False, None, 9.0, 0, "502"),
+               traffic.Record(106.5, "embed", "eu-west", True, 0.1, 0.1, 0),
+               traffic.Record(130.0, "chat", "eu-west", False, None, 1.0, 0, "preempted")]
+    late = stats.failed_between(records, 100.0, 120.0)
+    assert [r.started_s for r in late] == [104.0]
+    assert [r.started_s for r in stats.failed_between(records, 100.0)] == [104.0, 130.0]
