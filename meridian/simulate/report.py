@@ -44,10 +44,34 @@ def verdicts(cmp: runner.Comparison, reference: str = "meridian") -> list[dict]:
             continue
         saving = 1.0 - ref.cost_usd / r.cost_usd if r.cost_usd > 0 else math.nan
         delta = ref.total.attainment - r.total.attainment
-        out.append({"baseline": r.policy, "saving": saving, "attainment_delta": delta,
-                    "beats": bool(saving > 0 and delta >= -ATTAINMENT_TOLERANCE),
-                    "on_demand_only": r.policy in policies.ON_DEMAND_ONLY})
+        item = {"baseline": r.policy, "saving": saving, "attainment_delta": delta,
+                "beats": bool(saving > 0 and delta >= -ATTAINMENT_TOLERANCE),
+                "on_demand_only": r.policy in policies.ON_DEMAND_ONLY}
+        if cmp.floor is not None and r.cost_per_hour_usd > 0:
+            # The most any rule-keeping policy could save against this baseline; a baseline below the
+            # floor breaks the specs' rules, and no policy that keeps them can be cheaper than it.
+            item["max_saving"] = 1.0 - cmp.floor.usd_per_hour / r.cost_per_hour_usd
+            item["below_floor"] = bool(r.cost_per_hour_usd < cmp.floor.usd_per_hour)
+        out.append(item)
     return out
+
+
+def floor_lines(cmp: runner.Comparison) -> list[str]:
+    f = cmp.floor
+    if f is None:
+        return []
+    how = "proven" if f.proven else "solver bound"
+    lines = [f"Cost floor of these specs: ${f.usd_per_hour:,.2f}/h ({how}): no fleet that keeps their rules (min "
+             f"replicas, isolation, GPU types, allowed clouds and regions, spot caps, quotas, reserved nodes) "
+             f"costs less, whatever the traffic."]
+    if f.unplaced:
+        lines.append(f"  (the floor's own plan could not place: {', '.join(f.unplaced)})")
+    ref = cmp.result("meridian")
+    if ref is not None and f.usd_per_hour > 0:
+        above = ref.cost_per_hour_usd - f.usd_per_hour
+        lines.append(f"Meridian runs ${above:,.2f}/h above it ({100.0 * above / f.usd_per_hour:.1f}%): what "
+                     f"serving the day's traffic costs beyond the rules.")
+    return lines
 
 
 def text(cmp: runner.Comparison) -> str:
@@ -86,6 +110,9 @@ def text(cmp: runner.Comparison) -> str:
     rows = [[r.policy, *[f"{_pct(r.deployments[d].attainment)} / {r.deployments[d].failed:,.0f}"
                          if d in r.deployments else "-" for d in deps]] for r in cmp.results]
     lines += _table(["policy", *deps], rows)
+    floor = floor_lines(cmp)
+    if floor:
+        lines += ["", *floor]
     notes = [f"{r.policy}: {n}" for r in cmp.results for n in r.notes]
     if notes:
         lines += ["", *notes]
@@ -94,8 +121,10 @@ def text(cmp: runner.Comparison) -> str:
         lines += ["", "Meridian against each baseline (beats = cheaper at equal or better SLO attainment):"]
         for item in v:
             word = "beats" if item["beats"] else "does NOT beat"
+            why = (" (below the specs' cost floor: it breaks their rules, and no policy that keeps them can be "
+                   "cheaper)" if item.get("below_floor") else "")
             lines.append(f"  {word} {item['baseline']}: {100.0 * item['saving']:+.1f}% cost saving, SLO attainment "
-                         f"{100.0 * item['attainment_delta']:+.3f} pp")
+                         f"{100.0 * item['attainment_delta']:+.3f} pp{why}")
         od = [i for i in v if i["on_demand_only"]]
         if od:
             worst = min(i["saving"] for i in od)
@@ -103,6 +132,9 @@ def text(cmp: runner.Comparison) -> str:
             lines.append(f"  saving against the on-demand-only rows: {savings}"
                          f" (SkyServe's headline bar: {100 * SKYSERVE_HEADLINE_SAVING:.0f}%; "
                          f"{'met' if worst >= SKYSERVE_HEADLINE_SAVING else 'not met'})")
+            if cmp.floor is not None:
+                ceiling = ", ".join(f"{i['baseline']} {100 * i['max_saving']:.1f}%" for i in od if "max_saving" in i)
+                lines.append(f"  the most any policy keeping the specs could save against them (cost floor): {ceiling}")
     return "\n".join(lines)
 
 
@@ -117,6 +149,7 @@ def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:
             "hours": cmp.scenario.hours, "seed": cmp.scenario.seed,
             "tick_s": cmp.scenario.tick_s, "requests": cmp.requests, "wall_s": round(cmp.wall_s, 2),
             "jobs": cmp.jobs, "machine": _machine(), "results": results,
+            "floor": cmp.floor.to_dict() if cmp.floor is not None else None,
             "verdicts": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in item.items()}
                          for item in verdicts(cmp)]}
 

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 
 from meridian.simulate import engine, metrics, policies, trace
 from meridian.simulate import scenario as scenario_mod
+from scheduler.control import floor as floor_mod
+from scheduler.control import planner
 
 log = logging.getLogger("meridian.simulate.runner")
 Progress = Callable[[str, int, int], None]
@@ -32,6 +34,7 @@ class Comparison:
     requests: int
     wall_s: float
     jobs: int
+    floor: floor_mod.Floor | None = None  # the specs' cost floor (None: not computed)
 
     def result(self, policy: str) -> metrics.RunResult | None:
         return next((r for r in self.results if r.policy == policy), None)
@@ -71,12 +74,13 @@ def run(sc: scenario_mod.Scenario, names: Sequence[str] = policies.DEFAULT, *, j
     for name in names:
         policies.get(name)
     specs = sc.load_specs()  # fail fast, before any process starts
+    floor = floor_mod.compute(planner.SpecView.of(specs, 1))
     tr = trace.build(sc)
     jobs = max(1, min(jobs or default_jobs(), len(names)))
     start = time.perf_counter()
     if jobs == 1:
         results = [engine.run(sc, specs, tr, policies.get(n), progress) for n in names]
-        return Comparison(sc, tuple(results), tr.total_requests(), time.perf_counter() - start, 1)
+        return Comparison(sc, tuple(results), tr.total_requests(), time.perf_counter() - start, 1, floor)
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     q = ctx.Queue()
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
@@ -91,7 +95,8 @@ def run(sc: scenario_mod.Scenario, names: Sequence[str] = policies.DEFAULT, *, j
                 f.result()  # re-raise a worker's error here, naming nothing lost
         _drain(q, progress)
         by_name = {futures[f]: f.result() for f in futures}
-    return Comparison(sc, tuple(by_name[n] for n in names), tr.total_requests(), time.perf_counter() - start, jobs)
+    return Comparison(sc, tuple(by_name[n] for n in names), tr.total_requests(), time.perf_counter() - start, jobs,
+                      floor)
 
 
 def _drain(q: multiprocessing.Queue, progress: Progress | None) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from meridian.cli import main as cli
 from meridian.simulate import report, runner
 
@@ -21,6 +23,10 @@ def test_json_output_has_every_policy_and_region(capsys):
         assert r["regions"]["na-east"]["ttft_p99_ms"] >= r["regions"]["na-east"]["ttft_p50_ms"] > 0
         assert len(r["series"]["t_h"]) == len(r["series"]["cost_per_hour_usd"]) == 6
     assert out["verdicts"][0]["baseline"] == "skyserve"
+    # The specs' cost floor, and what it leaves any policy to save against the baseline.
+    assert out["floor"]["proven"] and out["floor"]["usd_per_hour"] > 0
+    assert out["verdicts"][0]["max_saving"] == \
+        pytest.approx(1 - out["floor"]["usd_per_hour"] / out["results"][1]["cost_per_hour_usd"], abs=1e-4)
     assert out["description"].startswith("One day of the example fleet")  # the scenario's description
 
 
@@ -33,6 +39,9 @@ def test_table_and_plots(tmp_path, capsys):
     assert "od-multi-region" in captured.out and "SLO met" in captured.out
     assert captured.out.splitlines()[1].startswith("One day of the example fleet")  # under the heading
     assert "against the on-demand-only rows" in captured.out
+    assert "Cost floor of these specs: $" in captured.out and "(proven)" in captured.out
+    assert "the most any policy keeping the specs could save against them (cost floor): od-multi-region" \
+        in captured.out
     for name in ("cost.png", "slo_attainment.png"):
         data = (tmp_path / "plots" / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000

@@ -116,3 +116,18 @@ def test_routing_policy_is_the_only_difference_of_round_robin(all_policies):
     assert (m.routing, rr.routing) == ("latency", "round_robin")
     assert m.placement == rr.placement
     assert m.total.requests == pytest.approx(rr.total.requests, rel=1e-9)
+
+
+def test_rule_keeping_policies_cost_at_least_the_specs_floor(all_policies):
+    """The cost floor is a lower bound on every policy that keeps the specs' rules: Meridian, its
+    round-robin twin and od-multi-region each bill at least the floor per hour (od-cheapest-region lifts
+    isolation, so the floor does not bind it)."""
+    from meridian import spec  # noqa: PLC0415
+    from meridian.simulate import defaults  # noqa: PLC0415
+    from scheduler.control import floor, planner  # noqa: PLC0415
+
+    specs = planner.SpecView.of(spec.load_files([defaults.examples_dir() / p for p in defaults.DEFAULT_SPECS]), 1)
+    f = floor.compute(specs)
+    assert f.proven
+    for name in ("meridian", "round-robin", "od-multi-region"):
+        assert all_policies[name].cost_per_hour_usd >= f.usd_per_hour, name

@@ -1,0 +1,84 @@
+"""The cost floor of a set of specs: the least a fleet that keeps their hard rules can cost per hour,
+whatever the traffic and whoever places it.
+
+Every plan the scheduler makes serves each deployment's autoscaled demand, which is never below its
+``min_replicas``, and keeps the rules the solver enforces: GPU types, allowed clouds and regions,
+isolation (``min_distinct_clouds``/``min_distinct_regions``), spot allowed and its share cap, cloud
+and team quotas, pool sizes, and the nodes a pool may not go below (a reserved commitment is paid
+whether it runs anything or not). The floor solves that problem for the smallest demand there can be,
+``min_replicas`` of each deployment, with latency rules lifted (any pool may serve any client region)
+spot replicas counted at their full capacity and nothing but prices in the objective, to proven
+optimality. Lifting rules and lowering demand can
+only make a plan cheaper, so no placement that keeps the specs costs less than the floor: a policy
+that does is breaking them. Deployments that may scale to zero add nothing.
+
+Pure: the caller passes the specs and, optionally, the pools (default: every pool the Cluster specs
+declare, at their maximum size)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from scheduler import autoscaler, solver
+from scheduler.control import planner
+from scheduler.solver import evaluate, inputs, problem
+
+# A floor is a proof only if the solve proves it: no relative gap, no scores, one deterministic worker;
+# spot replicas count at their full capacity (the SpotHedge credit is the scheduler's caution, not a rule).
+SETTINGS = problem.SolverSettings(
+    scores={}, replica_usd_per_hour=0.0, churn_usd_per_replica=0.0, relative_gap=0.0, spot_capacity_credit=1.0,
+    num_search_workers=1, small_model_workers=1,
+    filters=tuple(f for f in problem.SolverSettings().filters if f != "latency"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Floor:
+    """``usd_per_hour``: a proven lower bound on any rule-keeping fleet's cost per hour (equal to the
+    plan's cost when ``proven``). ``placement``: (deployment, pool key) -> replicas of the plan that
+    attains it; ``nodes``: pool key -> nodes it runs (only pools with any)."""
+
+    usd_per_hour: float
+    plan_usd_per_hour: float
+    proven: bool
+    placement: dict[tuple[str, str], int]
+    nodes: dict[str, int]
+    unplaced: tuple[str, ...]
+    solve_time_s: float
+
+    def to_dict(self) -> dict:
+        return {"usd_per_hour": round(self.usd_per_hour, 4), "plan_usd_per_hour": round(self.plan_usd_per_hour, 4),
+                "proven": self.proven, "unplaced": list(self.unplaced),
+                "placement": [{"deployment": d, "pool": k, "replicas": n}
+                              for (d, k), n in sorted(self.placement.items())],
+                "nodes": dict(sorted(self.nodes.items())), "solve_time_s": round(self.solve_time_s, 3)}
+
+
+def minimum_demand(specs: planner.SpecView) -> dict[str, autoscaler.Decision]:
+    """Each deployment's smallest possible autoscaler decision: ``min_replicas`` (scale-to-zero
+    deployments, whose minimum is 0, are left out), put in its first client region (with latency
+    rules lifted, which region does not matter)."""
+    out = {}
+    for name, doc in sorted(specs.deployments.items()):
+        spec = doc.spec
+        if spec.scaling.min_replicas > 0 and spec.sla.client_regions:
+            out[name] = autoscaler.Decision(spec.scaling.min_replicas,
+                                            {spec.sla.client_regions[0]: spec.scaling.min_replicas},
+                                            "cost floor: min_replicas")
+    return out
+
+
+def compute(specs: planner.SpecView, pools: Sequence[problem.PoolOffer] | None = None, *,
+            time_limit_s: float = 30.0) -> Floor:
+    """The floor of ``specs`` over ``pools`` (default: the pools their Cluster specs declare)."""
+    offers = list(pools) if pools is not None else inputs.pools_from_clusters(specs.clusters.values(), specs.policy)
+    prob = planner.build_problem(specs, minimum_demand(specs), offers, {})
+    result = solver.solve(prob, time_limit_s=time_limit_s, settings=SETTINGS)
+    plan_cost = evaluate.cost_per_hour(prob, result.placement)
+    unplaced = tuple(sorted({u.deployment for u in result.unplaced}))
+    proven = result.status is problem.SolveStatus.OPTIMAL and not unplaced
+    # Without a proof the solver's own lower bound is the floor; it never exceeds the plan's cost.
+    bound = plan_cost if proven else min(plan_cost, max(0.0, result.lower_bound))
+    nodes = {k: n for k, n in evaluate.pool_nodes(prob, result.placement).items() if n > 0}
+    return Floor(bound, plan_cost, proven, {k: n for k, n in result.placement.replicas.items() if n > 0},
+                 nodes, unplaced, result.solve_time_s)
