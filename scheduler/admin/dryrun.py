@@ -4,15 +4,18 @@ The hypothetical spec set goes through the same autoscaler (state not kept) and 
 loop, against the live fleet when this node leads and agents have reported, else against the pools
 the Cluster specs declare. The report: the placement, its diff against the current placement, cost
 per hour before and after, and SLA risks (demand left unplaced with the constraint that stops it;
-client regions whose expected time to first token, RTT plus prefill, breaks or nears the SLA)."""
+client regions whose expected time to first token, RTT plus prefill, breaks or nears the SLA), and
+the specs' cost floor (``scheduler.control.floor``: the least any fleet keeping their rules costs)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from meridian import latency
 from meridian.fleet import models as fm
 from scheduler import solver
+from scheduler.control import floor as floor_mod
 from scheduler.control import loop as loop_mod
 from scheduler.control import planner
 from scheduler.solver import evaluate, problem, throughput
@@ -50,6 +53,9 @@ async def plan_report(loop: loop_mod.ControlLoop, hypothetical: planner.SpecView
     before = planner.build_problem(before_specs, {}, pools, excluded)
     cost_before = evaluate.cost_per_hour(before, current)
     change = solver.diff(current, result.placement)
+    floor = None
+    if hypothetical.clusters:
+        floor = await asyncio.to_thread(floor_mod.compute, hypothetical, time_limit_s=time_limit_s)
     return {
         "basis": basis,
         "status": result.status.value,
@@ -65,6 +71,7 @@ async def plan_report(loop: loop_mod.ControlLoop, hypothetical: planner.SpecView
         "unplaced": [{"deployment": u.deployment, "client_region": u.client_region, "replicas": round(u.replicas, 3),
                       "constraint": u.constraint, "reason": u.reason} for u in result.unplaced],
         "risks": risks(prob, result, hypothetical.latency_map),
+        "cost_floor": floor.to_dict() if floor is not None else None,
     }
 
 

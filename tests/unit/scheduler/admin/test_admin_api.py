@@ -195,7 +195,11 @@ async def test_cli_apply_get_delete_plan(make_service, tmp_path, capsys, monkeyp
     assert await call(cli.main, ["plan", "-f", str(good)]) == 0
     out = capsys.readouterr().out
     assert "Cost per hour:" in out and "SLA risks:" in out
+    assert "Cost floor" not in out  # no Cluster specs stored: nothing to build a fleet from
     assert await call(cli.main, ["delete", "deployment", "chat"]) == 0
     assert "ModelDeployment/chat deleted" in capsys.readouterr().out
     assert await call(cli.main, ["apply", "-f", str(ROOT / "examples")]) == 0  # a directory: its YAML files
     assert capsys.readouterr().out.count(" created") == 14
+    # With the Cluster specs stored, plan also shows what the specs' rules alone cost (the cost floor).
+    assert await call(cli.main, ["plan", "-f", str(ROOT / "examples" / "deployments.yaml")]) == 0
+    assert "Cost floor of these specs: $92.36/h (proven)" in capsys.readouterr().out
