@@ -61,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
 def _render_floor(floor) -> str:
     how = "proven optimal" if floor.proven else "the solver's lower bound; its plan costs " \
                                                f"${floor.plan_usd_per_hour:,.2f}/h"
-    lines = [f"Cost floor: ${floor.usd_per_hour:,.2f}/h ({how}): no fleet that keeps these rules (min replicas, "
-             "isolation, GPU types, clouds and regions, spot caps, quotas, pool minimums and reserved nodes) costs "
-             "less, whatever the traffic. Its plan:"]
+    lines = [f"Cost floor: ${floor.usd_per_hour:,.2f}/h ({how}): no fleet that serves every deployment's minimum "
+             "replicas and keeps these rules (isolation, GPU types, clouds and regions, spot caps, quotas, pool "
+             "minimums and reserved nodes) costs less, whatever the traffic. Its plan:"]
     for key, n in floor.nodes.items():
         on = ", ".join(f"{d} x{r}" for (d, k), r in sorted(floor.placement.items()) if k == key)
         lines.append(f"  {key}: {n} node(s){': ' + on if on else ' (pool minimum)'}")

@@ -61,9 +61,9 @@ def floor_lines(cmp: runner.Comparison) -> list[str]:
     if f is None:
         return []
     how = "proven" if f.proven else "solver bound"
-    lines = [f"Cost floor of these specs: ${f.usd_per_hour:,.2f}/h ({how}): no fleet that keeps their rules (min "
-             f"replicas, isolation, GPU types, allowed clouds and regions, spot caps, quotas, reserved nodes) "
-             f"costs less, whatever the traffic."]
+    lines = [f"Cost floor of these specs: ${f.usd_per_hour:,.2f}/h ({how}): no fleet that serves every deployment's "
+             f"minimum and keeps their rules (isolation, GPU types, allowed clouds and regions, spot caps, quotas, "
+             f"reserved nodes) costs less, whatever the traffic."]
     if f.unplaced:
         lines.append(f"  (the floor's own plan could not place: {', '.join(f.unplaced)})")
     ref = cmp.result("meridian")
@@ -121,8 +121,8 @@ def text(cmp: runner.Comparison) -> str:
         lines += ["", "Meridian against each baseline (beats = cheaper at equal or better SLO attainment):"]
         for item in v:
             word = "beats" if item["beats"] else "does NOT beat"
-            why = (" (below the specs' cost floor: it breaks their rules, and no policy that keeps them can be "
-                   "cheaper)" if item.get("below_floor") else "")
+            why = (" (below the specs' cost floor on average: it did not keep their rules throughout, and no "
+                   "policy that does can be cheaper)" if item.get("below_floor") else "")
             lines.append(f"  {word} {item['baseline']}: {100.0 * item['saving']:+.1f}% cost saving, SLO attainment "
                          f"{100.0 * item['attainment_delta']:+.3f} pp{why}")
         od = [i for i in v if i["on_demand_only"]]

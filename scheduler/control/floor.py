@@ -1,16 +1,19 @@
-"""The cost floor of a set of specs: the least a fleet that keeps their hard rules can cost per hour,
-whatever the traffic and whoever places it.
+"""The cost floor of a set of specs: the least a fleet can cost per hour that serves every deployment's
+smallest possible demand and keeps the specs' hard rules, whatever the traffic and whoever places it.
 
-Every plan the scheduler makes serves each deployment's autoscaled demand, which is never below its
-``min_replicas``, and keeps the rules the solver enforces: GPU types, allowed clouds and regions,
-isolation (``min_distinct_clouds``/``min_distinct_regions``), spot allowed and its share cap, cloud
-and team quotas, pool sizes, and the nodes a pool may not go below (a reserved commitment is paid
-whether it runs anything or not). The floor solves that problem for the smallest demand there can be,
-``min_replicas`` of each deployment, with latency rules lifted (any pool may serve any client region)
-spot replicas counted at their full capacity and nothing but prices in the objective, to proven
-optimality. Lifting rules and lowering demand can
-only make a plan cheaper, so no placement that keeps the specs costs less than the floor: a policy
-that does is breaking them. Deployments that may scale to zero add nothing.
+Every plan the scheduler makes serves each deployment's autoscaled demand, which is never below
+``max(min_replicas, 1)`` (``min_replicas`` for a deployment that may scale to zero), and keeps the
+rules the solver enforces: GPU types, allowed clouds and regions, isolation
+(``min_distinct_clouds``/``min_distinct_regions``), spot allowed and its share cap, cloud and team
+quotas, pool sizes, and the nodes a pool may not go below (a reserved commitment is paid whether it
+runs anything or not). The floor solves that problem for the smallest demand there can be, with
+latency rules lifted (any pool may serve any client region), spot replicas counted at their full
+capacity, identical pools kept apart and nothing but prices in the objective; its value is the
+solver's proven lower bound. Lifting rules and lowering demand can only make a plan cheaper, so a
+fleet that serves that demand and keeps the rules at every moment costs at least the floor. Two
+limits: a fleet that leaves a deployment's minimum unserved (e.g. no region meets its TTFT target)
+can cost less, and the solver's own rounding (a replica's capacity rounded down to 1/1000s of a
+reference replica, budgets rounded up) is a hair stricter than the rules. ``warm_pool`` is not counted.
 
 Pure: the caller passes the specs and, optionally, the pools (default: every pool the Cluster specs
 declare, at their maximum size)."""
@@ -28,7 +31,7 @@ from scheduler.solver import evaluate, inputs, problem
 # spot replicas count at their full capacity (the SpotHedge credit is the scheduler's caution, not a rule).
 SETTINGS = problem.SolverSettings(
     scores={}, replica_usd_per_hour=0.0, churn_usd_per_replica=0.0, relative_gap=0.0, spot_capacity_credit=1.0,
-    num_search_workers=1, small_model_workers=1,
+    num_search_workers=1, small_model_workers=1, aggregate_pools=False,
     filters=tuple(f for f in problem.SolverSettings().filters if f != "latency"))
 
 
@@ -55,16 +58,15 @@ class Floor:
 
 
 def minimum_demand(specs: planner.SpecView) -> dict[str, autoscaler.Decision]:
-    """Each deployment's smallest possible autoscaler decision: ``min_replicas`` (scale-to-zero
-    deployments, whose minimum is 0, are left out), put in its first client region (with latency
-    rules lifted, which region does not matter)."""
+    """Each deployment's smallest possible autoscaler decision: ``max(min_replicas, 1)``, or
+    ``min_replicas`` for one that may scale to zero (left out at 0), put in its first client region
+    (with latency rules lifted, which region does not matter)."""
     out = {}
     for name, doc in sorted(specs.deployments.items()):
-        spec = doc.spec
-        if spec.scaling.min_replicas > 0 and spec.sla.client_regions:
-            out[name] = autoscaler.Decision(spec.scaling.min_replicas,
-                                            {spec.sla.client_regions[0]: spec.scaling.min_replicas},
-                                            "cost floor: min_replicas")
+        scaling = doc.spec.scaling
+        least = scaling.min_replicas if scaling.scale_to_zero else max(scaling.min_replicas, 1)
+        if least > 0 and doc.spec.sla.client_regions:
+            out[name] = autoscaler.Decision(least, {doc.spec.sla.client_regions[0]: least}, "cost floor: minimum")
     return out
 
 
@@ -76,9 +78,11 @@ def compute(specs: planner.SpecView, pools: Sequence[problem.PoolOffer] | None =
     result = solver.solve(prob, time_limit_s=time_limit_s, settings=SETTINGS)
     plan_cost = evaluate.cost_per_hour(prob, result.placement)
     unplaced = tuple(sorted({u.deployment for u in result.unplaced}))
-    proven = result.status is problem.SolveStatus.OPTIMAL and not unplaced
-    # Without a proof the solver's own lower bound is the floor; it never exceeds the plan's cost.
-    bound = plan_cost if proven else min(plan_cost, max(0.0, result.lower_bound))
+    # The solver's lower bound is the floor (never above the plan's cost); the plan attains it when
+    # the solve is proven optimal.
+    bound = min(plan_cost, max(0.0, result.lower_bound))
+    proven = (result.status is problem.SolveStatus.OPTIMAL and not unplaced
+              and bound >= plan_cost - 1e-6 * max(1.0, plan_cost))
     nodes = {k: n for k, n in evaluate.pool_nodes(prob, result.placement).items() if n > 0}
     return Floor(bound, plan_cost, proven, {k: n for k, n in result.placement.replicas.items() if n > 0},
                  nodes, unplaced, result.solve_time_s)

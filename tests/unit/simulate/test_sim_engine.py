@@ -109,9 +109,9 @@ def test_meridian_respects_spot_rules_and_isolation(all_policies):
         assert len({r["region"] for r in rows if r["deployment"] == "reasoning-70b"}) >= 2
 
 
-def test_routing_policy_is_the_only_difference_of_round_robin(all_policies):
-    """round-robin uses Meridian's placement with the round_robin router policy; both serve the
-    same trace (same number of requests)."""
+def test_round_robin_routes_meridians_placement_without_latency_awareness(all_policies):
+    """round-robin uses Meridian's placement policy with the round_robin router policy and no
+    max_rtt_ms reach; both serve the same trace (same number of requests)."""
     m, rr = all_policies["meridian"], all_policies["round-robin"]
     assert (m.routing, rr.routing) == ("latency", "round_robin")
     # Region-unaware, as a plain global load balancer: Mumbai's chat goes to replicas an ocean away

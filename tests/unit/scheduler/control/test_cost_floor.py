@@ -84,12 +84,17 @@ def test_scale_to_zero_specs_cost_only_their_committed_nodes(examples):
     """With every deployment allowed to scale to zero the floor is what the pools may never go below."""
     deps = {}
     for name, doc in examples.deployments.items():
-        scaling = doc.spec.scaling.model_copy(update={"min_replicas": 0})
+        scaling = doc.spec.scaling.model_copy(update={"min_replicas": 0, "scale_to_zero": True})
         deps[name] = doc.model_copy(update={"spec": doc.spec.model_copy(update={"scaling": scaling})})
     f = floor.compute(dataclasses.replace(examples, deployments=deps))
     assert f.placement == {}
     assert f.nodes == {"aws-use1/h100": 1}
     assert f.usd_per_hour == pytest.approx(examples.policy.reserved[0].price_per_hour_usd)
+    # min_replicas 0 without scale_to_zero still keeps one replica, as the autoscaler does.
+    doc = examples.deployments["reasoning-70b"]
+    scaling = doc.spec.scaling.model_copy(update={"min_replicas": 0, "scale_to_zero": False})
+    deps["reasoning-70b"] = doc.model_copy(update={"spec": doc.spec.model_copy(update={"scaling": scaling})})
+    assert floor.minimum_demand(dataclasses.replace(examples, deployments=deps))["reasoning-70b"].replicas == 1
 
 
 def test_validate_prints_the_floor_and_its_plan(capsys):
