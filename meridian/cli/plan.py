@@ -24,11 +24,8 @@ def render(report: dict) -> str:
     delta = cost["after"] - cost["before"]
     lines.append(f"Cost per hour: ${cost['before']:.2f} -> ${cost['after']:.2f} ({'+' if delta >= 0 else '-'}"
                  f"${abs(delta):.2f})")
-    floor = report.get("cost_floor")
-    if floor:
-        how = "proven" if floor["proven"] else "solver bound"
-        lines.append(f"Cost floor of these specs: ${floor['usd_per_hour']:.2f}/h ({how}): the least any fleet that "
-                     f"keeps their rules costs, whatever the traffic")
+    if report.get("cost_floor"):
+        lines.append(report["cost_floor"]["summary"])
     lines.append("Placement:")
     for dep, pools in sorted(report["placement"].items()):
         lines.append(f"  {dep}: " + ", ".join(f"{p} x{n}" for p, n in sorted(pools.items())))

@@ -59,11 +59,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _render_floor(floor) -> str:
+    from scheduler.control import floor as floor_mod  # noqa: PLC0415 (loaded by the caller already)
+
     how = "proven optimal" if floor.proven else "the solver's lower bound; its plan costs " \
                                                f"${floor.plan_usd_per_hour:,.2f}/h"
     lines = [f"Cost floor: ${floor.usd_per_hour:,.2f}/h ({how}): no fleet that serves every deployment's minimum "
-             "replicas and keeps these rules (isolation, GPU types, clouds and regions, spot caps, quotas, pool "
-             "minimums and reserved nodes) costs less, whatever the traffic. Its plan:"]
+             f"replicas and keeps these rules ({floor_mod.RULES}) costs less, whatever the traffic. Its plan:"]
     for key, n in floor.nodes.items():
         on = ", ".join(f"{d} x{r}" for (d, k), r in sorted(floor.placement.items()) if k == key)
         lines.append(f"  {key}: {n} node(s){': ' + on if on else ' (pool minimum)'}")

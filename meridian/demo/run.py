@@ -81,7 +81,7 @@ class Phases:
 def _models(spec_set: spec.SpecSet) -> tuple[list[traffic.ModelTraffic], dict[str, stats.Sla], dict[str, set[str]],
                                              set[str]]:
     """Traffic per model, SLAs and client regions by served name, and the models that may scale to
-    zero (min_replicas 0): traffic starts without waiting for them, and their first requests wait
+    zero (scaling.least_replicas 0): traffic starts without waiting for them, and their first requests wait
     for a replica to start (reported as such)."""
     shares = {"chat-8b": 0.75, "reasoning-70b": 0.15, "embed": 0.10}
     models, slas, regions, cold = [], {}, {}, set()
@@ -91,7 +91,7 @@ def _models(spec_set: spec.SpecSet) -> tuple[list[traffic.ModelTraffic], dict[st
                                            max_tokens=32 if d.metadata.name == "reasoning-70b" else 48))
         slas[served] = stats.Sla(d.spec.sla.ttft_p99_ms, d.spec.sla.tpot_p99_ms)
         regions[served] = set(d.spec.sla.client_regions)
-        if d.spec.scaling.min_replicas == 0:
+        if d.spec.scaling.least_replicas == 0:
             cold.add(served)
     return models, slas, regions, cold
 

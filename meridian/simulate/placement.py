@@ -30,7 +30,7 @@ from meridian.fleet import models as fm
 from scheduler import autoscaler, solver
 from scheduler.control import fleet as fleet_mod
 from scheduler.control import planner
-from scheduler.solver import candidates, evaluate, framework, inputs, problem, throughput
+from scheduler.solver import candidates, evaluate, framework, problem, throughput
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +111,7 @@ class SolverPlacer:
         self.time_limit_s = time_limit_s
         base = settings or problem.SolverSettings()
         if relax:
-            base = base.model_copy(update={"filters": tuple(f for f in base.filters if f != "latency")})
+            base = base.without_filters("latency")
         self.settings = base
         self._specs: planner.SpecView | None = None
         self._last: problem.Placement | None = None
@@ -296,7 +296,7 @@ def cheapest_region(specs: planner.SpecView, mean_rps: Mapping[str, Mapping[str,
     isolation and latency rules lifted; (region, $/h). Regions that cannot hold every deployment
     lose to any that can."""
     relaxed_specs = relaxed(specs)
-    declared = inputs.pools_from_clusters(specs.clusters.values(), specs.policy)
+    declared = planner.declared_offers(specs)
     demand = {}
     for name, doc in specs.deployments.items():
         cap = throughput.capacity_rps(doc.spec) or 1.0
@@ -307,7 +307,7 @@ def cheapest_region(specs: planner.SpecView, mean_rps: Mapping[str, Mapping[str,
             wanted[first] = wanted.get(first, 0) + doc.spec.scaling.min_replicas - sum(wanted.values())
         demand[name] = autoscaler.Decision(sum(wanted.values()), wanted, "mean demand")
     base = settings or problem.SolverSettings()
-    relax_settings = base.model_copy(update={"filters": tuple(f for f in base.filters if f != "latency")})
+    relax_settings = base.without_filters("latency")
     best: tuple[float, float, str] | None = None
     for region in sorted({o.region for o in declared}):
         offers = [o for o in declared if o.region == region and o.tier is not fm.Tier.SPOT]

@@ -9,6 +9,7 @@ import os
 import platform
 
 from meridian.simulate import policies, runner
+from scheduler.control import floor as floor_mod
 
 SKYSERVE_HEADLINE_SAVING = 0.43
 # Attainment differences smaller than this are "equal": the analytic tails are not finer than that.
@@ -60,10 +61,7 @@ def floor_lines(cmp: runner.Comparison) -> list[str]:
     f = cmp.floor
     if f is None:
         return []
-    how = "proven" if f.proven else "solver bound"
-    lines = [f"Cost floor of these specs: ${f.usd_per_hour:,.2f}/h ({how}): no fleet that serves every deployment's "
-             f"minimum and keeps their rules (isolation, GPU types, allowed clouds and regions, spot caps, quotas, "
-             f"reserved nodes) costs less, whatever the traffic."]
+    lines = [floor_mod.headline(f.usd_per_hour, f.proven)]
     if f.unplaced:
         lines.append(f"  (the floor's own plan could not place: {', '.join(f.unplaced)})")
     ref = cmp.result("meridian")

@@ -125,6 +125,12 @@ class Scaling(base.StrictModel):
     warm_pool: int = pydantic.Field(default=0, ge=0, le=1000,
                                     description="Extra ready replicas kept beyond demand.")
 
+    @property
+    def least_replicas(self) -> int:
+        """The fewest replicas the deployment ever asks for: 0 only when it may scale to zero, else
+        at least one (``min_replicas: 0`` without ``scale_to_zero`` still keeps a replica)."""
+        return self.min_replicas if self.scale_to_zero else max(self.min_replicas, 1)
+
 
 class SpotRules(base.StrictModel):
     allowed: bool = False

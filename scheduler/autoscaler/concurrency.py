@@ -95,7 +95,7 @@ class ConcurrencyPolicy:
             want = max(want, current + max(1, math.ceil(current * cfg.slo_step)))
             reasons.append(breach)
 
-        floor = scaling.min_replicas if scaling.scale_to_zero else max(scaling.min_replicas, 1)
+        floor = scaling.least_replicas
         idle_s = now - last_traffic_s
         if scaling.scale_to_zero and not active and idle_s >= scaling.scale_to_zero_after_s:
             demand, floor_note = 0, f"idle {idle_s:.0f}s >= {scaling.scale_to_zero_after_s:g}s: scale to zero"

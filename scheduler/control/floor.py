@@ -25,14 +25,24 @@ from collections.abc import Sequence
 
 from scheduler import autoscaler, solver
 from scheduler.control import planner
-from scheduler.solver import evaluate, inputs, problem
+from scheduler.solver import evaluate, problem
 
 # A floor is a proof only if the solve proves it: no relative gap, no scores, one deterministic worker;
 # spot replicas count at their full capacity (the SpotHedge credit is the scheduler's caution, not a rule).
 SETTINGS = problem.SolverSettings(
     scores={}, replica_usd_per_hour=0.0, churn_usd_per_replica=0.0, relative_gap=0.0, spot_capacity_credit=1.0,
-    num_search_workers=1, small_model_workers=1, aggregate_pools=False,
-    filters=tuple(f for f in problem.SolverSettings().filters if f != "latency"))
+    num_search_workers=1, small_model_workers=1, aggregate_pools=False).without_filters("latency")
+
+
+# The rules a floor keeps, as its reports name them.
+RULES = "isolation, GPU types, allowed clouds and regions, spot caps, quotas, pool minimums and reserved nodes"
+
+
+def headline(usd_per_hour: float, proven: bool) -> str:
+    """The floor in one line, as ``meridian plan`` and ``meridian simulate`` print it."""
+    how = "proven" if proven else "solver bound"
+    return (f"Cost floor of these specs: ${usd_per_hour:,.2f}/h ({how}): no fleet that serves every deployment's "
+            f"minimum and keeps their rules ({RULES}) costs less, whatever the traffic.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +61,7 @@ class Floor:
 
     def to_dict(self) -> dict:
         return {"usd_per_hour": round(self.usd_per_hour, 4), "plan_usd_per_hour": round(self.plan_usd_per_hour, 4),
+                "summary": headline(self.usd_per_hour, self.proven),
                 "proven": self.proven, "unplaced": list(self.unplaced),
                 "placement": [{"deployment": d, "pool": k, "replicas": n}
                               for (d, k), n in sorted(self.placement.items())],
@@ -63,8 +74,7 @@ def minimum_demand(specs: planner.SpecView) -> dict[str, autoscaler.Decision]:
     (with latency rules lifted, which region does not matter)."""
     out = {}
     for name, doc in sorted(specs.deployments.items()):
-        scaling = doc.spec.scaling
-        least = scaling.min_replicas if scaling.scale_to_zero else max(scaling.min_replicas, 1)
+        least = doc.spec.scaling.least_replicas
         if least > 0 and doc.spec.sla.client_regions:
             out[name] = autoscaler.Decision(least, {doc.spec.sla.client_regions[0]: least}, "cost floor: minimum")
     return out
@@ -73,7 +83,7 @@ def minimum_demand(specs: planner.SpecView) -> dict[str, autoscaler.Decision]:
 def compute(specs: planner.SpecView, pools: Sequence[problem.PoolOffer] | None = None, *,
             time_limit_s: float = 30.0) -> Floor:
     """The floor of ``specs`` over ``pools`` (default: the pools their Cluster specs declare)."""
-    offers = list(pools) if pools is not None else inputs.pools_from_clusters(specs.clusters.values(), specs.policy)
+    offers = list(pools) if pools is not None else planner.declared_offers(specs)
     prob = planner.build_problem(specs, minimum_demand(specs), offers, {})
     result = solver.solve(prob, time_limit_s=time_limit_s, settings=SETTINGS)
     plan_cost = evaluate.cost_per_hour(prob, result.placement)

@@ -306,3 +306,8 @@ class SolverSettings(pydantic.BaseModel):
         default=2, ge=1, le=64, description="Neighbourhood steps run at once (on disjoint deployments), each with "
                                             "num_search_workers / threads CP-SAT workers.")
     seed: int = 0
+
+    def without_filters(self, *names: str) -> SolverSettings:
+        """These settings with the named filter plugins left out (e.g. "latency" for a view where any
+        pool may serve any client region)."""
+        return self.model_copy(update={"filters": tuple(f for f in self.filters if f not in names)})
