@@ -95,12 +95,18 @@ class SimCluster:
         self._nodes: dict[str, tuple[str, ...]] = {}
         self._pools: dict[str, fm.GpuPool] = {}
         self._billing: dict[str, float] = {}
+        # Reserved pools with a commitment: pool -> (committed nodes, on-demand price of a node beyond them).
+        self._committed: dict[str, tuple[int, float]] = {}
         offers = catalog.instances.default()
         for decl in s.pools:
             offer = offers.lookup(s.cloud, decl.instance_type, s.region)
             if offer is not None:
                 self._billing[decl.name] = inputs.price_per_node_hour(s.cloud, s.region, decl.instance_type,
                                                                       decl.tier, offer, policy)
+                committed = inputs.commitment(s.cloud, s.region, decl.instance_type, policy)
+                if decl.tier == "reserved" and committed is not None:
+                    self._committed[decl.name] = (committed.nodes, inputs.price_per_node_hour(
+                        s.cloud, s.region, decl.instance_type, "on_demand", offer, policy))
         self.preempted_nodes = 0
         self._refresh()
 
@@ -112,9 +118,19 @@ class SimCluster:
         self._pools = {st.pool.pool_id: st.pool for st in statuses}
 
     def cost_per_hour_usd(self) -> float:
-        """What the cluster's nodes (running and provisioning) cost per hour now."""
-        return sum((p.nodes_current + p.nodes_pending) * self._billing.get(pid, p.price_per_node_hour_usd)
-                   for pid, p in self._pools.items())
+        """What the cluster's nodes (running and provisioning) cost per hour now: a reserved pool's
+        nodes beyond its commitment at the on-demand price, as the cloud bills them (per pool, as the
+        scheduler counts a commitment)."""
+        total = 0.0
+        for pid, p in self._pools.items():
+            n = p.nodes_current + p.nodes_pending
+            price = self._billing.get(pid, p.price_per_node_hour_usd)
+            committed = self._committed.get(pid)
+            if committed is not None and n > committed[0]:
+                total += committed[0] * price + (n - committed[0]) * committed[1]
+            else:
+                total += n * price
+        return total
 
     def nodes(self) -> dict[str, int]:
         """Pool id -> nodes billed now (running + provisioning)."""
