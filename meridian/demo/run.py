@@ -232,7 +232,7 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
         timeline.note(f"unplaced at the end: {u.get('reason', '')}")
     print(view.report(stats.placement_rows(status), stats.attainment(recorder.records, slas), total, failed,
                       timings, timeline.lines, slas, stats.failure_reasons(recorder.records),
-                      stats.cold_starts(recorder.records, cold, slas)),
+                      stats.cold_starts(recorder.records, cold, slas), stats.billed_per_hour(status)),
           file=out, flush=True)
     return 0
 

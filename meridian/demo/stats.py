@@ -136,6 +136,13 @@ def cluster_rows(status: Mapping) -> list[ClusterRow]:
     return out
 
 
+def billed_per_hour(status: Mapping) -> float:
+    """What the nodes of the clusters not lost cost per hour: whole nodes, idle GPUs included (the
+    placement rows price only each replica's share of its node)."""
+    return round(sum(p.get("nodes_current", 0) * p.get("price_per_node_hour_usd", 0.0)
+                     for c in status.get("clusters", []) if not c.get("lost") for p in c.get("pool_details", [])), 2)
+
+
 def replicas_by_model_region(status: Mapping) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for c in status.get("clusters", []):

@@ -51,7 +51,7 @@ def frame(elapsed_s: float, duration_s: float, phase: str, status: Mapping, regi
 def report(placement: Sequence[stats.PlacementRow], attainment: Sequence[stats.AttainmentRow],
            total: int, failed: int, timings: Mapping[str, float | None], events: Sequence[str],
            slas: Mapping[str, stats.Sla], failures: Sequence[tuple[str, int]] = (),
-           cold: Sequence[stats.ColdStart] = ()) -> str:
+           cold: Sequence[stats.ColdStart] = (), billed_usd_per_hour: float | None = None) -> str:
     """The end-of-run report."""
     out = ["", "=" * 78, "Meridian demo report", "=" * 78, "", "Placement at the end:"]
     out.append(table(["model", "cloud", "region", "cluster", "GPU", "tier", "replicas", "GPUs", "$/h"],
@@ -60,6 +60,9 @@ def report(placement: Sequence[stats.PlacementRow], attainment: Sequence[stats.A
     out.append(f"total: ${sum(p.cost_per_hour_usd for p in placement):,.2f}/h for "
                f"{sum(p.gpus for p in placement)} GPUs in {len({p.region for p in placement})} regions on "
                f"{len({p.cloud for p in placement})} clouds")
+    if billed_usd_per_hour is not None:
+        out.append(f"nodes billed: ${billed_usd_per_hour:,.2f}/h (whole nodes of the clusters not lost, idle GPUs "
+                   f"included; the $/h column is each replica's share of its node)")
     out.append("")
     out.append("SLA attainment (requests within the model's p99 TTFT and TPOT targets):")
     out.append(table(["model", "client region", "SLA TTFT/TPOT ms", "requests", "within SLA", "failed"],

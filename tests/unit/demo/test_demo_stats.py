@@ -35,6 +35,10 @@ def test_placement_rows_price_replicas_by_their_pool_and_skip_lost_clusters():
     assert (row.cluster, row.replicas, row.gpus, row.cost_per_hour_usd) == ("a", 2, 5, 50.0)
     (c,) = [c for c in stats.cluster_rows(status) if c.cluster == "a"]
     assert (c.gpus_used, c.gpus_total) == (5, 8)
+    # The nodes bill whole, idle GPUs included (the lost cluster's are not counted).
+    assert stats.billed_per_hour(status) == 80.0
+    text = view.report(stats.placement_rows(status), [], 0, 0, {}, [], SLA, billed_usd_per_hour=80.0)
+    assert "total: $50.00/h for 5 GPUs" in text and "nodes billed: $80.00/h" in text
 
 
 def test_failure_reasons_most_common_first_and_report_renders():
