@@ -83,3 +83,30 @@ def test_failures_after_a_loss_are_counted_until_the_next_event():
     late = stats.failed_between(records, 100.0, 120.0)
     assert [r.started_s for r in late] == [104.0]
     assert [r.started_s for r in stats.failed_between(records, 100.0)] == [104.0, 130.0]
+
+
+def test_live_view_shows_clusters_gpus_replicas_rates_latency_and_cost():
+    """One screen of the live view: each cluster with GPUs used/total and $/h (a lost one marked),
+    ready replicas per model and region, and per client region the request rate, TTFT p50/p99 and
+    failures, with the fleet's cost per hour."""
+    pool = {"pool_id": "h100", "gpu_type": "H100", "tier": "on_demand", "gpus_per_node": 8,
+            "price_per_node_hour_usd": 80.0, "nodes_current": 1, "gpus_free": 3}
+    replica = {"replica_id": "r", "deployment": "chat", "served_model_name": "chat", "state": "ready",
+               "pool_id": "h100", "gpu_count": 5}
+    status = {"routing_version": 7, "plan": {"cost_per_hour_usd": 80.0}, "clusters": [
+        {"cluster_id": "a", "cloud": "aws", "region": "us-east-1", "connected": True, "replicas": {"ready": 1},
+         "pool_details": [pool], "replica_details": [replica]},
+        {"cluster_id": "b", "cloud": "gcp", "region": "us-central1", "connected": False, "lost": True,
+         "pool_details": [], "replica_details": []}]}
+    # Three requests from eu-west in a 10-s window, one failed.
+    records = [traffic.Record(float(i), "chat", "eu-west", i != 2, 0.1 * (i + 1), 1.0, 10, "" if i != 2 else "x")
+               for i in range(3)]
+    text = view.frame(30.0, 120.0, "steady traffic", status, stats.region_rows(records, 10.0), ["t=1s started"])
+    assert "t=   30s / 120s   phase: steady traffic" in text and "fleet cost $80.00/h" in text
+    lines = text.splitlines()
+    assert any(ln.split()[:4] == ["a", "aws", "us-east-1", "yes"] and "5/8" in ln and "80.00" in ln for ln in lines)
+    assert any(ln.split()[:4] == ["b", "gcp", "us-central1", "LOST"] for ln in lines)
+    assert any(ln.split() == ["chat", "us-east-1:1"] for ln in lines)
+    (eu,) = [ln.split() for ln in lines if ln.startswith("eu-west")]
+    assert eu == ["eu-west", "0.3", "100", "200", "1"]  # 3 requests in 10 s; TTFT p50/p99 of the answered; 1 failed
+    assert "events:" in text and "t=1s started" in text
