@@ -23,6 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"traffic multiplier in na-east during the spike (default {d.spike_factor:g})")
     parser.add_argument("--lose", default="", metavar="CLUSTER",
                         help="cluster to lose mid-run (default: the one with the most ready replicas)")
+    parser.add_argument("--replace-wait", type=float, default=d.replace_wait_s, metavar="SECONDS",
+                        help="after the traffic, wait up to this long for the lost region's capacity to be re-placed "
+                             f"if it is not yet, so the report can time it (default {d.replace_wait_s:.0f}; 0: do not "
+                             "wait)")
     parser.add_argument("--no-live", action="store_true", help="print a progress line every 10 s instead of the live view")
     parser.add_argument("--workdir", type=pathlib.Path, help="keep logs, state and configs here (default: a temp dir, removed)")
     parser.add_argument("--seed", type=int, default=d.seed)
@@ -36,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     opts = demo_run.DemoOptions(duration_s=args.duration, base_rps_per_region=args.rps, spike_factor=args.spike,
                                 live=not args.no_live, workdir=args.workdir, keep_workdir=args.workdir is not None,
-                                seed=args.seed, lose_cluster=args.lose)
+                                seed=args.seed, lose_cluster=args.lose, replace_wait_s=args.replace_wait)
     return asyncio.run(_main(opts))
 
 

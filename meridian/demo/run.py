@@ -38,6 +38,9 @@ class DemoOptions:
     keep_workdir: bool = False
     seed: int = 7
     lose_cluster: str = ""  # empty: the cluster with the most ready replicas at that moment
+    # After the traffic, how long to keep watching for the lost region's capacity to be re-placed
+    # when it is not yet (a 70B replica on a new node takes over a minute to load its weights).
+    replace_wait_s: float = 60.0
     startup_timeout_s: float = 120.0
 
 
@@ -207,6 +210,8 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
             g.cancel()
     with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
         status = await fleet.status(session)
+    if lost and "replaced_s" not in lost and opts.replace_wait_s > 0:
+        status = await _await_replacement(fleet, session, lost, status, recorder, timeline, opts.replace_wait_s, out)
     total = len(recorder.records)
     failed = sum(1 for r in recorder.records if not r.ok)
     dropped = sum(g.dropped for g in per_model)
@@ -249,6 +254,22 @@ def _lose_region(fleet, status: dict, opts: DemoOptions, timeline: Timeline) -> 
                   f"{len(pids) - 1} replica processes")
     return {"cluster": victim, "at": time.monotonic(), "at_wall": time.time(),
             "endpoints": {r.get("endpoint") for r in lost_replicas}}
+
+
+async def _await_replacement(fleet, session, lost: dict, status: dict, recorder: traffic.Recorder,
+                             timeline: Timeline, wait_s: float, out, poll_s: float = 1.0) -> dict:
+    """With the traffic over, keep watching (up to ``wait_s``) until the lost region's capacity is
+    re-placed, so the report can say how long it took; returns the last status."""
+    print(f"traffic done; waiting up to {wait_s:.0f}s for the capacity of {lost['cluster']} to be re-placed",
+          file=out, flush=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        _track_recovery(lost, status, recorder, timeline)
+        if "replaced_s" in lost or time.monotonic() >= deadline:
+            return status
+        await asyncio.sleep(poll_s)
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
+            status = await fleet.status(session)
 
 
 def _ready_by_deployment(status: dict, exclude: str = "") -> dict[str, int]:

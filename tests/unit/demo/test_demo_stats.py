@@ -110,3 +110,42 @@ def test_live_view_shows_clusters_gpus_replicas_rates_latency_and_cost():
     (eu,) = [ln.split() for ln in lines if ln.startswith("eu-west")]
     assert eu == ["eu-west", "0.3", "100", "200", "1"]  # 3 requests in 10 s; TTFT p50/p99 of the answered; 1 failed
     assert "events:" in text and "t=1s started" in text
+
+
+def test_after_the_traffic_the_demo_waits_for_the_lost_regions_capacity():
+    """When the traffic ends before the lost region's capacity is re-placed (a 70B replica loads its
+    weights for over a minute), the demo keeps watching the scheduler until it is, so the report can
+    time it; with nothing re-placed it gives up after the wait."""
+    import asyncio  # noqa: PLC0415
+    import io  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from meridian.demo import run  # noqa: PLC0415
+
+    def status(ready: int) -> dict:
+        replicas = [{"deployment": "chat", "state": "ready", "replica_id": f"r{i}"} for i in range(ready)]
+        return {"plan": {"at": time.time() + 100, "placement": {"chat": {"c2/l4": 2}}},
+                "clusters": [{"cluster_id": "c1", "lost": True, "replica_details": []},
+                             {"cluster_id": "c2", "replica_details": replicas}]}
+
+    class Fleet:
+        def __init__(self, readies):
+            self.readies = list(readies)
+
+        async def status(self, session):
+            return status(self.readies.pop(0) if len(self.readies) > 1 else self.readies[0])
+
+    def lost() -> dict:
+        return {"cluster": "c1", "at": time.monotonic(), "at_wall": time.time()}
+
+    out = io.StringIO()
+    done = lost()
+    asyncio.run(run._await_replacement(Fleet([1, 2]), None, done, status(1), traffic.Recorder(), run.Timeline(),
+                                       30.0, out, poll_s=0.01))
+    assert done["replaced_s"] >= 0
+    assert "waiting up to 30s for the capacity of c1 to be re-placed" in out.getvalue()
+    never = lost()
+    started = time.monotonic()
+    asyncio.run(run._await_replacement(Fleet([1]), None, never, status(1), traffic.Recorder(), run.Timeline(),
+                                       0.2, io.StringIO(), poll_s=0.01))
+    assert "replaced_s" not in never and time.monotonic() - started < 2.0
