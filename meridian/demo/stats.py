@@ -129,7 +129,7 @@ def cluster_rows(status: Mapping) -> list[ClusterRow]:
         pools = c.get("pool_details", [])
         total = sum(p.get("nodes_current", 0) * p.get("gpus_per_node", 0) for p in pools)
         free = sum(p.get("gpus_free", 0) for p in pools)
-        cost = sum(p.get("nodes_current", 0) * p.get("price_per_node_hour_usd", 0.0) for p in pools)
+        cost = _nodes_cost(pools)
         out.append(ClusterRow(c.get("cluster_id", ""), c.get("cloud", ""), c.get("region", ""),
                               bool(c.get("connected")) and not c.get("lost"), total - free, total,
                               int(c.get("replicas", {}).get("ready", 0)), round(cost, 2)))
@@ -139,8 +139,13 @@ def cluster_rows(status: Mapping) -> list[ClusterRow]:
 def billed_per_hour(status: Mapping) -> float:
     """What the nodes of the clusters not lost cost per hour: whole nodes, idle GPUs included (the
     placement rows price only each replica's share of its node)."""
-    return round(sum(p.get("nodes_current", 0) * p.get("price_per_node_hour_usd", 0.0)
-                     for c in status.get("clusters", []) if not c.get("lost") for p in c.get("pool_details", [])), 2)
+    return round(sum(_nodes_cost(c.get("pool_details", [])) for c in status.get("clusters", []) if not c.get("lost")),
+                 2)
+
+
+def _nodes_cost(pools: Iterable[Mapping]) -> float:
+    """What the running nodes of these reported pools cost per hour."""
+    return sum(p.get("nodes_current", 0) * p.get("price_per_node_hour_usd", 0.0) for p in pools)
 
 
 def replicas_by_model_region(status: Mapping) -> dict[str, dict[str, int]]:
