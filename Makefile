@@ -13,11 +13,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,dev]'
 	@touch $(STAMP)
 
+# Debian packages the demo and the tests use: redis-server (state, HA), redis-sentinel (Redis HA
+# tests), chromium (the dashboard's browser test).
+DEBIAN_DEPS := redis-server:redis-server redis-sentinel:redis-sentinel chromium:chromium
+
 system-deps:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  echo "installing redis-server (Debian package)"; \
-	  (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null || \
-	  { echo "could not install redis-server: run 'apt-get install redis-server' as root"; exit 1; }; }
+	@missing=""; for dep in $(DEBIAN_DEPS); do cmd=$${dep%%:*}; pkg=$${dep#*:}; \
+	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null || \
+	  { echo "could not install$$missing: run 'apt-get install$$missing' as root"; exit 1; }; fi
 
 validate: $(STAMP)
 	$(BIN)/meridian validate examples/*.yaml
