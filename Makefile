@@ -33,7 +33,7 @@ demo: $(STAMP) system-deps
 	else $(BIN)/meridian validate examples/*.yaml; fi
 
 test: $(STAMP) system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 -rs
 
 stubs: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=. --grpc_python_out=. --pyi_out=. proto/meridian/v1/*.proto
