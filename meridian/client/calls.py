@@ -92,6 +92,9 @@ class Caller:
             call.last_failure = failed.failure
             self._event("attempt", call, n, failed.failure.reason, status=failed.failure.status)
             raise
+        except asyncio.CancelledError:  # a hedge that lost, a call past its deadline or given up
+            self._event("attempt", call, n, "cancelled")
+            raise
         self._event("attempt", call, n, "ok", status=200)
         return result
 

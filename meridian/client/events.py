@@ -15,7 +15,8 @@ KINDS = ("attempt", "retry", "hedge", "give_up")
 
 @dataclasses.dataclass(frozen=True)
 class ClientEvent:
-    """``kind``: ``attempt`` (an attempt ended: ``reason`` is ``ok`` or the failure),
+    """``kind``: ``attempt`` (an attempt ended: ``reason`` is ``ok``, the failure, or
+    ``cancelled`` for a hedge that lost or a try cut off by the total timeout),
     ``retry`` (another attempt follows after ``delay_s``), ``hedge`` (a second try was sent
     while the first was still out), ``give_up`` (the call failed; ``reason`` says why no more tries
     were made, ``failure`` what the last one was). ``attempt`` is the 1-based number of the attempt concerned; ``elapsed_s`` counts

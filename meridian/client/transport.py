@@ -18,6 +18,11 @@ from meridian.client import config, errors, retry
 USER_AGENT = "meridian-client/0.1"
 # The router's per-request deadline (seconds, capped by its request_timeout_s).
 DEADLINE_HEADER = "x-meridian-timeout-s"
+# Sent a little later than the client's own deadline, so the client's timer fires first and the
+# caller gets RequestTimeout(total) rather than the router's 504 or error event; the router's
+# deadline only matters when the client vanished without closing its connection (closing it
+# already ends the request there).
+DEADLINE_MARGIN_S = 0.5
 
 
 class AttemptFailed(Exception):
@@ -120,7 +125,7 @@ class Transport:
             out[s.region_header] = s.region
         remaining = call.remaining_s(now)
         if s.send_deadline and remaining is not None:
-            out[DEADLINE_HEADER] = f"{max(remaining, 0.001):.3f}"
+            out[DEADLINE_HEADER] = f"{max(remaining, 0.0) + DEADLINE_MARGIN_S:.3f}"
         return out
 
     async def open(self, call: Call, attempt: int, now: float) -> aiohttp.ClientResponse:

@@ -5,7 +5,8 @@ timeout tests; and sockets that refuse connections or never complete them.
 entry repeats). Each entry is a ``Step``: ``ok`` (an OpenAI-shaped answer, or an SSE stream when
 the request asks for one), ``status`` (an error status with an OpenAI error body and optional
 headers), ``hang_head`` (never answers), ``head_then_hang`` (SSE head sent, no event), ``hang_mid``
-(two events, then nothing), ``break_mid`` (part of an event, then the connection is aborted),
+(two events, then nothing), ``break_mid`` (one event and part of the next, then the connection is
+aborted), ``break_first`` (part of the first event, then aborted),
 ``close`` (the connection is closed before any byte of a response), ``error_event`` (the router's
 mid-stream error event, no [DONE]); ``delay_s`` waits first. The server records what the client
 sent, which connection (client port) carried it, and which handlers were cancelled."""
@@ -125,6 +126,12 @@ class FaultServer:
         await resp.prepare(request)
         if action == "head_then_hang":
             await self.forever.wait()
+            return resp
+        if action == "break_first":
+            await resp.write(b'data: {"id": "c1", "obj')
+            await asyncio.sleep(0.05)
+            assert request.transport is not None
+            request.transport.abort()
             return resp
         await resp.write(_chunk(0, {"role": "assistant", "content": ""}))
         if action == "break_mid":

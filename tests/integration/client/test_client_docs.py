@@ -18,7 +18,7 @@ MODEL = "llama-3.1-8b"
 
 def snippet(name: str) -> str:
     """The python block after ``<!-- snippet: name -->`` in docs/client.md."""
-    match = re.search(rf"<!-- snippet: {name} -->\n```python\n(.*?)\n```", DOC.read_text(), re.S)
+    match = re.search(rf"<!-- snippet: {name} -->\n```python\n(.*?)\n```", DOC.read_text(), re.DOTALL)
     assert match, f"docs/client.md has no snippet {name!r}"
     return match.group(1)
 

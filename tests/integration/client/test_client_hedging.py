@@ -31,6 +31,7 @@ async def test_hedge_beats_a_slow_first_try(clients, fault_server):
         await asyncio.sleep(0.02)
     assert server.seen[0].cancelled
     assert [e.kind for e in seen_events if e.kind != "attempt"] == ["hedge"]
+    assert [(e.attempt, e.reason) for e in seen_events if e.kind == "attempt"] == [(2, "ok"), (1, "cancelled")]
 
 
 async def test_no_hedge_by_default(clients, fault_server):

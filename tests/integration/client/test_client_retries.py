@@ -144,6 +144,16 @@ async def test_stream_broken_after_a_byte_is_not_retried(clients, fault_server):
         await stream.__anext__()
 
 
+async def test_stream_broken_inside_its_first_event_is_not_retried(clients, fault_server):
+    """A stream that breaks after some bytes but before its first complete event is not retried either."""
+    server = await fault_server([Step("break_first"), Step()])
+    with pytest.raises(mc.StreamError) as info:
+        await clients(server.url).chat_stream("m", MSG)
+    err = info.value
+    assert (err.reason, err.events, err.attempts, err.gave_up) == ("disconnected", 0, 1, "not_retryable")
+    assert len(server.seen) == 1
+
+
 async def test_stream_error_event_is_raised(clients, fault_server):
     """The router's mid-stream error event raises StreamError with its code and message."""
     server = await fault_server([Step("error_event")])
@@ -185,5 +195,5 @@ async def test_headers_the_router_reads(clients, fault_server):
     await c.chat("m", MSG)
     h = server.seen[0].headers
     assert h["authorization"] == "Bearer k1" and h["x-meridian-client-region"] == "eu-west-1"
-    assert 25 < float(h["x-meridian-timeout-s"]) <= 30 and h["content-type"] == "application/json"
+    assert 25 < float(h["x-meridian-timeout-s"]) <= 30.5 and h["content-type"] == "application/json"
     assert server.seen[0].path == "/v1/chat/completions"
