@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "get": ("meridian.cli.get", "list applied specs or print one (get [KIND [NAME]])"),
     "delete": ("meridian.cli.delete", "delete an applied spec (delete KIND NAME)"),
     "plan": ("meridian.cli.plan", "dry run: placement, diff, cost before/after, SLA risks (-f FILE)"),
+    "state": ("meridian.cli.state", "back up or restore the scheduler's state store (state export|import FILE)"),
     "demo": ("meridian.cli.demo", "run the whole system on this machine: clusters, traffic, failures, report"),
     "simulate": ("meridian.cli.simulate", "simulate a day of traffic and compare Meridian with baselines"),
 }

@@ -68,7 +68,7 @@ class PlanRecord:
 @dataclasses.dataclass(frozen=True)
 class TickReport:
     at_s: float
-    stage: str  # standby, adopting, no_plan, shadow, reconciled
+    stage: str  # standby, adopting, store_empty, no_plan, shadow, reconciled
     planned: str = ""  # the re-plan trigger, "" when the plan was kept
     sent: tuple[str, ...] = ()  # directive ids sent
     held: tuple[reconciler.Held, ...] = ()
@@ -113,6 +113,7 @@ class ControlLoop:
         self._stopped = False
         self._pruned_at = 0.0
         self._waiting_for: tuple[str, ...] = ()
+        self._store_empty_logged = False
 
     # ------------------------------------------------------------ term
 
@@ -208,6 +209,11 @@ class ControlLoop:
             if gone:
                 log.info("event=directives_pruned count=%d", gone)
 
+        orphaned = self._empty_store_hold(snapshot)
+        if orphaned:
+            report = TickReport(now, "store_empty", held=orphaned)
+            self.last_tick = report
+            return report
         doomed = set(self.events.doomed)
         demand = await self._traffic.demand(now, self.config.demand_max_age_s)
         # Replicas a rollout keeps out of traffic serve no demand: the autoscaler does not count them.
@@ -249,6 +255,26 @@ class ControlLoop:
         report = TickReport(now, "reconciled", trigger, tuple(r.directive_id for r in sent), result.held)
         self.last_tick = report
         return report
+
+    def _empty_store_hold(self, snapshot: fleet_mod.FleetSnapshot) -> tuple[reconciler.Held, ...]:
+        """A store that has never held a spec (spec generation 0) while agents report replicas was
+        lost or is the wrong one: planning on it would drain every replica as deleted. Routes are
+        still published (replicas without a spec keep serving, as ever); no directive is sent until
+        specs are applied or a backup is imported."""
+        replicas = snapshot.replicas()
+        if self.specs.generation != 0 or not replicas:
+            if self._store_empty_logged:
+                log.info("event=store_specs_back generation=%d", self.specs.generation)
+            self._store_empty_logged = False
+            return ()
+        clusters = sorted({c.cluster_id for c, _ in replicas})
+        why = (f"the state store holds no specs (never applied here, or the store was lost) while agents report "
+               f"{len(replicas)} replica(s): nothing is drained or started (routes stay) until the specs are applied "
+               f"(meridian apply) or a backup is imported (meridian state import)")
+        if not self._store_empty_logged:
+            log.warning("event=store_empty replicas=%d clusters=%s detail=%r", len(replicas), ",".join(clusters), why)
+            self._store_empty_logged = True
+        return tuple(reconciler.Held(c, "every directive", why) for c in clusters)
 
     def _adoption_waits(self, snapshot: fleet_mod.FleetSnapshot, now: float) -> list[reconciler.Held]:
         """What this term still waits for before it acts, one entry per cluster (empty: nothing).

@@ -76,9 +76,26 @@ class StateStore(abc.ABC):
         """Atomically add one to ``counter`` (absent: 0) and return the new value."""
 
     @abc.abstractmethod
+    async def collections(self) -> list[str]:
+        """Names of the collections that hold at least one key, sorted (what a backup must carry)."""
+
+    @abc.abstractmethod
+    async def counters(self) -> dict[str, int]:
+        """Every counter and its current value (a counter never incremented is absent)."""
+
+    @abc.abstractmethod
+    async def raise_counters(self, values: Mapping[str, int]) -> None:
+        """Atomically set each counter to the larger of its value and ``values[name]``: counters (fencing
+        tokens, versions) only ever move up, also when a backup is restored."""
+
+    @abc.abstractmethod
     async def acquire_lease(self, holder: str, ttl_s: float, meta: Mapping[str, str]) -> Lease | None:
         """Take the lease if free (with a new, higher fencing token) and return it; if ``holder`` already
-        holds it, return it unchanged; if another holder does, None."""
+        holds it, return it unchanged; if another holder does, None.
+
+        A new term's token is the larger of the token counter plus one and the wall clock in
+        milliseconds (``token_floor``), so tokens keep increasing even when the store itself is lost
+        and starts empty: agents remember the highest token they saw and refuse lower ones."""
 
     @abc.abstractmethod
     async def renew_lease(self, holder: str, token: int, ttl_s: float) -> bool:
@@ -93,6 +110,11 @@ class StateStore(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+
+def token_floor(now_s: float) -> int:
+    """The lowest fencing token a term elected at ``now_s`` (Unix seconds) may get: its milliseconds."""
+    return max(0, int(now_s * 1000))
 
 
 def decode_lease(raw: str | bytes, expires_at: float) -> Lease:

@@ -46,7 +46,8 @@ if not fenced(KEYS[1], ARGV[1]) then return -1 end
 return redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3])
 """
 
-# KEYS: lease, token counter. ARGV: holder, ttl_ms, meta JSON. Returns {lease JSON, pttl} or nil.
+# KEYS: lease, token counter. ARGV: holder, ttl_ms, meta JSON, token floor (wall clock ms).
+# Returns {lease JSON, pttl} or nil.
 _ACQUIRE = """
 local v = redis.call('GET', KEYS[1])
 if v then
@@ -54,9 +55,22 @@ if v then
   return false
 end
 local token = redis.call('INCR', KEYS[2])
-local lease = cjson.encode({holder = ARGV[1], token = tostring(token), meta = cjson.decode(ARGV[3])})
+if token < tonumber(ARGV[4]) then
+  redis.call('SET', KEYS[2], ARGV[4])
+  token = tonumber(ARGV[4])
+end
+local lease = cjson.encode({holder = ARGV[1], token = string.format('%d', token), meta = cjson.decode(ARGV[3])})
 redis.call('SET', KEYS[1], lease, 'PX', ARGV[2])
 return {lease, tonumber(ARGV[2])}
+"""
+
+# KEYS: counter keys. ARGV: one value per key; each counter becomes max(current, value).
+_RAISE = """
+for i = 1, #KEYS do
+  local current = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if current < tonumber(ARGV[i]) then redis.call('SET', KEYS[i], ARGV[i]) end
+end
+return #KEYS
 """
 
 # KEYS: lease. ARGV: holder, token, ttl_ms (renew) / holder, token (release).
@@ -88,6 +102,7 @@ class RedisStore(base.StateStore):
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
+        self._raise = client.register_script(_RAISE)
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "default", timeout_s: float = 2.0) -> RedisStore:
@@ -133,10 +148,37 @@ class RedisStore(base.StateStore):
     async def incr(self, counter: str) -> int:
         return int(await self._call(self._r.incr(f"{self._prefix}n:{counter}")))
 
+    async def _scan(self, pattern: str) -> list[str]:
+        keys: list[str] = []
+        async for key in self._r.scan_iter(match=pattern, count=500):
+            keys.append(key)
+        return keys
+
+    async def collections(self) -> list[str]:
+        prefix = self._prefix + "c:"
+        keys = await self._call(self._scan(_glob_escape(prefix) + "*"))
+        return sorted(k[len(prefix):] for k in keys)
+
+    async def counters(self) -> dict[str, int]:
+        prefix = self._prefix + "n:"
+        keys = sorted(await self._call(self._scan(_glob_escape(prefix) + "*")))
+        if not keys:
+            return {}
+        values = await self._call(self._r.mget(keys))
+        return {k[len(prefix):]: int(v) for k, v in zip(keys, values) if v is not None}
+
+    async def raise_counters(self, values: Mapping[str, int]) -> None:
+        if not values:
+            return
+        names = sorted(values)
+        await self._call(self._raise(keys=[f"{self._prefix}n:{n}" for n in names],
+                                     args=[str(int(values[n])) for n in names]))
+
     async def acquire_lease(self, holder: str, ttl_s: float, meta: Mapping[str, str]) -> base.Lease | None:
         ttl_ms = max(1, int(ttl_s * 1000))
         got = await self._call(self._acquire(keys=[self._lease_key, f"{self._prefix}n:lease_token"],
-                                             args=[holder, str(ttl_ms), json.dumps(dict(meta))]))
+                                             args=[holder, str(ttl_ms), json.dumps(dict(meta)),
+                                                   str(base.token_floor(time.time()))]))
         if not got:
             return None
         raw, pttl_ms = got
@@ -160,3 +202,8 @@ class RedisStore(base.StateStore):
 
     async def close(self) -> None:
         await self._r.aclose()
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` with Redis glob metacharacters escaped, for a SCAN MATCH prefix."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -133,6 +133,25 @@ class SqliteStore(base.StateStore):
             return _incr(db, self._ns, counter)
         return await self._run(fn)
 
+    async def collections(self) -> list[str]:
+        def fn(db):
+            rows = db.execute("SELECT DISTINCT collection FROM kv WHERE namespace=? ORDER BY collection", (self._ns,))
+            return [r[0] for r in rows.fetchall()]
+        return await self._run(fn)
+
+    async def counters(self) -> dict[str, int]:
+        def fn(db):
+            return dict(db.execute("SELECT name, value FROM counters WHERE namespace=?", (self._ns,)).fetchall())
+        return await self._run(fn)
+
+    async def raise_counters(self, values: Mapping[str, int]) -> None:
+        def fn(db):
+            for name, value in values.items():
+                db.execute("INSERT INTO counters (namespace, name, value) VALUES (?,?,?) "
+                           "ON CONFLICT (namespace, name) DO UPDATE SET value=MAX(value, excluded.value)",
+                           (self._ns, name, int(value)))
+        await self._run(fn)
+
     async def acquire_lease(self, holder: str, ttl_s: float, meta: Mapping[str, str]) -> base.Lease | None:
         now = self._clock.now()
 
@@ -143,7 +162,7 @@ class SqliteStore(base.StateStore):
                 if row[0] == holder:
                     return base.Lease(row[0], row[1], row[2], json.loads(row[3]))
                 return None
-            token = _incr(db, self._ns, "lease_token")
+            token = _incr(db, self._ns, "lease_token", floor=base.token_floor(now))
             expires = now + ttl_s
             db.execute("INSERT INTO lease (namespace, holder, token, expires_at, meta) VALUES (?,?,?,?,?) "
                        "ON CONFLICT (namespace) DO UPDATE SET holder=excluded.holder, token=excluded.token, "
@@ -189,7 +208,8 @@ class SqliteStore(base.StateStore):
         self._pool.shutdown(wait=True)
 
 
-def _incr(db: sqlite3.Connection, ns: str, counter: str) -> int:
-    db.execute("INSERT INTO counters (namespace, name, value) VALUES (?,?,1) "
-               "ON CONFLICT (namespace, name) DO UPDATE SET value=value+1", (ns, counter))
+def _incr(db: sqlite3.Connection, ns: str, counter: str, floor: int = 0) -> int:
+    """Add one to ``counter`` (absent: 0), then lift it to ``floor`` if it is lower; the new value."""
+    db.execute("INSERT INTO counters (namespace, name, value) VALUES (?,?,MAX(1, ?)) "
+               "ON CONFLICT (namespace, name) DO UPDATE SET value=MAX(value+1, ?)", (ns, counter, floor, floor))
     return db.execute("SELECT value FROM counters WHERE namespace=? AND name=?", (ns, counter)).fetchone()[0]
