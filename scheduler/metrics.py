@@ -36,6 +36,9 @@ class SchedulerMetrics:
         self.auth_failures = prom.Counter(
             f"{PREFIX}_auth_failures_total", "Refused agent, router and admin credentials.", ["surface", "reason"],
             registry=r)
+        self.version_refusals = prom.Counter(
+            f"{PREFIX}_version_refusals_total", "Agents and routers refused for a version outside the skew rule.",
+            ["surface"], registry=r)
         self.routing_version = prom.Gauge(f"{PREFIX}_routing_table_version", "Version of the published routing table.",
                                           registry=r)
         self.route_watchers = prom.Gauge(f"{PREFIX}_route_watchers", "Open WatchRoutes streams.", registry=r)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import grpc
 
+import meridian
 from meridian.fleet import models as fm
 from meridian.fleet import wire
 from meridian.v1 import capacity_pb2, capacity_pb2_grpc
@@ -39,7 +40,7 @@ class FakeAgent:
     def __init__(self, addresses: Sequence[str], cluster_id: str, token: str, *, cloud: fm.Cloud = fm.Cloud.LOCAL,
                  region: str = "us-east-1", completed: Sequence[str] = ()):
         self.addresses = list(addresses)
-        self.identity = fm.ClusterIdentity(cluster_id, cloud, region, "", "fake-agent/1")
+        self.identity = fm.ClusterIdentity(cluster_id, cloud, region, "", f"fake-agent/{meridian.__version__}")
         self.token = token
         self.completed = list(completed)
         self.directives: asyncio.Queue[fm.Directive] = asyncio.Queue()

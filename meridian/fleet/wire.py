@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from google.protobuf import timestamp_pb2
 
+import meridian
 from meridian.fleet import models as m
 from meridian.v1 import capacity_pb2 as cap
 from meridian.v1 import common_pb2 as common
@@ -281,10 +282,17 @@ def table_from_pb(p: rt.RoutingTable) -> m.RoutingTable:
     )
 
 
-def traffic_to_pb(t: m.TrafficReport, token: str = "") -> rt.TrafficReport:
+def watch_request_to_pb(router_id: str, router_region: str, known_version: int, token: str = "",
+                        router_version: str = meridian.__version__) -> rt.WatchRoutesRequest:
+    """A router's WatchRoutes request, carrying its version for the scheduler's skew check."""
+    return rt.WatchRoutesRequest(router_id=router_id, router_region=router_region, known_version=known_version,
+                                 token=token, router_version=router_version)
+
+
+def traffic_to_pb(t: m.TrafficReport, token: str = "", router_version: str = meridian.__version__) -> rt.TrafficReport:
     return rt.TrafficReport(
         router_id=t.router_id, router_region=t.router_region, window_start=ts(t.window_start),
-        window_end=ts(t.window_end), token=token,
+        window_end=ts(t.window_end), token=token, router_version=router_version,
         samples=[rt.TrafficSample(model=s.model, client_region=s.client_region, requests=s.requests,
                                   prompt_tokens=s.prompt_tokens, completion_tokens=s.completion_tokens,
                                   errors=s.errors, in_flight=s.in_flight, ttft_p99_ms=s.ttft_p99_ms,

@@ -11,16 +11,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WatchRoutesRequest(_message.Message):
-    __slots__ = ("router_id", "router_region", "known_version", "token")
+    __slots__ = ("router_id", "router_region", "known_version", "token", "router_version")
     ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
     ROUTER_REGION_FIELD_NUMBER: _ClassVar[int]
     KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ROUTER_VERSION_FIELD_NUMBER: _ClassVar[int]
     router_id: str
     router_region: str
     known_version: int
     token: str
-    def __init__(self, router_id: _Optional[str] = ..., router_region: _Optional[str] = ..., known_version: _Optional[int] = ..., token: _Optional[str] = ...) -> None: ...
+    router_version: str
+    def __init__(self, router_id: _Optional[str] = ..., router_region: _Optional[str] = ..., known_version: _Optional[int] = ..., token: _Optional[str] = ..., router_version: _Optional[str] = ...) -> None: ...
 
 class RouteReplica(_message.Message):
     __slots__ = ("replica_id", "endpoint", "cloud", "region", "zone", "state", "weight", "load", "gpu_type", "cluster_id", "revision", "tier")
@@ -103,20 +105,22 @@ class TrafficSample(_message.Message):
     def __init__(self, model: _Optional[str] = ..., client_region: _Optional[str] = ..., requests: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., errors: _Optional[int] = ..., in_flight: _Optional[int] = ..., ttft_p99_ms: _Optional[float] = ..., revision: _Optional[str] = ...) -> None: ...
 
 class TrafficReport(_message.Message):
-    __slots__ = ("router_id", "router_region", "window_start", "window_end", "samples", "token")
+    __slots__ = ("router_id", "router_region", "window_start", "window_end", "samples", "token", "router_version")
     ROUTER_ID_FIELD_NUMBER: _ClassVar[int]
     ROUTER_REGION_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     WINDOW_END_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ROUTER_VERSION_FIELD_NUMBER: _ClassVar[int]
     router_id: str
     router_region: str
     window_start: _timestamp_pb2.Timestamp
     window_end: _timestamp_pb2.Timestamp
     samples: _containers.RepeatedCompositeFieldContainer[TrafficSample]
     token: str
-    def __init__(self, router_id: _Optional[str] = ..., router_region: _Optional[str] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., samples: _Optional[_Iterable[_Union[TrafficSample, _Mapping]]] = ..., token: _Optional[str] = ...) -> None: ...
+    router_version: str
+    def __init__(self, router_id: _Optional[str] = ..., router_region: _Optional[str] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., samples: _Optional[_Iterable[_Union[TrafficSample, _Mapping]]] = ..., token: _Optional[str] = ..., router_version: _Optional[str] = ...) -> None: ...
 
 class TrafficReportAck(_message.Message):
     __slots__ = ("accepted_samples",)

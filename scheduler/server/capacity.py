@@ -7,6 +7,8 @@ Protocol, as the scheduler enforces it:
   (an unknown cluster, a wrong token or another cluster's token is refused with UNAUTHENTICATED,
   logged and counted); the cluster is then fixed for the stream: a second Hello is refused with
   PERMISSION_DENIED (different cluster) or INVALID_ARGUMENT (same cluster);
+- an agent whose ``agent_version`` is outside the skew rule (``meridian.compat``: same major, at most
+  one minor apart) is refused with FAILED_PRECONDITION, after its token was accepted;
 - the scheduler answers Welcome (its id, the fencing token of its term, the heartbeat interval),
   then writes Directives as the reconciler sends them, while every agent message counts as a sign
   of life for liveness."""
@@ -19,6 +21,7 @@ from typing import Protocol
 
 import grpc
 
+from meridian import compat
 from meridian.fleet import models as fm
 from meridian.fleet import wire
 from meridian.v1 import capacity_pb2, capacity_pb2_grpc
@@ -91,6 +94,12 @@ class CapacityServicer(capacity_pb2_grpc.CapacityServiceServicer):
             self._refused(verdict.reason, cluster_id, peer, verdict.detail)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                 f"credentials for cluster {cluster_id!r} refused ({verdict.reason})")
+        skew = compat.refusal(identity.agent_version, peer="agent")
+        if skew is not None:
+            self._metrics.version_refusals.labels("agent").inc()
+            log.warning("event=agent_refused reason=version_skew cluster=%s peer=%s agent_version=%s detail=%r",
+                        cluster_id, peer, identity.agent_version or "-", skew)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, skew)
         session = self._hub.attach(cluster_id, peer)
         if self._leadership.token != fence:  # deposed while this agent said Hello
             self._hub.detach(session)

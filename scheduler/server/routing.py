@@ -1,5 +1,6 @@
 """``RoutingService``: versioned routing tables to routers (``WatchRoutes``) and their traffic reports
-back (``ReportTraffic``), both authenticated by a router token.
+back (``ReportTraffic``), both authenticated by a router token and refused (FAILED_PRECONDITION) for a
+router version outside the skew rule (``meridian.compat``).
 
 ``RouteHub`` holds the latest table and wakes every watcher when a newer one is published. Versions
 come from the shared state store, so they only increase, even across leader changes; every node
@@ -13,6 +14,7 @@ from typing import Protocol
 
 import grpc
 
+from meridian import compat
 from meridian.fleet import models as fm
 from meridian.fleet import wire
 from meridian.v1 import routing_pb2, routing_pb2_grpc
@@ -69,8 +71,18 @@ class RoutingServicer(routing_pb2_grpc.RoutingServiceServicer):
                         router_id or "-", context.peer(), verdict.detail)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"router credentials refused ({verdict.reason})")
 
+    async def _check_version(self, version: str, router_id: str, context: grpc.aio.ServicerContext) -> None:
+        """Refuse a router outside the skew rule; an empty version is a router from before the field."""
+        skew = compat.refusal(version or compat.LEGACY_ROUTER_VERSION, peer="router")
+        if skew is not None:
+            self._metrics.version_refusals.labels("router").inc()
+            log.warning("event=router_refused reason=version_skew router=%s peer=%s router_version=%s detail=%r",
+                        router_id or "-", context.peer(), version or "-", skew)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, skew)
+
     async def WatchRoutes(self, request: routing_pb2.WatchRoutesRequest, context):  # noqa: N802 (gRPC name)
         await self._authenticate(request.token, request.router_id, context)
+        await self._check_version(request.router_version, request.router_id, context)
         log.info("event=route_watch_start router=%s region=%s known_version=%d", request.router_id,
                  request.router_region, request.known_version)
         self._metrics.route_watchers.inc()
@@ -90,6 +102,7 @@ class RoutingServicer(routing_pb2_grpc.RoutingServiceServicer):
 
     async def ReportTraffic(self, request: routing_pb2.TrafficReport, context):  # noqa: N802 (gRPC name)
         await self._authenticate(request.token, request.router_id, context)
+        await self._check_version(request.router_version, request.router_id, context)
         report = wire.traffic_from_pb(request)
         good = tuple(s for s in report.samples if s.model and s.client_region)
         if len(good) != len(report.samples):
