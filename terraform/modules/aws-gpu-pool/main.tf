@@ -1,61 +1,25 @@
-terraform {
-  required_version = ">= 1.5"
-  required_providers {
-    aws = {
-      source  = "hashicorp/aws"
-      version = ">= 5.0"
-    }
-  }
-}
-
-variable "cluster_id" {
-  description = "Meridian cluster id (metadata.name of the Cluster spec)."
-  type        = string
-}
-
-variable "pool_name" {
-  description = "Pool name as in the Cluster spec's pools[].name."
-  type        = string
-}
-
-variable "instance_type" {
-  description = "GPU instance type, e.g. g6.xlarge or p5.48xlarge."
-  type        = string
-}
-
-variable "ami_id" {
-  description = "AMI with NVIDIA drivers and the Meridian agent (e.g. a Deep Learning AMI)."
-  type        = string
-}
-
-variable "subnet_ids" {
-  description = "Subnets (one per availability zone) the group may launch into."
-  type        = list(string)
-}
-
-variable "spot" {
-  description = "Launch spot instances (interruptible, cheaper)."
-  type        = bool
-  default     = false
-}
-
-variable "min_nodes" {
-  type    = number
-  default = 0
-}
-
-variable "max_nodes" {
-  type    = number
-  default = 4
+locals {
+  group_name = var.group_name != "" ? var.group_name : "meridian-${var.cluster_id}-${var.pool_name}"
+  tags       = merge(var.tags, { "meridian:cluster" = var.cluster_id, "meridian:pool" = var.pool_name })
 }
 
 resource "aws_launch_template" "pool" {
-  name_prefix   = "meridian-${var.cluster_id}-${var.pool_name}-"
-  image_id      = var.ami_id
-  instance_type = var.instance_type
+  name_prefix            = "${local.group_name}-"
+  image_id               = var.ami_id
+  instance_type          = var.instance_type
+  vpc_security_group_ids = var.security_group_ids
+  user_data              = var.user_data_base64 != "" ? var.user_data_base64 : null
+  update_default_version = true
+
+  dynamic "iam_instance_profile" {
+    for_each = var.instance_profile_arn != "" ? [var.instance_profile_arn] : []
+    content {
+      arn = iam_instance_profile.value
+    }
+  }
 
   dynamic "instance_market_options" {
-    for_each = var.spot ? [1] : []
+    for_each = var.tier == "spot" ? [1] : []
     content {
       market_type = "spot"
       spot_options {
@@ -64,50 +28,66 @@ resource "aws_launch_template" "pool" {
     }
   }
 
+  block_device_mappings {
+    device_name = "/dev/xvda"
+    ebs {
+      volume_size           = var.root_volume_gib
+      volume_type           = "gp3"
+      encrypted             = true
+      delete_on_termination = true
+    }
+  }
+
+  # IMDSv2 only, one hop: pods cannot reach the node's credentials. The spot notice handler
+  # (aws-node-termination-handler) runs on the host network, so it still reads the notices.
   metadata_options {
-    http_tokens = "required"
+    http_endpoint               = "enabled"
+    http_tokens                 = "required"
+    http_put_response_hop_limit = 1
+  }
+
+  monitoring {
+    enabled = true
   }
 
   tag_specifications {
     resource_type = "instance"
-    tags = {
-      "meridian:cluster" = var.cluster_id
-      "meridian:pool"    = var.pool_name
-    }
+    tags          = local.tags
   }
+
+  tag_specifications {
+    resource_type = "volume"
+    tags          = local.tags
+  }
+
+  tags = local.tags
 }
 
 resource "aws_autoscaling_group" "pool" {
-  name                = "meridian-${var.cluster_id}-${var.pool_name}"
+  name                = local.group_name
   min_size            = var.min_nodes
   max_size            = var.max_nodes
   desired_capacity    = var.min_nodes
   vpc_zone_identifier = var.subnet_ids
+  # Scale-in protection is set per instance by the agent (nodes hosting replicas) before a shrink.
+  protect_from_scale_in = false
 
   launch_template {
     id      = aws_launch_template.pool.id
-    version = "$Latest"
+    version = aws_launch_template.pool.latest_version
   }
 
-  # The agent owns desired capacity; Terraform must not reset it on every apply.
+  # The agent owns the desired capacity (and may widen min/max); Terraform must not reset them.
   lifecycle {
-    ignore_changes = [desired_capacity]
+    ignore_changes = [desired_capacity, min_size, max_size]
   }
 
-  tag {
-    key                 = "meridian:cluster"
-    value               = var.cluster_id
-    propagate_at_launch = true
+  dynamic "tag" {
+    for_each = local.tags
+    content {
+      key                 = tag.key
+      value               = tag.value
+      propagate_at_launch = true
+    }
   }
-
-  tag {
-    key                 = "meridian:pool"
-    value               = var.pool_name
-    propagate_at_launch = true
-  }
-}
-
-output "asg_name" {
-  description = "Put this in the Cluster spec as the pool's `resource`."
-  value       = aws_autoscaling_group.pool.name
 }

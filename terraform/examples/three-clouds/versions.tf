@@ -1,0 +1,33 @@
+terraform {
+  required_version = ">= 1.9.0, < 2.0.0"
+  required_providers {
+    aws = {
+      source  = "hashicorp/aws"
+      version = "~> 5.82.0"
+    }
+    google = {
+      source  = "hashicorp/google"
+      version = "~> 6.14.0"
+    }
+    azurerm = {
+      source  = "hashicorp/azurerm"
+      version = "~> 4.14.0"
+    }
+    kubernetes = {
+      source  = "hashicorp/kubernetes"
+      version = "~> 2.35.0"
+    }
+    helm = {
+      source  = "hashicorp/helm"
+      version = "~> 2.17.0"
+    }
+    kubectl = {
+      source  = "alekc/kubectl"
+      version = "~> 2.1.3"
+    }
+    kustomization = {
+      source  = "kbst/kustomization"
+      version = "~> 0.9.6"
+    }
+  }
+}

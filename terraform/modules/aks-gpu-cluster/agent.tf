@@ -1,0 +1,117 @@
+# The Meridian agent of this cluster: token from Azure Key Vault, its Cluster spec (the provider
+# drives the pools' scale sets in the node resource group), the agent overlay of deploy/kubernetes/
+# for AKS, its ServiceAccount and pods labelled for Workload Identity.
+# Contract with deploy/kubernetes/agent: as in modules/eks-gpu-cluster/agent.tf.
+
+locals {
+  token_path = "/var/run/secrets/meridian/token"
+  ca_path    = "/etc/meridian/scheduler-ca.crt"
+  image      = regex("^(?P<name>[^@]+?)(?::(?P<tag>[A-Za-z0-9_.-]+))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$", var.agent_image)
+  cluster_spec = {
+    apiVersion = "meridian/v1"
+    kind       = "Cluster"
+    metadata   = { name = var.cluster_id }
+    spec = {
+      cloud     = "azure"
+      region    = var.location
+      zone      = var.zone
+      provider  = "azure"
+      azure     = { subscription_id = data.azurerm_client_config.current.subscription_id, resource_group = azurerm_kubernetes_cluster.this.node_resource_group }
+      auth      = { token_file = local.token_path }
+      scheduler = { address = var.scheduler_address, tls = { ca_file = local.ca_path } }
+      pools = [for p in var.pools : {
+        name          = p.name
+        instance_type = p.instance_type
+        tier          = p.tier
+        min_nodes     = p.min_nodes
+        max_nodes     = p.max_nodes
+        resource      = one(data.azurerm_resources.pool_vmss[p.name].resources).name
+      }]
+      replicas = {
+        backend    = "kubernetes"
+        kubernetes = { namespace = var.namespace, image = var.replica_image }
+      }
+    }
+  }
+}
+
+resource "kubernetes_namespace" "meridian" {
+  metadata {
+    name   = var.namespace
+    labels = { "app.kubernetes.io/part-of" = "meridian" }
+  }
+}
+
+data "azurerm_key_vault_secret" "agent_token" {
+  name         = var.token_secret_name
+  key_vault_id = var.key_vault_id
+}
+
+# The token passes through Terraform's state (keep the state in an encrypted backend); it never is
+# a variable, an argument or a log line.
+resource "kubernetes_secret" "agent_token" {
+  metadata {
+    name      = "meridian-agent-token"
+    namespace = kubernetes_namespace.meridian.metadata[0].name
+    labels    = { "app.kubernetes.io/part-of" = "meridian", "app.kubernetes.io/managed-by" = "terraform" }
+  }
+  data = { token = data.azurerm_key_vault_secret.agent_token.value }
+}
+
+resource "kubernetes_config_map" "agent" {
+  metadata {
+    name      = "meridian-agent-cluster"
+    namespace = kubernetes_namespace.meridian.metadata[0].name
+    labels    = { "app.kubernetes.io/part-of" = "meridian", "app.kubernetes.io/managed-by" = "terraform" }
+  }
+  data = {
+    "cluster.yaml"     = yamlencode(local.cluster_spec)
+    "scheduler-ca.crt" = var.scheduler_ca_pem
+  }
+}
+
+data "kustomization_overlay" "agent" {
+  resources = ["${var.manifests_path}/agent/overlays/aks"]
+  namespace = var.namespace
+
+  images {
+    name     = "meridian"
+    new_name = local.image.name
+    new_tag  = local.image.tag
+    digest   = local.image.digest
+  }
+
+  patches {
+    target {
+      kind = "ServiceAccount"
+      name = "meridian-agent"
+    }
+    patch = yamlencode({
+      apiVersion = "v1"
+      kind       = "ServiceAccount"
+      metadata = {
+        name        = "meridian-agent"
+        annotations = { "azure.workload.identity/client-id" = azurerm_user_assigned_identity.agent.client_id }
+      }
+    })
+  }
+
+  patches {
+    target {
+      kind = "Deployment"
+      name = "meridian-agent"
+    }
+    patch = yamlencode({
+      apiVersion = "apps/v1"
+      kind       = "Deployment"
+      metadata   = { name = "meridian-agent" }
+      spec       = { template = { metadata = { labels = { "azure.workload.identity/use" = "true" } } } }
+    })
+  }
+}
+
+resource "kustomization_resource" "agent" {
+  for_each   = data.kustomization_overlay.agent.ids
+  manifest   = data.kustomization_overlay.agent.manifests[each.value]
+  depends_on = [kubernetes_secret.agent_token, kubernetes_config_map.agent, azurerm_federated_identity_credential.agent, helm_release.nvidia_device_plugin]
+}

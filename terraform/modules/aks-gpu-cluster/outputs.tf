@@ -1,0 +1,39 @@
+output "cluster_name" {
+  description = "AKS cluster name."
+  value       = azurerm_kubernetes_cluster.this.name
+}
+
+output "node_resource_group" {
+  description = "Resource group AKS keeps the nodes' scale sets in (the Cluster spec's azure.resource_group)."
+  value       = azurerm_kubernetes_cluster.this.node_resource_group
+}
+
+output "kube_host" {
+  description = "Kubernetes API endpoint."
+  value       = azurerm_kubernetes_cluster.this.kube_config[0].host
+}
+
+output "cluster_ca_certificate" {
+  description = "Base64 PEM of the cluster's CA."
+  value       = azurerm_kubernetes_cluster.this.kube_config[0].cluster_ca_certificate
+}
+
+output "agent_client_id" {
+  description = "Client id of the agent's managed identity."
+  value       = azurerm_user_assigned_identity.agent.client_id
+}
+
+output "agent_actions" {
+  description = "Every Azure action granted to the agent."
+  value       = sort(concat(azurerm_role_definition.agent_pools.permissions[0].actions, azurerm_role_definition.agent_reads.permissions[0].actions))
+}
+
+output "pool_resources" {
+  description = "Pool name -> scale set name (the pools' `resource` in the Cluster spec)."
+  value       = { for name, found in data.azurerm_resources.pool_vmss : name => one(found.resources).name }
+}
+
+output "cluster_spec_yaml" {
+  description = "The agent's Cluster spec as installed (apply it to the scheduler too)."
+  value       = yamlencode(local.cluster_spec)
+}

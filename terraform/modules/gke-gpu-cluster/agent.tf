@@ -1,0 +1,104 @@
+# The Meridian agent of this cluster: token from GCP Secret Manager, its Cluster spec, the agent
+# overlay of deploy/kubernetes/ for GKE, and its ServiceAccount annotated for Workload Identity.
+# Contract with deploy/kubernetes/agent: as in modules/eks-gpu-cluster/agent.tf.
+
+locals {
+  token_path = "/var/run/secrets/meridian/token"
+  ca_path    = "/etc/meridian/scheduler-ca.crt"
+  image      = regex("^(?P<name>[^@]+?)(?::(?P<tag>[A-Za-z0-9_.-]+))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$", var.agent_image)
+  cluster_spec = {
+    apiVersion = "meridian/v1"
+    kind       = "Cluster"
+    metadata   = { name = var.cluster_id }
+    spec = {
+      cloud     = "gcp"
+      region    = var.region
+      zone      = var.zone
+      provider  = "gcp"
+      gcp       = { project = var.project, location = var.region, gke_cluster = google_container_cluster.this.name }
+      auth      = { token_file = local.token_path }
+      scheduler = { address = var.scheduler_address, tls = { ca_file = local.ca_path } }
+      pools = [for p in var.pools : {
+        name          = p.name
+        instance_type = p.instance_type
+        tier          = p.tier
+        min_nodes     = p.min_nodes
+        max_nodes     = p.max_nodes
+        resource      = google_container_node_pool.gpu[p.name].name
+      }]
+      replicas = {
+        backend    = "kubernetes"
+        kubernetes = { namespace = var.namespace, image = var.replica_image }
+      }
+    }
+  }
+}
+
+resource "kubernetes_namespace" "meridian" {
+  metadata {
+    name   = var.namespace
+    labels = { "app.kubernetes.io/part-of" = "meridian" }
+  }
+  depends_on = [google_container_node_pool.system]
+}
+
+data "google_secret_manager_secret_version" "agent_token" {
+  project = var.project
+  secret  = var.token_secret_id
+}
+
+# The token passes through Terraform's state (keep the state in an encrypted backend); it never is
+# a variable, an argument or a log line.
+resource "kubernetes_secret" "agent_token" {
+  metadata {
+    name      = "meridian-agent-token"
+    namespace = kubernetes_namespace.meridian.metadata[0].name
+    labels    = { "app.kubernetes.io/part-of" = "meridian", "app.kubernetes.io/managed-by" = "terraform" }
+  }
+  data = { token = data.google_secret_manager_secret_version.agent_token.secret_data }
+}
+
+resource "kubernetes_config_map" "agent" {
+  metadata {
+    name      = "meridian-agent-cluster"
+    namespace = kubernetes_namespace.meridian.metadata[0].name
+    labels    = { "app.kubernetes.io/part-of" = "meridian", "app.kubernetes.io/managed-by" = "terraform" }
+  }
+  data = {
+    "cluster.yaml"     = yamlencode(local.cluster_spec)
+    "scheduler-ca.crt" = var.scheduler_ca_pem
+  }
+}
+
+data "kustomization_overlay" "agent" {
+  resources = ["${var.manifests_path}/agent/overlays/gke"]
+  namespace = var.namespace
+
+  images {
+    name     = "meridian"
+    new_name = local.image.name
+    new_tag  = local.image.tag
+    digest   = local.image.digest
+  }
+
+  patches {
+    target {
+      kind = "ServiceAccount"
+      name = "meridian-agent"
+    }
+    patch = yamlencode({
+      apiVersion = "v1"
+      kind       = "ServiceAccount"
+      metadata = {
+        name        = "meridian-agent"
+        annotations = { "iam.gke.io/gcp-service-account" = google_service_account.agent.email }
+      }
+    })
+  }
+}
+
+resource "kustomization_resource" "agent" {
+  for_each   = data.kustomization_overlay.agent.ids
+  manifest   = data.kustomization_overlay.agent.manifests[each.value]
+  depends_on = [kubernetes_secret.agent_token, kubernetes_config_map.agent, google_service_account_iam_member.agent_workload_identity]
+}

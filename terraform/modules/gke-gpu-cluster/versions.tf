@@ -1,0 +1,17 @@
+terraform {
+  required_version = ">= 1.9.0, < 2.0.0"
+  required_providers {
+    google = {
+      source  = "hashicorp/google"
+      version = "~> 6.14.0"
+    }
+    kubernetes = {
+      source  = "hashicorp/kubernetes"
+      version = "~> 2.35.0"
+    }
+    kustomization = {
+      source  = "kbst/kustomization"
+      version = "~> 0.9.6"
+    }
+  }
+}
