@@ -4,6 +4,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# checkov (the Terraform checks of tests/terraform) pins boto3 and cannot share .venv: it has a
+# virtualenv of its own, made once.
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := $(VENV)/tools/checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 
 .PHONY: demo test stubs bench validate clean system-deps
 
@@ -12,6 +17,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,dev]'
 	@touch $(STAMP)
+
+$(CHECKOV_STAMP):
+	@test -x $(CHECKOV_VENV)/bin/python || $(PY) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet checkov==$(CHECKOV_VERSION)
+	@touch $(CHECKOV_STAMP)
 
 # Debian packages the demo and the tests use: redis-server (state, HA), redis-sentinel (Redis HA
 # tests), chromium (the dashboard's browser test).
@@ -32,7 +42,7 @@ demo: $(STAMP) system-deps
 	@if $(BIN)/meridian --help 2>/dev/null | grep -q ' demo '; then $(BIN)/meridian demo; \
 	else $(BIN)/meridian validate examples/*.yaml; fi
 
-test: $(STAMP) system-deps
+test: $(STAMP) $(CHECKOV_STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 -rs
 
 stubs: $(STAMP)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -24,12 +25,15 @@ from scheduler.admin import specs as admin_specs
 from scheduler.server import auth
 
 log = logging.getLogger("meridian.scheduler.cli")
+STATE_URL_ENV = "MERIDIAN_STATE_URL"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grpc-address", help="host:port for agents and routers (default 127.0.0.1:7070)")
     parser.add_argument("--admin-address", help="host:port of the admin API and /metrics (default 127.0.0.1:7071)")
-    parser.add_argument("--state", dest="state_url", help="sqlite://PATH (default) or redis://HOST:PORT/DB for HA")
+    parser.add_argument("--state", dest="state_url",
+                        help="sqlite://PATH (default) or redis://HOST:PORT/DB for HA (else $MERIDIAN_STATE_URL, which "
+                             "keeps a Redis password off the command line)")
     parser.add_argument("--namespace", help="key prefix in a shared store (default 'default')")
     parser.add_argument("--id", dest="scheduler_id", help="this node's id (default host-pid)")
     parser.add_argument("--tokens-file", help="YAML file of cluster tokens and router tokens")
@@ -56,6 +60,8 @@ def build_config(args: argparse.Namespace) -> config_mod.SchedulerConfig:
             hint = spec.base.closest(key, list(config_mod.SchedulerConfig.model_fields))
             raise ValueError(f"--set {key}: unknown setting" + (f"; did you mean {hint!r}?" if hint else ""))
         values[key] = value
+    if not getattr(args, "state_url", None) and os.environ.get(STATE_URL_ENV):
+        values["state_url"] = os.environ[STATE_URL_ENV]
     for key in ("grpc_address", "admin_address", "state_url", "namespace", "scheduler_id", "tokens_file",
                 "admin_token_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file"):
         if getattr(args, key, None):

@@ -19,11 +19,12 @@ import tempfile
 import urllib.parse
 
 import meridian
+from meridian.cli import scheduler as scheduler_cmd
 from scheduler import config as config_mod
 from scheduler import state as state_mod
 from scheduler.state import backup
 
-STATE_URL_ENV = "MERIDIAN_STATE_URL"
+STATE_URL_ENV = scheduler_cmd.STATE_URL_ENV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

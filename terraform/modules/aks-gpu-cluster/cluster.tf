@@ -11,12 +11,15 @@ locals {
 data "azurerm_client_config" "current" {}
 
 resource "azurerm_kubernetes_cluster" "this" {
+  #checkov:skip=CKV_AZURE_6:The authorized ranges are the operator's (api_server_authorized_ip_ranges); with none given the cluster is private and has no public API server to restrict.
   name                = local.name
   location            = var.location
   resource_group_name = var.resource_group_name
   dns_prefix          = local.name
   kubernetes_version  = var.kubernetes_version
   sku_tier            = "Standard"
+  # Private unless the operator names the ranges that may reach a public API server.
+  private_cluster_enabled = length(var.api_server_authorized_ip_ranges) == 0
 
   automatic_upgrade_channel = "patch"
   node_os_upgrade_channel   = "NodeImage"
