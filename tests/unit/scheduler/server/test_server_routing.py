@@ -161,3 +161,29 @@ async def test_traffic_reports_become_demand_per_model_and_client_region(make_se
     assert demand[("chat", "na-east")].requests_per_s == pytest.approx(15.0)
     assert demand[("chat", "na-east")].in_flight == 6
     assert demand[("chat", "eu-west")].requests_per_s == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("version, accepted", [("0.2.0", True), ("0.1.4", True), ("", True), ("1.0.0", False),
+                                               ("0.0.3", False)])
+async def test_router_versions_outside_the_skew_rule_are_refused(make_service, version, accepted):
+    """WatchRoutes and ReportTraffic refuse a router two minors away or of another major version with
+    FAILED_PRECONDITION and the reason; an empty version (a router from before the field) is 0.1."""
+    svc = await leading(await make_service())
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{svc.grpc_port}")
+    stub = routing_pb2_grpc.RoutingServiceStub(channel)
+    try:
+        report = wire.traffic_to_pb(fm.TrafficReport("r", "na-east", 0.0, 1.0, ()), ROUTER_TOKEN,
+                                    router_version=version)
+        if accepted:
+            assert (await stub.ReportTraffic(report, timeout=10)).accepted_samples == 0
+        else:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.ReportTraffic(report, timeout=10)
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "this scheduler (0.2.0)" in err.value.details()
+            call = stub.WatchRoutes(wire.watch_request_to_pb("r", "na-east", 0, ROUTER_TOKEN, router_version=version))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        await channel.close()
