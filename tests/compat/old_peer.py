@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-import time
+import threading
 
 
 def _use_old_stubs(stubs: str) -> None:
@@ -38,10 +38,11 @@ def agent(args, cap, cap_grpc, common, grpc) -> dict:
         cap.AgentMessage(sequence=next(seq), replicas=cap.ReplicaReports(complete=True, replicas=[])),
     ]
 
+    done = threading.Event()
+
     def requests():
         yield from outgoing
-        while True:  # heartbeats until the scheduler has sent what the test waits for
-            time.sleep(0.5)
+        while not done.wait(0.5):  # heartbeats until the exchange is over
             yield cap.AgentMessage(sequence=next(seq), heartbeat=cap.Heartbeat())
 
     stream = cap_grpc.CapacityServiceStub(channel).Connect(requests(), timeout=args.timeout_s)
@@ -60,6 +61,7 @@ def agent(args, cap, cap_grpc, common, grpc) -> dict:
     except grpc.RpcError as exc:
         out["refused"] = {"code": exc.code().name, "details": exc.details()}
     finally:
+        done.set()
         stream.cancel()
         channel.close()
     return out
@@ -108,8 +110,9 @@ def main() -> int:
     else:
         result = router(args, routing_pb2, routing_pb2_grpc, grpc)
     result["stubs"] = capacity_pb2.__file__
-    print(json.dumps(result))
-    return 0
+    print(json.dumps(result), flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # no gRPC thread may keep an old peer alive after it has answered
 
 
 if __name__ == "__main__":

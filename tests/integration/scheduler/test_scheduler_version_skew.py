@@ -95,16 +95,20 @@ async def test_an_agent_of_the_previous_minor_is_served(node, old_stubs):
     """A 0.1 agent (0.1 stubs, agent_version meridian-agent/0.1.0) is welcomed, its inventory and
     replica report are taken in, and it is sent a StartReplica directive with the leader's token."""
     address = f"127.0.0.1:{node.grpc_port}"
-    result = await old_peer(old_stubs, "agent", address, "--token", CLUSTER, "--version", "meridian-agent/0.1.0")
-    assert "refused" not in result, result
+    admin = admin_client.AdminClient(f"http://127.0.0.1:{node.admin_port}", ADMIN, env={})
+    peer = asyncio.create_task(old_peer(old_stubs, "agent", address, "--token", CLUSTER, "--version",
+                                        "meridian-agent/0.1.0", timeout_s=45.0))
+    await testing.wait_for(lambda: peer.done() or any(c["cluster_id"] == "c1" for c in admin.status()["clusters"]),
+                           timeout_s=45, what="the old agent known to the scheduler")
+    status = await asyncio.to_thread(admin.status)
+    result = await peer
+    assert "refused" not in result, (result, {k: status[k] for k in ("held", "plan", "open_directives", "clusters")})
     assert result["welcome"]["scheduler_id"] == "node0"
     assert result["welcome"]["fencing_token"] == node.token
     assert result["directives"], "no directive reached the old agent"
     first = result["directives"][0]
     assert first["action"] == "start_replica" and first["fencing_token"] == node.token
-    status = await asyncio.to_thread(admin_client.AdminClient(f"http://127.0.0.1:{node.admin_port}", ADMIN,
-                                                              env={}).status)
-    assert any(c["cluster_id"] == "c1" for c in status["clusters"]), status["clusters"]
+    assert any(c["cluster_id"] == "c1" and c["reported"] for c in status["clusters"]), status["clusters"]
 
 
 async def test_a_router_of_the_previous_minor_is_served(node, old_stubs):
