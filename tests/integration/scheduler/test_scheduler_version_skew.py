@@ -98,8 +98,11 @@ async def test_an_agent_of_the_previous_minor_is_served(node, old_stubs):
     admin = admin_client.AdminClient(f"http://127.0.0.1:{node.admin_port}", ADMIN, env={})
     peer = asyncio.create_task(old_peer(old_stubs, "agent", address, "--token", CLUSTER, "--version",
                                         "meridian-agent/0.1.0", timeout_s=45.0))
-    await testing.wait_for(lambda: peer.done() or any(c["cluster_id"] == "c1" for c in admin.status()["clusters"]),
-                           timeout_s=45, what="the old agent known to the scheduler")
+    async def known() -> bool:
+        status = await asyncio.to_thread(admin.status)
+        return peer.done() or any(c["cluster_id"] == "c1" and c["reported"] for c in status["clusters"])
+
+    await testing.wait_for(known, timeout_s=45, what="the old agent's report taken in")
     status = await asyncio.to_thread(admin.status)
     result = await peer
     assert "refused" not in result, (result, {k: status[k] for k in ("held", "plan", "open_directives", "clusters")})
