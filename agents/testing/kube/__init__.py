@@ -1,0 +1,12 @@
+"""A fake Kubernetes control plane on loopback, for tests and demos (``FakeCluster``), driven by the
+real ``kubernetes_asyncio`` client.
+
+This step covers the API server: core/v1 pods, services, nodes, namespaces and events (CRUD, list
+with label/field selectors and limit/continue, watch with bookmarks, strategic/merge/JSON patches,
+the status subresource, resource versions with a compaction window and 410 Gone, 404/409/422
+Status errors, bearer-token auth). Scheduling and node-side behaviour land in later steps."""
+
+from agents.testing.kube.cluster import FakeCluster
+from agents.testing.kube.objects import ApiError
+
+__all__ = ["ApiError", "FakeCluster"]
