@@ -4,7 +4,12 @@ real ``kubernetes_asyncio`` client.
 This step covers the API server: core/v1 pods, services, nodes, namespaces and events (CRUD, list
 with label/field selectors and limit/continue, watch with bookmarks, strategic/merge/JSON patches,
 the status subresource, resource versions with a compaction window and 410 Gone, 404/409/422
-Status errors, bearer-token auth). Scheduling and node-side behaviour land in later steps."""
+Status errors, bearer-token auth), the scheduler (node selectors, required node affinity, taints and
+tolerations, cordons, cpu/memory/pods/``nvidia.com/gpu`` fit, the real Unschedulable message), the
+kubelets (each container a real process group on its pod's loopback IP, probes, restarts with
+CrashLoopBackOff, preStop/SIGTERM/SIGKILL termination, eviction, graceful node shutdown) and the node
+lifecycle controller (condition taints, NoExecute eviction, pod GC with NodeLost). Services and
+kube-proxy land in the next step."""
 
 from agents.testing.kube.cluster import FakeCluster
 from agents.testing.kube.objects import ApiError

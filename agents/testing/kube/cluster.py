@@ -8,13 +8,27 @@ import logging
 import os
 import pathlib
 import random
+import shutil
+import signal
 import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import aiohttp
 import yaml
 
-from agents.testing.kube import api, ipam, nodes, objects, registry, store
+from agents.testing.kube import (
+    api,
+    ipam,
+    kubelet,
+    nodelifecycle,
+    nodes,
+    objects,
+    podworker,
+    registry,
+    scheduler,
+    store,
+)
 
 log = logging.getLogger("agents.testing.kube.cluster")
 
@@ -30,14 +44,19 @@ class FakeCluster:
     ``max_watch_s`` a watch without ``timeoutSeconds`` lasts (the real ``--min-request-timeout``: 1800);
     ``pod_cidr``/``node_cidr``/``service_cidr``/``lb_cidr`` loopback ranges for pod, node, ClusterIP and
     load-balancer addresses; ``token`` the bearer token every request must carry (None: no auth);
-    ``clock`` wall-clock seconds for timestamps (a ``Clock`` or a callable)."""
+    ``clock`` wall-clock seconds for timestamps (a ``Clock`` or a callable);
+    ``restart_backoff_scale`` multiplies the kubelet's crash and image-pull backoff (10 s doubling to
+    300 s; 0.01 makes it 0.1 s doubling to 3 s); ``schedule_retry_s`` how often unschedulable pods are
+    retried when nothing changed; ``command_map`` image -> entrypoint argv for containers without a
+    ``command`` (an image it lacks fails to pull: ErrImagePull/ImagePullBackOff)."""
 
     def __init__(self, *, command_map: Mapping[str, Sequence[str]] | None = None,
                  pod_cidr: str = "127.77.0.0/16", lb_cidr: str = "127.78.0.0/16",
                  node_cidr: str = "127.76.0.0/16", service_cidr: str = "127.79.0.0/16",
                  token: str | None = None, compaction_window: int = 1000, clock: Any = None,
                  workdir: pathlib.Path | None = None, restart_backoff_scale: float = 1.0,
-                 bookmark_interval_s: float = 60.0, max_watch_s: float = 1800.0, seed: int | None = None):
+                 bookmark_interval_s: float = 60.0, max_watch_s: float = 1800.0, schedule_retry_s: float = 5.0,
+                 seed: int | None = None):
         if restart_backoff_scale <= 0:
             raise ValueError(f"restart_backoff_scale must be > 0, got {restart_backoff_scale}")
         if bookmark_interval_s <= 0 or max_watch_s <= 0:
@@ -58,6 +77,12 @@ class FakeCluster:
                                           node_ports=ipam.PortPool(), rng=random.Random(seed))
         self.api = api.ApiServer(self.registry, token=token, log_source=self, bookmark_interval_s=bookmark_interval_s,
                                  max_watch_s=max_watch_s)
+        self.scheduler = scheduler.Scheduler(self.registry, retry_s=schedule_retry_s)
+        self.lifecycle = nodelifecycle.NodeLifecycle(self.registry)
+        self.kubelets: dict[str, kubelet.Kubelet] = {}
+        self._gone_kubelets: list[kubelet.Kubelet] = []
+        self._runtime: podworker.Runtime | None = None
+        self._session: aiohttp.ClientSession | None = None
         self._port = 0
         self._started = False
         self._paused = False
@@ -78,16 +103,50 @@ class FakeCluster:
         """Serve the API on http://127.0.0.1:<port> (0: a free port) and start the node-side parts."""
         if self._started:
             raise RuntimeError("FakeCluster already started")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        # Probes and hooks: one session, no keep-alive (as the kubelet's prober), never a proxy.
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), trust_env=False)
+        self._runtime = podworker.Runtime(
+            registry=self.registry, pod_ips=self.pod_ips, workdir=self.workdir / "pods",
+            command_map=self.command_map, session=self._session, restart_backoff_scale=self.restart_backoff_scale,
+            clock=self._clock, base_env=dict(os.environ))
         self._port = await self.api.listen(port)
         self._started = True
+        self.scheduler.start()
+        self.lifecycle.start()
+        for node in self.store.items("nodes"):
+            if node["metadata"]["name"] in self.kubelets:
+                continue
+            self._start_kubelet(node)
         log.info("event=cluster_started url=%s workdir=%s", self.url, self.workdir)
 
     async def stop(self) -> None:
-        """Stop the API server and every node-side part; kill every container's process group."""
-        if not self._paused and self._started:
+        """Stop the API server and every node-side part; kill every container's process group and wait
+        until every process exited."""
+        if not self._started:
+            return
+        if not self._paused:
             await self.api.close()
+        await self.scheduler.stop()
+        await self.lifecycle.stop()
+        for node_kubelet in list(self.kubelets.values()) + self._gone_kubelets:
+            await node_kubelet.stop()
+        self.kubelets.clear()
+        self._gone_kubelets.clear()
+        if self._session is not None:
+            await self._session.close()
         self._started = False
+        self._paused = False
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         log.info("event=cluster_stopped url=%s", self.url)
+
+    def _start_kubelet(self, node: Mapping) -> None:
+        assert self._runtime is not None
+        name = node["metadata"]["name"]
+        node_kubelet = kubelet.Kubelet(self._runtime, name, nodes.internal_ip(node) or "127.0.0.1")
+        self.kubelets[name] = node_kubelet
+        node_kubelet.start()
 
     async def pause_api(self) -> None:
         """The API server goes away: the listener closes and every open watch and connection drops.
@@ -152,6 +211,8 @@ class FakeCluster:
         except objects.ApiError:
             self.node_ips.release(ip)
             raise
+        if self._started:
+            self._start_kubelet(created)
         log.info("event=node_added node=%s ip=%s gpus=%d", name, ip, gpus)
         return created
 
@@ -162,11 +223,30 @@ class FakeCluster:
         return node
 
     def remove_node(self, name: str) -> None:
-        """The node is gone (the cloud deleted the VM): its Node object is deleted."""
+        """The node is gone (the cloud deleted the VM): its containers die at once (SIGKILL), the Node
+        object is deleted, and its pods end Failed with reason NodeLost and are deleted (pod GC), all
+        before this returns."""
         node = self._node(name)
+        node_kubelet = self.kubelets.pop(name, None)
+        if node_kubelet is not None:
+            node_kubelet.kill_all_now()
+            self._gone_kubelets.append(node_kubelet)
         self.registry.delete("nodes", "", name)
         self.node_ips.release(nodes.internal_ip(node))
-        log.info("event=node_removed node=%s", name)
+        pods = self.lifecycle.collect_orphans()
+        log.info("event=node_removed node=%s pods_lost=%d", name, pods)
+
+    async def shutdown_node(self, name: str, grace_s: float = 15.0) -> None:
+        """Graceful node shutdown (GKE's, before a spot VM goes): Ready=False (KubeletNotReady, "node is
+        shutting down"), then every pod gets min(its grace, ``grace_s``) (preStop, SIGTERM, SIGKILL) and
+        ends Failed with reason Terminated. The Node object stays (NotReady) until ``remove_node``."""
+        self._node(name)
+        if grace_s < 0:
+            raise ValueError(f"grace_s must be >= 0, got {grace_s}")
+        self.set_node_condition(name, "Ready", "False", "KubeletNotReady", "node is shutting down")
+        node_kubelet = self.kubelets.get(name)
+        if node_kubelet is not None:
+            await node_kubelet.shutdown(grace_s)
 
     def taint_node(self, name: str, key: str, value: str | None, effect: str) -> None:
         """Add (or replace the value of) the taint ``key:effect``."""
@@ -226,17 +306,47 @@ class FakeCluster:
         self._reconcile_node_taints(name)
 
     def _reconcile_node_taints(self, name: str) -> None:
-        node = self.store.peek("nodes", "", name)
-        if node is None:
-            return
-        taints = nodes.reconcile_taints(node, self.registry.now())
-        if taints is not None:
-            def fn(obj: dict) -> None:
-                if taints:
-                    obj["spec"]["taints"] = taints
-                else:
-                    obj["spec"].pop("taints", None)
-            self.registry.mutate("nodes", "", name, fn)
+        self.lifecycle.reconcile(name)
+
+    # ------------------------------------------------------------------ pods (faults)
+
+    def _worker(self, namespace: str, name: str) -> tuple[kubelet.Kubelet, podworker.PodWorker]:
+        pod = self.store.peek("pods", namespace, name)
+        if pod is None:
+            raise KeyError(f"no pod {namespace}/{name}")
+        node_kubelet = self.kubelets.get((pod.get("spec") or {}).get("nodeName") or "")
+        worker = node_kubelet.worker(namespace, name) if node_kubelet is not None else None
+        if node_kubelet is None or worker is None:
+            raise KeyError(f"pod {namespace}/{name} is not running on any node "
+                           f"(node: {(pod.get('spec') or {}).get('nodeName') or 'none'})")
+        return node_kubelet, worker
+
+    async def evict_pod(self, namespace: str, name: str,
+                        message: str = "The node was low on resource: memory. Threshold quantity: 100Mi, "
+                                       "available: 50Mi. ", grace_s: float = 1.0) -> None:
+        """Kubelet (node-pressure) eviction: DisruptionTarget (TerminationByKubelet), the containers stopped
+        within ``grace_s`` (the kubelet's hard-eviction grace is 1 s; 0 kills at once), phase Failed with
+        reason Evicted. The pod object stays, as the real kubelet leaves it for its controller."""
+        node_kubelet, _ = self._worker(namespace, name)
+        await node_kubelet.evict(namespace, name, message, grace_s)
+
+    def kill_container(self, namespace: str, name: str, sig: int = signal.SIGKILL, container: str | None = None) -> None:
+        """The container's process group gets ``sig`` (a crash): restartPolicy applies."""
+        _, worker = self._worker(namespace, name)
+        runner = worker.runner(container)
+        if runner.proc is None or runner.proc.returncode is not None:
+            raise RuntimeError(f"container {runner.name} of pod {namespace}/{name} is not running")
+        log.info("event=kill_container pod=%s/%s container=%s signal=%d", namespace, name, runner.name, sig)
+        os.killpg(runner.proc.pid, sig)
+
+    def container_pid(self, namespace: str, name: str, container: str | None = None) -> int | None:
+        """The pid (= process group id) of the container's running process, None when it is not running."""
+        try:
+            _, worker = self._worker(namespace, name)
+        except KeyError:
+            return None
+        runner = worker.runner(container)
+        return runner.proc.pid if runner.is_running() and runner.proc is not None else None
 
     # ------------------------------------------------------------------ snapshots for assertions
 
@@ -256,9 +366,25 @@ class FakeCluster:
     # ------------------------------------------------------------------ api.LogSource
 
     def log_path(self, namespace: str, pod: str, container: str | None, previous: bool) -> pathlib.Path:
-        raise objects.bad_request(f'container "{container or ""}" in pod "{pod}" is waiting to start: '
-                                  f'ContainerCreating')
+        try:
+            _, worker = self._worker(namespace, pod)
+        except KeyError:
+            raise objects.bad_request(f'container "{container or ""}" in pod "{pod}" is waiting to start: '
+                                      f'ContainerCreating') from None
+        runner = worker.runner(container)
+        if previous:
+            if runner.record.restart_count == 0 and runner.record.state != "terminated":
+                raise objects.bad_request(f'previous terminated container "{runner.name}" in pod "{pod}" not found')
+            return runner.log_path(max(0, runner.record.restart_count - 1))
+        if runner.record.container_id == "" and not runner.log_path().exists():
+            raise objects.bad_request(f'container "{runner.name}" in pod "{pod}" is waiting to start: '
+                                      f'{runner.record.reason or "ContainerCreating"}')
+        return runner.log_path()
 
     def is_running(self, namespace: str, pod: str, container: str | None) -> bool:
-        return False
+        try:
+            _, worker = self._worker(namespace, pod)
+            return worker.runner(container).is_running()
+        except (KeyError, objects.ApiError):
+            return False
 

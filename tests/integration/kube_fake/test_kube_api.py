@@ -14,8 +14,9 @@ from agents.testing import kube
 
 
 def bare_pod(name: str, labels=None, **spec) -> dict:
+    """A pod no scheduler picks up (its schedulerName names none), so only the test's writes change it."""
     return {"metadata": {"name": name, "labels": labels or {}},
-            "spec": {"containers": [{"name": "c", "image": "nothing:1"}], **spec}}
+            "spec": {"containers": [{"name": "c", "image": "nothing:1"}], "schedulerName": "nobody", **spec}}
 
 
 async def test_kubeconfig_and_direct_configuration_both_reach_the_server(cluster, core, tmp_path):
