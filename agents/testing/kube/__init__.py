@@ -8,8 +8,9 @@ Status errors, bearer-token auth), the scheduler (node selectors, required node 
 tolerations, cordons, cpu/memory/pods/``nvidia.com/gpu`` fit, the real Unschedulable message), the
 kubelets (each container a real process group on its pod's loopback IP, probes, restarts with
 CrashLoopBackOff, preStop/SIGTERM/SIGKILL termination, eviction, graceful node shutdown) and the node
-lifecycle controller (condition taints, NoExecute eviction, pod GC with NodeLost). Services and
-kube-proxy land in the next step."""
+lifecycle controller (condition taints, NoExecute eviction, pod GC with NodeLost), and Services with
+a kube-proxy (ClusterIP, NodePort on every node IP, LoadBalancer ingress IPs; TCP round robin over
+Ready pods)."""
 
 from agents.testing.kube.cluster import FakeCluster
 from agents.testing.kube.objects import ApiError

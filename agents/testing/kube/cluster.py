@@ -25,6 +25,7 @@ from agents.testing.kube import (
     nodes,
     objects,
     podworker,
+    proxy,
     registry,
     scheduler,
     store,
@@ -68,17 +69,19 @@ class FakeCluster:
         self._own_workdir = workdir is None
         self.workdir = pathlib.Path(workdir) if workdir is not None else pathlib.Path(
             tempfile.mkdtemp(prefix="meridian-kube-fake-"))
-        self.pod_ips = ipam.IpPool(pod_cidr, name="pod_cidr")
-        self.node_ips = ipam.IpPool(node_cidr, name="node_cidr")
-        self.lb_ips = ipam.IpPool(lb_cidr, name="lb_cidr")
+        rng = random.Random(seed)
+        self.pod_ips = ipam.IpPool(pod_cidr, name="pod_cidr", rng=rng)
+        self.node_ips = ipam.IpPool(node_cidr, name="node_cidr", rng=rng)
+        self.lb_ips = ipam.IpPool(lb_cidr, name="lb_cidr", rng=rng)
         self.store = store.Store(compaction_window=compaction_window)
         self.registry = registry.Registry(self.store, clock=self._clock,
-                                          service_ips=ipam.IpPool(service_cidr, skip=9, name="service_cidr"),
-                                          node_ports=ipam.PortPool(), rng=random.Random(seed))
+                                          service_ips=ipam.IpPool(service_cidr, skip=9, name="service_cidr", rng=rng),
+                                          node_ports=ipam.PortPool(), rng=rng)
         self.api = api.ApiServer(self.registry, token=token, log_source=self, bookmark_interval_s=bookmark_interval_s,
                                  max_watch_s=max_watch_s)
         self.scheduler = scheduler.Scheduler(self.registry, retry_s=schedule_retry_s)
         self.lifecycle = nodelifecycle.NodeLifecycle(self.registry)
+        self.proxy = proxy.ServiceProxy(self.registry, self.lb_ips)
         self.kubelets: dict[str, kubelet.Kubelet] = {}
         self._gone_kubelets: list[kubelet.Kubelet] = []
         self._runtime: podworker.Runtime | None = None
@@ -114,6 +117,7 @@ class FakeCluster:
         self._started = True
         self.scheduler.start()
         self.lifecycle.start()
+        self.proxy.start()
         for node in self.store.items("nodes"):
             if node["metadata"]["name"] in self.kubelets:
                 continue
@@ -129,6 +133,7 @@ class FakeCluster:
             await self.api.close()
         await self.scheduler.stop()
         await self.lifecycle.stop()
+        await self.proxy.stop()
         for node_kubelet in list(self.kubelets.values()) + self._gone_kubelets:
             await node_kubelet.stop()
         self.kubelets.clear()

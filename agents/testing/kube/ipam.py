@@ -5,14 +5,16 @@ whole, so each pod can bind its own address on the same port as its neighbours."
 from __future__ import annotations
 
 import ipaddress
+import random
 
 
 class IpPool:
-    """Hands out addresses of ``cidr`` in order, skipping the first ``skip`` host addresses and any in
-    use; a released address is reused only after the rest of the range went round once (so a late
-    packet or a lingering process never meets a new owner at once)."""
+    """Hands out addresses of ``cidr`` in order from a random starting point, skipping the first ``skip``
+    host addresses and any in use; a released address is reused only after the rest of the range went
+    round once (so a late packet or a lingering process never meets a new owner at once). The random
+    start keeps two fake clusters on one host (parallel test runs) off each other's addresses."""
 
-    def __init__(self, cidr: str, *, skip: int = 1, name: str = "ip"):
+    def __init__(self, cidr: str, *, skip: int = 1, name: str = "ip", rng: random.Random | None = None):
         try:
             self.network = ipaddress.IPv4Network(cidr)
         except ValueError as exc:
@@ -24,7 +26,7 @@ class IpPool:
         self.name = name
         self._first = int(self.network.network_address) + 1 + skip
         self._last = int(self.network.broadcast_address) - 1
-        self._next = self._first
+        self._next = self._first + (rng or random.Random()).randrange(self._last - self._first + 1)
         self._used: set[int] = set()
 
     def allocate(self) -> str:
