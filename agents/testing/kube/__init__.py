@@ -13,6 +13,7 @@ a kube-proxy (ClusterIP, NodePort on every node IP, LoadBalancer ingress IPs; TC
 Ready pods)."""
 
 from agents.testing.kube.cluster import FakeCluster
+from agents.testing.kube.nodesync import NodeSync, PoolNodes
 from agents.testing.kube.objects import ApiError
 
-__all__ = ["ApiError", "FakeCluster"]
+__all__ = ["ApiError", "FakeCluster", "NodeSync", "PoolNodes"]
