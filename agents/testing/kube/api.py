@@ -279,7 +279,7 @@ class ApiServer:
                 at_rv, start_after = int(decoded["rv"]), list(decoded["start"])
             except (ValueError, KeyError, TypeError, binascii.Error):
                 raise objects.bad_request(f"continue key is not valid: {token!r}") from None
-            if at_rv < self.store.oldest_rv:
+            if at_rv < self.store.oldest_rv(resource):
                 raise objects.gone("The provided continue parameter is too old to display a consistent list result. "
                                    "You can start a new list without the continue parameter.")
         elif rv is not None and rv > self.store.resource_version:

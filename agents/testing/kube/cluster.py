@@ -88,6 +88,7 @@ class FakeCluster:
         self._session: aiohttp.ClientSession | None = None
         self._port = 0
         self._started = False
+        self._stopped = False
         self._paused = False
         for ns in SYSTEM_NAMESPACES:
             self.registry.create("namespaces", "", {"metadata": {"name": ns}})
@@ -106,6 +107,8 @@ class FakeCluster:
         """Serve the API on http://127.0.0.1:<port> (0: a free port) and start the node-side parts."""
         if self._started:
             raise RuntimeError("FakeCluster already started")
+        if self._stopped:
+            raise RuntimeError("a stopped FakeCluster cannot start again (its containers are gone); create a new one")
         self.workdir.mkdir(parents=True, exist_ok=True)
         # Probes and hooks: one session, no keep-alive (as the kubelet's prober), never a proxy.
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), trust_env=False)
@@ -141,6 +144,7 @@ class FakeCluster:
         if self._session is not None:
             await self._session.close()
         self._started = False
+        self._stopped = True
         self._paused = False
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from agents.testing.kube import objects
 
+KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
+
 
 @dataclasses.dataclass
 class ContainerRecord:
@@ -98,8 +100,9 @@ def build(pod: Mapping, *, init: Sequence[ContainerRecord], main: Sequence[Conta
     spec = pod.get("spec") or {}
     old = pod.get("status") or {}
     the_phase = terminal or phase(spec.get("restartPolicy", "Always"), init, main, init_failed_for_good)
-    conditions = [c for c in old.get("conditions") or [] if c.get("type") in ("PodScheduled", "DisruptionTarget")
-                  or c.get("type") in {g.get("conditionType") for g in spec.get("readinessGates") or []}]
+    # The kubelet owns four conditions; the rest (PodScheduled, DisruptionTarget, readiness gates a
+    # controller sets) are kept as others wrote them, as the kubelet's status manager merges them.
+    conditions = [c for c in old.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS]
     previous = {c["type"]: c for c in old.get("conditions") or []}
 
     def put(type_: str, status: str, cond_reason: str = "", cond_message: str = "") -> None:

@@ -2,10 +2,12 @@
 bounded history of changes (the compaction window) and watch fan-out.
 
 Every write bumps the counter and stamps ``metadata.resourceVersion`` (a decimal string, as etcd's
-revision is). The last ``compaction_window`` changes are kept; a watch that starts from a version
-older than the oldest kept change gets ``410 Gone`` ("too old resource version"), as a real API
-server does once etcd compacted. A watch with a label/field filter sees an object that stops
-matching as DELETED and one that starts matching as ADDED (the real watch cache's rule).
+revision is). The last ``compaction_window`` changes of each resource are kept (the real watch cache
+is per resource type, so a burst of Events never pushes pod history out); a watch that starts from
+a version older than the oldest kept change of its resource gets ``410 Gone`` ("too old resource
+version"), as a real API server does once etcd compacted. A watch with a label/field filter sees an
+object that stops matching as DELETED and one that starts matching as ADDED (the real watch cache's
+rule).
 
 In-process components (scheduler, kubelets, kube-proxy, node lifecycle) subscribe with
 ``listen(callback)``: callbacks run synchronously after each write and must only record what
@@ -114,8 +116,9 @@ class Store:
         self.compaction_window = compaction_window
         self._objects: dict[str, dict[tuple[str, str], dict]] = collections.defaultdict(dict)
         self._rv = 0
-        self._history: collections.deque[Change] = collections.deque()
-        self._compacted_rv = 0  # changes with rv <= this are forgotten
+        self._history: dict[str, collections.deque[Change]] = collections.defaultdict(collections.deque)
+        self._compacted_rv: dict[str, int] = collections.defaultdict(int)  # per resource: rv <= this forgotten
+        self._floor_rv = 0  # compact(): everything up to here is forgotten, for every resource
         self._watchers: set[Watcher] = set()
         self._listeners: list[Callable[[Change], None]] = []
 
@@ -125,10 +128,9 @@ class Store:
     def resource_version(self) -> int:
         return self._rv
 
-    @property
-    def oldest_rv(self) -> int:
-        """The oldest resource version a watch may start from."""
-        return self._compacted_rv
+    def oldest_rv(self, resource: str) -> int:
+        """The oldest resource version a watch of ``resource`` may start from."""
+        return max(self._floor_rv, self._compacted_rv[resource])
 
     def peek(self, resource: str, namespace: str, name: str) -> dict | None:
         """The stored object itself (do not mutate; use ``update``)."""
@@ -154,14 +156,14 @@ class Store:
         history; 410 Gone when compacted past it). Not copies."""
         if at_rv >= self._rv:
             return self.items(resource, namespace)
-        if at_rv < self._compacted_rv:
+        if at_rv < self.oldest_rv(resource):
             raise objects.gone("The resourceVersion for the provided list is too old.")
         current = {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
                    for o in self.items(resource, namespace)}
-        for change in reversed(self._history):
+        for change in reversed(self._history[resource]):
             if change.rv <= at_rv:
                 break
-            if change.resource != resource or (namespace and change.namespace != namespace):
+            if namespace and change.namespace != namespace:
                 continue
             key = (change.namespace, change.obj["metadata"]["name"])
             if change.old is None:
@@ -174,9 +176,10 @@ class Store:
 
     def _record(self, change_type: str, resource: str, obj: dict, old: dict | None) -> Change:
         change = Change(self._rv, change_type, resource, obj, old)
-        self._history.append(change)
-        while len(self._history) > self.compaction_window:
-            self._compacted_rv = self._history.popleft().rv
+        history = self._history[resource]
+        history.append(change)
+        while len(history) > self.compaction_window:
+            self._compacted_rv[resource] = history.popleft().rv
         for watcher in list(self._watchers):
             watcher._offer(change)
         for listener in list(self._listeners):
@@ -232,8 +235,9 @@ class Store:
 
     def compact(self) -> int:
         """Forget every change so far (as an etcd compaction at the current revision); returns it."""
-        self._history.clear()
-        self._compacted_rv = self._rv
+        for history in self._history.values():
+            history.clear()
+        self._floor_rv = self._rv
         log.info("event=compacted resource_version=%d", self._rv)
         return self._rv
 
@@ -255,14 +259,15 @@ class Store:
                 if match(obj):
                     watcher._push(("ADDED", objects.deep(obj)))
         else:
-            if since_rv < self._compacted_rv:
-                raise objects.gone(f"too old resource version: {since_rv} ({self._compacted_rv + 1})")
+            oldest = self.oldest_rv(resource)
+            if since_rv < oldest:
+                raise objects.gone(f"too old resource version: {since_rv} ({oldest + 1})")
             if since_rv > self._rv:
                 raise objects.ApiError(504, "Timeout", f"Timeout: Too large resource version: {since_rv}, "
                                        f"current: {self._rv}", {"causes": [{"reason": "ResourceVersionTooLarge",
                                                                              "message": "Too large resource version"}],
                                                                 "retryAfterSeconds": 1})
-            for change in self._history:
+            for change in self._history[resource]:
                 if change.rv > since_rv:
                     watcher._offer(change)
         self._watchers.add(watcher)

@@ -170,6 +170,49 @@ def _check_handler(causes: objects.Causes, field: str, handler: object, *, probe
                            "must be greater than or equal to 0")
 
 
+_VOLUME_SOURCES = ("hostPath", "emptyDir", "persistentVolumeClaim", "configMap", "secret", "projected",
+                   "downwardAPI", "ephemeral", "csi", "nfs", "image")
+
+
+def _check_volumes(causes: objects.Causes, spec: Mapping) -> set[str]:
+    names: set[str] = set()
+    for n, vol in enumerate(spec.get("volumes") or []):
+        path = f"spec.volumes[{n}]"
+        name = vol.get("name") if isinstance(vol, dict) else None
+        if not name:
+            causes.required(f"{path}.name")
+            continue
+        objects.check_dns_label(causes, f"{path}.name", name)
+        if name in names:
+            causes.duplicate(f"{path}.name", name)
+        names.add(name)
+        sources = [k for k in _VOLUME_SOURCES if vol.get(k) is not None]
+        if not sources:
+            causes.required(f"{path}: must specify a volume type")
+        elif len(sources) > 1:
+            causes.forbidden(path, "may not specify more than 1 volume type")
+        if vol.get("hostPath") is not None and not str((vol["hostPath"] or {}).get("path", "")).startswith("/"):
+            causes.invalid(f"{path}.hostPath.path", (vol["hostPath"] or {}).get("path", ""), "must be an absolute path")
+        if vol.get("persistentVolumeClaim") is not None and not (vol["persistentVolumeClaim"] or {}).get("claimName"):
+            causes.required(f"{path}.persistentVolumeClaim.claimName")
+    return names
+
+
+def _check_mounts(causes: objects.Causes, path: str, c: Mapping, volumes: set[str]) -> None:
+    seen: set[str] = set()
+    for n, mount in enumerate(c.get("volumeMounts") or []):
+        mpath = f"{path}.volumeMounts[{n}]"
+        if mount.get("name") not in volumes:
+            causes.items.append((f"{mpath}.name", "FieldValueNotFound", f'Not found: "{mount.get("name")}"'))
+        mount_path = mount.get("mountPath")
+        if not mount_path:
+            causes.required(f"{mpath}.mountPath")
+        elif mount_path in seen:
+            causes.invalid(f"{mpath}.mountPath", mount_path, "must be unique")
+        else:
+            seen.add(mount_path)
+
+
 def _check_container(causes: objects.Causes, path: str, c: object, names: set[str]) -> None:
     if not isinstance(c, dict):
         causes.invalid(path, "", "must be an object")
@@ -278,13 +321,18 @@ def validate_pod(pod: Mapping) -> objects.Causes:
     spec = pod.get("spec") or {}
     containers = spec.get("containers")
     names: set[str] = set()
+    volumes = _check_volumes(causes, spec)
     if not containers:
         causes.required("spec.containers")
     else:
         for n, c in enumerate(containers):
             _check_container(causes, f"spec.containers[{n}]", c, names)
+            if isinstance(c, dict):
+                _check_mounts(causes, f"spec.containers[{n}]", c, volumes)
     for n, c in enumerate(spec.get("initContainers") or []):
         _check_container(causes, f"spec.initContainers[{n}]", c, names)
+        if isinstance(c, dict):
+            _check_mounts(causes, f"spec.initContainers[{n}]", c, volumes)
     if spec.get("restartPolicy") not in RESTART_POLICIES:
         causes.unsupported("spec.restartPolicy", spec.get("restartPolicy"), RESTART_POLICIES)
     grace = spec.get("terminationGracePeriodSeconds")

@@ -278,3 +278,51 @@ async def test_unknown_paths_and_methods_are_status_errors(cluster):
     assert unknown.value.status == 404 and '"kind": "Status"' in unknown.value.body
 
 
+
+
+async def test_compaction_window_counts_changes_per_resource(tmp_path):
+    """The window keeps the last N changes of each resource: Event churn does not expire a pod watch, pod churn does."""
+    fake = kube.FakeCluster(workdir=tmp_path / "kube", compaction_window=3)
+    await fake.start()
+    try:
+        async with client.ApiClient(client.Configuration(host=fake.url)) as api_client:
+            core = client.CoreV1Api(api_client)
+            start = (await core.create_namespaced_pod("default", bare_pod("p"))).metadata.resource_version
+            for n in range(5):
+                await core.create_namespaced_event("default", {
+                    "metadata": {"name": f"e{n}"}, "involvedObject": {"kind": "Pod", "name": "p"}, "reason": "R"})
+            await core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"n": "1"}}})
+            w = watch.Watch()
+            async with w:
+                async for event in w.stream(core.list_namespaced_pod, "default", resource_version=start,
+                                            timeout_seconds=2):
+                    assert (event["type"], event["object"].metadata.labels) == ("MODIFIED", {"n": "1"})
+                    w.stop()
+            for n in range(2, 6):
+                await core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"n": str(n)}}})
+            with pytest.raises(ApiException) as gone:
+                async for _ in watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=start,
+                                                    timeout_seconds=2):
+                    pass
+            assert gone.value.status == 410
+    finally:
+        await fake.stop()
+
+
+async def test_volumes_are_validated_like_the_real_server(core):
+    """A mount of an undeclared volume and a volume without a source are 422; hostPath/PVC/emptyDir volumes are accepted."""
+    pod = bare_pod("v")
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "cache", "mountPath": "/models"}]
+    with pytest.raises(ApiException) as missing:
+        await core.create_namespaced_pod("default", pod)
+    assert missing.value.status == 422 and 'volumeMounts[0].name: Not found: \\"cache\\"' in missing.value.body
+    pod["spec"]["volumes"] = [{"name": "cache"}]
+    with pytest.raises(ApiException) as no_source:
+        await core.create_namespaced_pod("default", pod)
+    assert no_source.value.status == 422 and "must specify a volume type" in no_source.value.body
+    for source in ({"hostPath": {"path": "/var/lib/meridian/models", "type": "DirectoryOrCreate"}},
+                   {"persistentVolumeClaim": {"claimName": "models"}}, {"emptyDir": {}}):
+        pod["metadata"]["name"] = f"v-{next(iter(source)).lower()}"
+        pod["spec"]["volumes"] = [{"name": "cache", **source}]
+        created = await core.create_namespaced_pod("default", pod)
+        assert created.spec.volumes[0].name == "cache"

@@ -266,3 +266,30 @@ async def test_python_argv0_runs_as_the_fakes_interpreter(cluster, core):
     await h.wait_until(done, what="done")
     assert (await core.read_namespaced_pod_log("which", "default")).strip() == sys.executable
     assert os.path.exists(sys.executable)
+
+
+async def test_followed_log_streams_until_the_container_exits(cluster, core):
+    """A followed log delivers lines as the container writes them and ends when it exits."""
+    cluster.add_node("n1")
+    await core.create_namespaced_pod("default", {"metadata": {"name": "talker"}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "m", "image": "python:3", "command": [
+            "python", "-c", "import time\nfor i in range(3):\n    print('line', i, flush=True); time.sleep(0.4)"]}]}})
+    await h.wait_until(lambda: cluster.container_pid("default", "talker"), what="talker runs")
+    resp = await core.read_namespaced_pod_log("talker", "default", follow=True, _preload_content=False)
+    body = await asyncio.wait_for(resp.read(), 10)
+    assert body.decode().splitlines() == ["line 0", "line 1", "line 2"]
+
+
+async def test_delete_collection_by_label(cluster, core):
+    """DELETE on the collection with a label selector deletes only the matching pods."""
+    cluster.add_node("n1")
+    for name, team in (("a", "x"), ("b", "x"), ("c", "y")):
+        await core.create_namespaced_pod("default", {**h.pod_manifest(name, labels={"team": team}),
+                                                     "spec": {**h.pod_manifest(name)["spec"],
+                                                              "terminationGracePeriodSeconds": 1}})
+    await core.delete_collection_namespaced_pod("default", label_selector="team=x")
+
+    async def only_c():
+        return [p.metadata.name for p in (await core.list_namespaced_pod("default")).items] == ["c"]
+
+    await h.wait_until(only_c, what="a and b gone")
