@@ -108,11 +108,16 @@ async def test_namespace_deletion_removes_its_pods_then_itself(cluster, core):
     """Deleting a namespace terminates its pods, refuses new content with 403, and removes the namespace when empty."""
     cluster.add_node("n1")
     await core.create_namespace({"metadata": {"name": "team"}})
-    manifest = h.pod_manifest("p", readiness=False)
+    manifest = h.pod_manifest("p")
     manifest["spec"]["terminationGracePeriodSeconds"] = 2
     manifest["spec"]["containers"][0]["env"].append({"name": "IGNORE_TERM", "value": "1"})
     await core.create_namespaced_pod("team", manifest)
-    await h.wait_until(lambda: phase_in(core, "p", ("Running",), "team"), what="running")
+
+    async def serving():  # Ready: the server runs and has installed its SIGTERM handler
+        pod = await core.read_namespaced_pod("p", "team")
+        return {c.type: c.status for c in pod.status.conditions or []}.get("Ready") == "True"
+
+    await h.wait_until(serving, what="serving")
     await core.delete_namespace("team", _preload_content=False)
     assert (await core.read_namespace("team")).status.phase == "Terminating"
     with pytest.raises(ApiException) as refused:
