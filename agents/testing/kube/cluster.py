@@ -77,12 +77,13 @@ class FakeCluster:
         self.registry = registry.Registry(self.store, clock=self._clock,
                                           service_ips=ipam.IpPool(service_cidr, skip=9, name="service_cidr", rng=rng),
                                           node_ports=ipam.PortPool(), rng=rng)
-        self.api = api.ApiServer(self.registry, token=token, log_source=self, bookmark_interval_s=bookmark_interval_s,
-                                 max_watch_s=max_watch_s)
+        self.kubelets: dict[str, kubelet.Kubelet] = {}
+        self.locator = kubelet.PodLocator(self.store, self.kubelets)
+        self.api = api.ApiServer(self.registry, token=token, log_source=self.locator,
+                                 bookmark_interval_s=bookmark_interval_s, max_watch_s=max_watch_s)
         self.scheduler = scheduler.Scheduler(self.registry, retry_s=schedule_retry_s)
         self.lifecycle = nodelifecycle.NodeLifecycle(self.registry)
         self.proxy = proxy.ServiceProxy(self.registry, self.lb_ips)
-        self.kubelets: dict[str, kubelet.Kubelet] = {}
         self._gone_kubelets: list[kubelet.Kubelet] = []
         self._runtime: podworker.Runtime | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -320,15 +321,7 @@ class FakeCluster:
     # ------------------------------------------------------------------ pods (faults)
 
     def _worker(self, namespace: str, name: str) -> tuple[kubelet.Kubelet, podworker.PodWorker]:
-        pod = self.store.peek("pods", namespace, name)
-        if pod is None:
-            raise KeyError(f"no pod {namespace}/{name}")
-        node_kubelet = self.kubelets.get((pod.get("spec") or {}).get("nodeName") or "")
-        worker = node_kubelet.worker(namespace, name) if node_kubelet is not None else None
-        if node_kubelet is None or worker is None:
-            raise KeyError(f"pod {namespace}/{name} is not running on any node "
-                           f"(node: {(pod.get('spec') or {}).get('nodeName') or 'none'})")
-        return node_kubelet, worker
+        return self.locator.find(namespace, name)
 
     async def evict_pod(self, namespace: str, name: str,
                         message: str = "The node was low on resource: memory. Threshold quantity: 100Mi, "
@@ -347,6 +340,10 @@ class FakeCluster:
             raise RuntimeError(f"container {runner.name} of pod {namespace}/{name} is not running")
         log.info("event=kill_container pod=%s/%s container=%s signal=%d", namespace, name, runner.name, sig)
         os.killpg(runner.proc.pid, sig)
+
+    def log_path(self, namespace: str, pod: str, container: str | None = None, previous: bool = False) -> pathlib.Path:
+        """The container's current (or previous) log file, as ``pods/{name}/log`` serves it."""
+        return self.locator.log_path(namespace, pod, container, previous)
 
     def container_pid(self, namespace: str, name: str, container: str | None = None) -> int | None:
         """The pid (= process group id) of the container's running process, None when it is not running."""
@@ -371,29 +368,3 @@ class FakeCluster:
     def compact(self) -> int:
         """Compact the history now: every resourceVersion so far becomes too old to watch from."""
         return self.store.compact()
-
-    # ------------------------------------------------------------------ api.LogSource
-
-    def log_path(self, namespace: str, pod: str, container: str | None, previous: bool) -> pathlib.Path:
-        try:
-            _, worker = self._worker(namespace, pod)
-        except KeyError:
-            raise objects.bad_request(f'container "{container or ""}" in pod "{pod}" is waiting to start: '
-                                      f'ContainerCreating') from None
-        runner = worker.runner(container)
-        if previous:
-            if runner.record.restart_count == 0 and runner.record.state != "terminated":
-                raise objects.bad_request(f'previous terminated container "{runner.name}" in pod "{pod}" not found')
-            return runner.log_path(max(0, runner.record.restart_count - 1))
-        if runner.record.container_id == "" and not runner.log_path().exists():
-            raise objects.bad_request(f'container "{runner.name}" in pod "{pod}" is waiting to start: '
-                                      f'{runner.record.reason or "ContainerCreating"}')
-        return runner.log_path()
-
-    def is_running(self, namespace: str, pod: str, container: str | None) -> bool:
-        try:
-            _, worker = self._worker(namespace, pod)
-            return worker.runner(container).is_running()
-        except (KeyError, objects.ApiError):
-            return False
-

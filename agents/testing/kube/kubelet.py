@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import pathlib
 
 from agents.testing.kube import objects, podworker, store
 
@@ -167,3 +168,45 @@ class Kubelet:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self.workers.clear()
+
+
+class PodLocator:
+    """Finds the kubelet and worker of a pod, and serves ``api.LogSource`` from their log files."""
+
+    def __init__(self, st: store.Store, kubelets: dict[str, Kubelet]):
+        self.store = st
+        self.kubelets = kubelets
+
+    def find(self, namespace: str, name: str) -> tuple[Kubelet, podworker.PodWorker]:
+        pod = self.store.peek("pods", namespace, name)
+        if pod is None:
+            raise KeyError(f"no pod {namespace}/{name}")
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        node_kubelet = self.kubelets.get(node)
+        worker = node_kubelet.worker(namespace, name) if node_kubelet is not None else None
+        if node_kubelet is None or worker is None:
+            raise KeyError(f"pod {namespace}/{name} is not running on any node (node: {node or 'none'})")
+        return node_kubelet, worker
+
+    def log_path(self, namespace: str, pod: str, container: str | None, previous: bool) -> pathlib.Path:
+        try:
+            _, worker = self.find(namespace, pod)
+        except KeyError:
+            raise objects.bad_request(f'container "{container or ""}" in pod "{pod}" is waiting to start: '
+                                      f'ContainerCreating') from None
+        runner = worker.runner(container)
+        if previous:
+            if runner.record.restart_count == 0 and runner.record.state != "terminated":
+                raise objects.bad_request(f'previous terminated container "{runner.name}" in pod "{pod}" not found')
+            return runner.log_path(max(0, runner.record.restart_count - 1))
+        if runner.record.container_id == "" and not runner.log_path().exists():
+            raise objects.bad_request(f'container "{runner.name}" in pod "{pod}" is waiting to start: '
+                                      f'{runner.record.reason or "ContainerCreating"}')
+        return runner.log_path()
+
+    def is_running(self, namespace: str, pod: str, container: str | None) -> bool:
+        try:
+            _, worker = self.find(namespace, pod)
+            return worker.runner(container).is_running()
+        except (KeyError, objects.ApiError):
+            return False
