@@ -1,7 +1,8 @@
 """Providers: the clouds behind the agent, one small interface (``base.Provider``), a registry
 by name. Built-in names: ``sim`` (simulated cloud), ``aws`` (boto3), ``gcp`` (GKE),
-``azure`` (scale sets). A built-in provider's module (and its cloud SDK) is imported only when a
-provider of that name is created, so a sim agent never loads boto3 or the Azure SDK."""
+``azure`` (plain scale sets), ``aks`` (the agent pools of an AKS cluster). A built-in provider's
+module (and its cloud SDK) is imported only when a provider of that name is created, so a sim agent
+never loads boto3 or the Azure SDK."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ _BUILTIN: dict[str, str] = {
     "aws": "agents.providers.aws",
     "gcp": "agents.providers.gcp",
     "azure": "agents.providers.azure",
+    "aks": "agents.providers.aks",
 }
 
 

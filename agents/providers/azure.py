@@ -44,6 +44,7 @@ _CAPACITY = {"AllocationFailed", "ZonalAllocationFailed", "SkuNotAvailable", "Ov
              "OverconstrainedZonalAllocationRequest", "AllocationFailedSpot", "SpotVMCapacityUnavailable"}
 _QUOTA = {"QuotaExceeded", "OperationNotAllowed"}  # the latter only when its message says quota
 _THROTTLED = {"TooManyRequests", "SubscriptionRequestsThrottled", "ThrottlingError"}
+_NOT_FOUND = {"ResourceNotFound", "NotFound", "ResourceGroupNotFound", "AgentPoolNotFound"}
 _AUTH = {"AuthenticationFailed", "AuthorizationFailed", "InvalidAuthenticationToken", "ExpiredAuthenticationToken",
          "InvalidAuthenticationTokenTenant", "LinkedAuthorizationFailed"}
 
@@ -56,6 +57,23 @@ def _error_code(exc: azexc.HttpResponseError) -> str:
     return str(code)
 
 
+def kind_of(code: str, message: str, status: int = 0) -> CloudErrorKind:
+    """The kind an ARM error (code, message, HTTP status) indicates: codes first, then the message."""
+    if code in _CAPACITY:
+        return CloudErrorKind.INSUFFICIENT_CAPACITY
+    if code in _THROTTLED or status == 429:
+        return CloudErrorKind.THROTTLED
+    if code in _AUTH or status in (401, 403):
+        return CloudErrorKind.AUTH_FAILURE
+    if code in _QUOTA and (code == "QuotaExceeded" or "quota" in message.lower()):
+        return CloudErrorKind.QUOTA_EXCEEDED
+    if status == 404 or code in _NOT_FOUND:
+        return CloudErrorKind.NOT_FOUND
+    if status >= 500:
+        return CloudErrorKind.UNAVAILABLE
+    return classify_message(f"{code} {message}") or CloudErrorKind.INVALID_REQUEST
+
+
 def classify(exc: Exception, operation: str = "") -> CloudError:
     if isinstance(exc, CloudError):
         return exc
@@ -66,24 +84,86 @@ def classify(exc: Exception, operation: str = "") -> CloudError:
         code = _error_code(exc)
         message = getattr(getattr(exc, "error", None), "message", None) or exc.message or str(exc)
         status = exc.status_code or 0
-        if code in _CAPACITY:
-            kind = CloudErrorKind.INSUFFICIENT_CAPACITY
-        elif code in _THROTTLED or status == 429:
-            kind = CloudErrorKind.THROTTLED
-        elif code in _AUTH or status in (401, 403):
-            kind = CloudErrorKind.AUTH_FAILURE
-        elif code in _QUOTA and (code == "QuotaExceeded" or "quota" in message.lower()):
-            kind = CloudErrorKind.QUOTA_EXCEEDED
-        elif status == 404 or code in ("ResourceNotFound", "NotFound", "ResourceGroupNotFound"):
-            kind = CloudErrorKind.NOT_FOUND
-        elif status >= 500:
-            kind = CloudErrorKind.UNAVAILABLE
-        else:
-            kind = classify_message(f"{code} {message}") or CloudErrorKind.INVALID_REQUEST
-        return CloudError(kind, message, code=code or str(status), operation=operation)
+        return CloudError(kind_of(code, message, status), message, code=code or str(status), operation=operation)
     if isinstance(exc, (azexc.ServiceRequestError, azexc.ServiceResponseError)):
         return CloudError(CloudErrorKind.UNAVAILABLE, str(exc), code=type(exc).__name__, operation=operation)
     return CloudError(CloudErrorKind.UNKNOWN, f"{type(exc).__name__}: {exc}", operation=operation)
+
+
+class ComputeReads:
+    """What the Compute API tells about a region's VM sizes and quotas, for the azure and aks
+    providers: capabilities per size (``resource_skus.list``: "GPUs", "vCPUs", the quota family),
+    cached an hour, and vCPU usage and limits per family (``usage.list``), cached five minutes and
+    dropped after a resize. Blocking: call from a worker thread."""
+
+    def __init__(self, client: ComputeManagementClient, region: str, sizes: set[str], clock: Callable[[], float]):
+        self._client = client
+        self._region = region
+        self._sizes = sizes
+        self._clock = clock
+        self._skus: dict[str, dict[str, str]] = {}  # size -> capabilities + "family"
+        self._skus_at = -1e18
+        self._usage: dict[str, tuple[int, int]] = {}  # family lower -> (current vCPUs, limit)
+        self._usage_at = -1e18
+
+    def refresh(self) -> None:
+        now = self._clock()
+        if not self._skus or now - self._skus_at >= STATIC_TTL_S:
+            found: dict[str, dict[str, str]] = {}
+            try:
+                for sku in self._client.resource_skus.list(filter=f"location eq '{self._region}'"):
+                    if sku.resource_type == "virtualMachines" and sku.name in self._sizes:
+                        caps = {c.name: c.value for c in (sku.capabilities or [])}
+                        caps["family"] = sku.family or ""
+                        found[sku.name] = caps
+            except Exception as exc:
+                raise classify(exc, "resource_skus.list") from exc
+            self._skus, self._skus_at = found, now
+        if now - self._usage_at >= QUOTA_TTL_S:
+            usage: dict[str, tuple[int, int]] = {}
+            try:
+                for u in self._client.usage.list(self._region):
+                    usage[(u.name.value or "").lower()] = (int(u.current_value), int(u.limit))
+            except Exception as exc:
+                raise classify(exc, "usage.list") from exc
+            self._usage, self._usage_at = usage, now
+
+    def invalidate_usage(self) -> None:
+        self._usage_at = -1e18
+
+    def caps(self, size: str) -> dict[str, str]:
+        return self._skus.get(size, {})
+
+    def headroom_gpus(self, size: str, *, spot: bool, nodes_left: int, gpus_per_node: int, vcpus: int) -> int:
+        """GPUs the pool may still add: ``nodes_left`` nodes, fewer when the size's family quota
+        (spot: ``lowPriorityCores``) has less vCPU room."""
+        headroom = max(0, nodes_left) * gpus_per_node
+        family = ("lowPriorityCores" if spot else self.caps(size).get("family", "")).lower()
+        if family in self._usage and vcpus:
+            current, limit = self._usage[family]
+            headroom = min(headroom, (max(0, limit - current) // vcpus) * gpus_per_node)
+        return headroom
+
+
+async def scheduled_preemptions(watcher: notices.MetadataWatcher | None) -> list[notices.NodeNotice]:
+    """Scheduled Events ``Preempt`` notices in effect now (none without a watcher)."""
+    if watcher is None:
+        return []
+    try:
+        return await watcher.poll()
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as exc:
+        raise CloudError(CloudErrorKind.UNAVAILABLE, f"scheduled events: {exc}", operation="interruptions") from exc
+
+
+def client_options(account: cluster_spec.AzureAccount, credential: Any, *, polling_interval_s: float,
+                   retry_total: int) -> tuple[Any, dict[str, Any]]:
+    """(credential, client keyword arguments) for an Azure management client of ``account``: with
+    ``account.endpoint`` (a local fake) requests go there unauthenticated."""
+    kwargs: dict[str, Any] = dict(polling_interval=polling_interval_s, retry_total=retry_total)
+    if account.endpoint:
+        kwargs.update(base_url=account.endpoint, authentication_policy=azure.core.pipeline.policies.SansIOHTTPPolicy())
+        credential = credential or _NoCredential()
+    return credential or azure.identity.DefaultAzureCredential(), kwargs
 
 
 class AzureProvider(base.Provider):
@@ -100,10 +180,7 @@ class AzureProvider(base.Provider):
         self._decls = {p.name: p for p in cluster.spec.pools}
         self._clock = clock
         self._client = client
-        self._skus: dict[str, dict[str, str]] = {}  # size -> capabilities + "family"
-        self._skus_at = -1e18
-        self._usage: dict[str, tuple[int, int]] = {}  # family lower -> (current vCPUs, limit)
-        self._usage_at = -1e18
+        self._reads = ComputeReads(client, self._region, {d.instance_type for d in self._decls.values()}, clock)
         self._problems: dict[str, CloudError] = {}  # pool -> failure of its last resize
         self._node_pool_of: dict[str, str] = {}
         self._watcher = notices.MetadataWatcher("azure", metadata_url, clock=clock) if metadata_url else None
@@ -119,36 +196,8 @@ class AzureProvider(base.Provider):
     async def discover(self) -> list[base.PoolStatus]:
         return await asyncio.to_thread(self._discover)
 
-    def _refresh_skus(self) -> None:
-        if self._skus and self._clock() - self._skus_at < STATIC_TTL_S:
-            return
-        wanted = {d.instance_type for d in self._decls.values()}
-        found: dict[str, dict[str, str]] = {}
-        items = self._call("resource_skus.list", self._client.resource_skus.list, filter=f"location eq '{self._region}'")
-        try:
-            for sku in items:
-                if sku.resource_type == "virtualMachines" and sku.name in wanted:
-                    caps = {c.name: c.value for c in (sku.capabilities or [])}
-                    caps["family"] = sku.family or ""
-                    found[sku.name] = caps
-        except Exception as exc:
-            raise classify(exc, "resource_skus.list") from exc
-        self._skus, self._skus_at = found, self._clock()
-
-    def _refresh_usage(self) -> None:
-        if self._clock() - self._usage_at < QUOTA_TTL_S:
-            return
-        usage: dict[str, tuple[int, int]] = {}
-        try:
-            for u in self._client.usage.list(self._region):
-                usage[(u.name.value or "").lower()] = (int(u.current_value), int(u.limit))
-        except Exception as exc:
-            raise classify(exc, "usage.list") from exc
-        self._usage, self._usage_at = usage, self._clock()
-
     def _discover(self) -> list[base.PoolStatus]:
-        self._refresh_skus()
-        self._refresh_usage()
+        self._reads.refresh()
         return [self._pool_status(decl) for decl in self._decls.values()]
 
     def _pool_status(self, decl: cluster_spec.PoolDecl) -> base.PoolStatus:
@@ -169,7 +218,7 @@ class AzureProvider(base.Provider):
         except Exception as exc:
             raise classify(exc, "virtual_machine_scale_sets.get") from exc
         size = vmss.sku.name
-        caps = self._skus.get(size, {})
+        caps = self._reads.caps(size)
         gpus_per_node = int(caps.get("GPUs") or (offer.gpu_count if offer else 0))
         vcpus = int(caps.get("vCPUs") or (offer.vcpus if offer else 0))
         target = int(vmss.sku.capacity or 0)
@@ -181,11 +230,8 @@ class AzureProvider(base.Provider):
         pending = max(0, target - len(running))
         profile = vmss.properties.virtual_machine_profile if vmss.properties else None
         spot = bool(profile and (profile.priority or "").lower() in ("spot", "low"))
-        family = ("lowPriorityCores" if spot else caps.get("family", "")).lower()
-        headroom = max(0, decl.max_nodes - target) * gpus_per_node
-        if family in self._usage and vcpus:
-            current, limit = self._usage[family]
-            headroom = min(headroom, (max(0, limit - current) // vcpus) * gpus_per_node)
+        headroom = self._reads.headroom_gpus(size, spot=spot, nodes_left=decl.max_nodes - target,
+                                             gpus_per_node=gpus_per_node, vcpus=vcpus)
         problem = self._problems.get(decl.name)
         stocked = problem is not None and problem.kind == CloudErrorKind.INSUFFICIENT_CAPACITY
         state = common.provisioning_state(len(running), pending, target, stocked)
@@ -212,7 +258,7 @@ class AzureProvider(base.Provider):
                 self._problems[pool_id] = err
             raise err from None
         self._problems.pop(pool_id, None)
-        self._usage_at = -1e18  # usage changed with the capacity
+        self._reads.invalidate_usage()  # usage changed with the capacity
 
     def _resize(self, pool_id: str, target: int) -> None:
         decl = self._decls.get(pool_id)
@@ -228,14 +274,8 @@ class AzureProvider(base.Provider):
     # ------------------------------------------------------------------ eviction notices
 
     async def interruptions(self) -> list[base.Interruption]:
-        if self._watcher is None:
-            return []
-        try:
-            raw = await self._watcher.poll()
-        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as exc:
-            raise CloudError(CloudErrorKind.UNAVAILABLE, f"scheduled events: {exc}", operation="interruptions") from exc
         out = []
-        for n in raw:
+        for n in await scheduled_preemptions(self._watcher):
             pool_id = self._node_pool_of.get(n.node)
             if pool_id is None:  # VM names are <scale set>_<instance id>
                 prefix = n.node.rsplit("_", 1)[0]
@@ -263,13 +303,9 @@ def create(cluster: spec.Cluster, *, clock: Callable[[], float] = time.time, rng
     if account is None:
         raise ValueError("spec.azure: the azure provider needs azure.subscription_id and azure.resource_group")
     if client is None:
-        kwargs: dict[str, Any] = dict(polling_interval=polling_interval_s, retry_total=retry_total)
-        if account.endpoint:
-            kwargs.update(base_url=account.endpoint,
-                          authentication_policy=azure.core.pipeline.policies.SansIOHTTPPolicy())
-            credential = credential or _NoCredential()
-        client = ComputeManagementClient(credential or azure.identity.DefaultAzureCredential(),
-                                         account.subscription_id, **kwargs)
+        credential, kwargs = client_options(account, credential, polling_interval_s=polling_interval_s,
+                                            retry_total=retry_total)
+        client = ComputeManagementClient(credential, account.subscription_id, **kwargs)
     return AzureProvider(cluster, clock=clock, client=client,
                          metadata_url=notices.resolve("azure", metadata_url, notices.AZURE_IMDS_URL))
 

@@ -1,14 +1,20 @@
-"""A local fake of the Azure Resource Manager endpoints the azure provider uses, for the real
-``ComputeManagementClient`` (``base_url`` pointed here, no-op authentication policy):
+"""A local fake of the Azure Resource Manager endpoints the azure and aks providers use, for the
+real ``ComputeManagementClient`` and ``ContainerServiceClient`` (``base_url`` pointed here, no-op
+authentication policy):
 
 - virtual machine scale sets: GET, PATCH of ``sku.capacity`` as a long-running operation (200 +
   ``Azure-AsyncOperation``, then InProgress -> Succeeded/Failed), and their VMs (new VMs come up
   after ``provisioning_delay_s``);
 - ``resource_skus.list`` (GPUs and vCPUs per VM size, family), ``usage.list`` (vCPU quotas per
   family, case-insensitive names as Azure has them);
-- faults: a capacity limit per scale set (the operation ends Failed with AllocationFailed, as a
-  zone without capacity does), family quotas (a synchronous 409 OperationNotAllowed), and any
-  injected error answer (``fail_next``: 429 throttling, 401 auth ...)."""
+- AKS agent pools (``agents.testing.aks_fake``, on the same server): list, GET, PUT of ``count``
+  (and the autoscaler settings) with If-Match, ``deleteMachines``, the pools' machines, and AKS's
+  long-running operations (``Microsoft.ContainerService/locations/{loc}/operations/{id}`` and
+  ``.../operationresults/{id}``);
+- faults: a capacity limit per scale set or agent pool (the operation ends Failed with
+  AllocationFailed, as a zone without capacity does), family quotas (a synchronous 409
+  OperationNotAllowed for scale sets, 400 QuotaExceeded for agent pools, as each API answers), and
+  any injected error answer (``fail_next``: 429 throttling, 401 auth ...)."""
 
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ from collections.abc import Callable
 from aiohttp import web
 
 from meridian import catalog
+
+from agents.testing import aks_fake
 
 API = "/subscriptions/{sub}"
 VMSS = API + "/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets/{name}"
@@ -65,6 +73,17 @@ class FakeScaleSet:
 class _Op:
     done_at: float
     error: dict | None
+    on_done: Callable[[_Op], None] | None = None  # settles the resource the operation changes
+    settled: bool = False
+
+    def done(self, now: float) -> bool:
+        if now < self.done_at:
+            return False
+        if not self.settled:
+            self.settled = True
+            if self.on_done is not None:
+                self.on_done(self)
+        return True
 
 
 class ArmFake:
@@ -76,6 +95,7 @@ class ArmFake:
         self._clock = clock
         self.scale_sets: dict[tuple[str, str, str], FakeScaleSet] = {}
         self.quotas: dict[tuple[str, str, str], int] = {}  # (subscription, location, family lower) -> vCPU limit
+        self.agent_pools = aks_fake.AgentPools(self)
         self._ops: dict[str, _Op] = {}
         self._op_ids = itertools.count(1)
         self._faults: dict[str, collections.deque[tuple[int, str, str]]] = collections.defaultdict(collections.deque)
@@ -105,7 +125,8 @@ class ArmFake:
 
     def fail_next(self, operation: str, status: int, code: str, message: str, times: int = 1) -> None:
         """Answer the next ``times`` calls of ``operation`` (get_vmss, update_vmss, list_vms,
-        list_skus, list_usages, get_operation) with an ARM error."""
+        list_skus, list_usages, get_operation; for agent pools: list_agent_pools, get_agent_pool,
+        put_agent_pool, delete_machines, list_machines, get_aks_operation) with an ARM error."""
         self._faults[operation].extend([(status, code, message)] * times)
 
     def _new_vm(self, ss: FakeScaleSet, ready_at: float) -> _Vm:
@@ -125,6 +146,7 @@ class ArmFake:
                            self._op("list_usages", self._list_usages))
         app.router.add_get(API + "/providers/Microsoft.Compute/locations/{loc}/operations/{op}",
                            self._op("get_operation", self._get_operation))
+        self.agent_pools.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, 0)
@@ -137,6 +159,42 @@ class ArmFake:
             await self._runner.cleanup()
 
     # ------------------------------------------------------------------ handlers
+
+    def new_operation(self, error: dict | None = None, on_done: Callable[[_Op], None] | None = None) -> str:
+        """A long-running operation that ends after ``operation_delay_s`` (Failed with ``error``)."""
+        op_id = f"op-{next(self._op_ids)}"
+        self._ops[op_id] = _Op(self._clock() + self.operation_delay_s, error, on_done)
+        return op_id
+
+    def operation(self, op_id: str) -> _Op | None:
+        return self._ops.get(op_id)
+
+    def now(self) -> float:
+        return self._clock()
+
+    def vcpus(self, sku: str, location: str) -> int:
+        return self._vcpus(sku, location)
+
+    def family_vcpus_used(self, subscription: str, location: str, family: str) -> int:
+        """vCPUs of ``family`` (lower case; spot: lowpriorityCores) in use, over scale sets and agent pools."""
+        used = sum(self._vcpus(o.sku, o.location) * o.capacity for o in self.scale_sets.values()
+                   if o.subscription == subscription and o.location == location and
+                   ("lowPriorityCores" if o.spot else FAMILIES.get(o.sku, o.sku)).lower() == family)
+        return used + self.agent_pools.family_vcpus_used(subscription, location, family)
+
+    @staticmethod
+    def family_of(sku: str) -> str:
+        return FAMILIES.get(sku, sku)
+
+    def quota_of(self, subscription: str, location: str, family: str) -> int | None:
+        return self.quotas.get((subscription, location, family.lower()))
+
+    @staticmethod
+    def error(status: int, code: str, message: str) -> web.Response:
+        return ArmFake._error(status, code, message)
+
+    def op(self, name: str, fn):
+        return self._op(name, fn)
 
     @staticmethod
     def _error(status: int, code: str, message: str) -> web.Response:
@@ -202,9 +260,7 @@ class ArmFake:
         quota_key = (ss.subscription, ss.location, ("lowPriorityCores" if ss.spot else family).lower())
         if quota_key in self.quotas and capacity > ss.capacity:
             per_vm = self._vcpus(ss.sku, ss.location)
-            used = sum(self._vcpus(o.sku, o.location) * o.capacity for o in self.scale_sets.values()
-                       if o.subscription == ss.subscription and o.location == ss.location and
-                       ("lowPriorityCores" if o.spot else FAMILIES.get(o.sku, o.sku)).lower() == quota_key[2])
+            used = self.family_vcpus_used(ss.subscription, ss.location, quota_key[2])
             needed = (capacity - ss.capacity) * per_vm
             if used + needed > self.quotas[quota_key]:
                 return self._error(409, "OperationNotAllowed", (
@@ -224,8 +280,7 @@ class ArmFake:
             while len(ss.vms) < capacity:
                 ss.vms.append(self._new_vm(ss, now + self.provisioning_delay_s))
             ss.provisioning_state = "Updating"
-        op_id = f"op-{next(self._op_ids)}"
-        self._ops[op_id] = _Op(self._clock() + self.operation_delay_s, error)
+        op_id = self.new_operation(error)
         poll = (f"{self.url}/subscriptions/{ss.subscription}/providers/Microsoft.Compute/locations/{ss.location}/"
                 f"operations/{op_id}?api-version={request.query.get('api-version', '')}")
         body = self._vmss_json(ss)
@@ -236,7 +291,7 @@ class ArmFake:
         op = self._ops.get(request.match_info["op"])
         if op is None:
             return self._error(404, "NotFound", "operation not found")
-        if self._clock() < op.done_at:
+        if not op.done(self._clock()):
             return web.json_response({"name": request.match_info["op"], "status": "InProgress"})
         if op.error is not None:
             return web.json_response({"name": request.match_info["op"], "status": "Failed", "error": op.error})
@@ -274,12 +329,7 @@ class ArmFake:
 
     async def _list_usages(self, request: web.Request) -> web.Response:
         sub, loc = request.match_info["sub"], request.match_info["loc"]
-        used: dict[str, int] = collections.Counter()
-        for ss in self.scale_sets.values():
-            if ss.subscription == sub and ss.location == loc:
-                family = ("lowPriorityCores" if ss.spot else FAMILIES.get(ss.sku, ss.sku)).lower()
-                used[family] += self._vcpus(ss.sku, loc) * ss.capacity
         return web.json_response({"value": [
-            {"unit": "Count", "currentValue": used.get(family, 0), "limit": limit,
+            {"unit": "Count", "currentValue": self.family_vcpus_used(sub, loc, family), "limit": limit,
              "name": {"value": family, "localizedValue": family}}
             for (s, l, family), limit in self.quotas.items() if s == sub and l == loc]})

@@ -3,6 +3,7 @@ GPU pools it may scale within what bounds."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import pydantic
@@ -37,8 +38,9 @@ class PoolDecl(base.StrictModel):
     min_nodes: int = pydantic.Field(default=0, ge=0)
     max_nodes: int = pydantic.Field(default=4, ge=0)
     initial_nodes: int = pydantic.Field(default=0, ge=0, description="Nodes at start (sim provider).")
-    # Cloud resource the pool maps to: an ASG name, a GKE node pool, an Azure VMSS name.
-    resource: str | None = None
+    resource: str | None = pydantic.Field(
+        default=None, description="The cloud resource the pool maps to: an Auto Scaling group, a GKE node pool, "
+                                  "an Azure scale set, an AKS agent pool; default: the pool's name.")
 
 
 class AwsAccount(base.StrictModel):
@@ -54,9 +56,21 @@ class GcpAccount(base.StrictModel):
     endpoint: str | None = pydantic.Field(default=None, description="Only for tests (local fake).")
 
 
+# AKS's own naming rules (the ContainerService REST reference's path patterns).
+AKS_CLUSTER_PATTERN = r"^[a-zA-Z0-9]$|^[a-zA-Z0-9][-_a-zA-Z0-9]{0,61}[a-zA-Z0-9]$"
+AKS_AGENT_POOL_PATTERN = r"^[a-z][a-z0-9]{0,11}$"
+# The cloud each cloud provider manages.
+PROVIDER_CLOUD = {"aws": "aws", "gcp": "gcp", "azure": "azure", "aks": "azure"}
+
+
 class AzureAccount(base.StrictModel):
     subscription_id: str = pydantic.Field(min_length=1)
-    resource_group: str = pydantic.Field(min_length=1)
+    resource_group: str = pydantic.Field(
+        min_length=1, description="azure provider: the scale sets' resource group; aks provider: the managed "
+                                  "cluster's resource group (not its node resource group).")
+    aks_cluster: str | None = pydantic.Field(
+        default=None, pattern=AKS_CLUSTER_PATTERN,
+        description="The AKS managed cluster whose agent pools the aks provider sizes (provider: aks only).")
     endpoint: str | None = pydantic.Field(default=None, description="Only for tests (local fake).")
 
 
@@ -99,8 +113,9 @@ class ClusterSpec(base.StrictModel):
     cloud: base.CloudName
     region: rules.CloudRegion
     zone: str | None = None
-    provider: Literal["sim", "aws", "gcp", "azure"] | None = pydantic.Field(
-        default=None, description="Provider implementation; default: the cloud's own (sim for local).")
+    provider: Literal["sim", "aws", "gcp", "azure", "aks"] | None = pydantic.Field(
+        default=None, description="Provider implementation; default: the cloud's own (sim for local). On Azure, "
+                                  "azure drives plain scale sets, aks the agent pools of an AKS cluster.")
     auth: Auth
     scheduler: SchedulerEndpoint = SchedulerEndpoint()
     pools: list[PoolDecl] = pydantic.Field(min_length=1)
@@ -129,12 +144,28 @@ class ClusterSpec(base.StrictModel):
             problems.add(f"scheduler.tls.{missing}", f"{given} is set: mutual TLS needs both cert_file and key_file")
         rules.unique([p.name for p in self.pools], "pools", problems, "pool name")
         provider = self.provider_name
-        if provider in ("aws", "gcp", "azure") and provider != self.cloud:
+        if provider in PROVIDER_CLOUD and PROVIDER_CLOUD[provider] != self.cloud:
             problems.add("provider", f"provider {provider!r} cannot manage a {self.cloud} cluster")
         if provider == "gcp" and self.gcp is None:
             problems.add("gcp", "the gcp provider needs gcp.project, gcp.location and gcp.gke_cluster")
         if provider == "azure" and self.azure is None:
             problems.add("azure", "the azure provider needs azure.subscription_id and azure.resource_group")
+        if provider == "azure" and self.azure is not None and self.azure.aks_cluster is not None:
+            problems.add("azure.aks_cluster", "the azure provider resizes plain scale sets, which AKS does not "
+                                              "allow for its node pools: set provider: aks to size the agent pools "
+                                              f"of {self.azure.aks_cluster!r}, or remove aks_cluster")
+        if provider == "aks" and self.cloud == "azure":
+            if self.azure is None or self.azure.aks_cluster is None:
+                problems.add("azure.aks_cluster" if self.azure else "azure",
+                             "the aks provider needs azure.subscription_id, azure.resource_group (the managed "
+                             "cluster's) and azure.aks_cluster (its name)")
+            for i, pool in enumerate(self.pools):
+                name = pool.resource or pool.name
+                if not re.match(AKS_AGENT_POOL_PATTERN, name):
+                    field = "resource" if pool.resource else "name"
+                    problems.add(f"pools.{i}.{field}",
+                                 f"{name!r} is not an AKS agent pool name (1-12 lowercase letters and digits, "
+                                 f"starting with a letter): set pools[{i}].resource to the agent pool's name")
         catalog_cloud = self.cloud if self.cloud != "local" else None
         types = ctx.catalog.instance_types(catalog_cloud)
         for i, pool in enumerate(self.pools):

@@ -51,6 +51,9 @@ RULES = {
         "Pool names are unique; `min_nodes` <= `initial_nodes` <= `max_nodes`.",
         "`auth` gives exactly one of `token_env` or `token_file`; the `gcp`/`azure` providers need "
         "their account section.",
+        "`provider` manages `cloud` (`aks` is an Azure provider); `aks` needs `azure.aks_cluster`, which the "
+        "`azure` provider refuses (AKS does not allow resizing its pools' scale sets); with `aks` every pool's "
+        "`resource` (default: its name) is an AKS agent pool name, 1-12 lowercase letters and digits.",
     ],
     "LatencyMap": ["Override endpoints are known regions (built-in or added by this document)."],
 }
@@ -97,7 +100,7 @@ def _constraints(field: pydantic.fields.FieldInfo) -> str:
             value = getattr(meta, name, None)
             if value is not None:
                 out.append(f"{sym} {value}" if name != "pattern" else f"pattern `{value}`")
-    return "; ".join(out)
+    return "; ".join(out).replace("|", "\\|")  # a bare | would end the table cell (GFM escapes it in code too)
 
 
 def _models(root: type[pydantic.BaseModel]) -> list[type[pydantic.BaseModel]]:

@@ -4,11 +4,13 @@ persistence. Driven by an injected clock and RNG, never by sleeping."""
 from __future__ import annotations
 
 import random
+import typing
 
 import pytest
 
 from meridian import catalog
 from meridian.fleet import models
+from meridian.spec import cluster as cluster_spec
 
 from agents import agent as agent_mod
 from agents import config, providers
@@ -136,8 +138,11 @@ def test_state_survives_a_new_sim_cloud(cluster, clock, tmp_path):
 
 
 def test_registry_creates_providers_by_name(cluster, clock):
-    """The registry knows the four built-in providers and suggests a close name for a typo."""
-    assert providers.names() == ["aws", "azure", "gcp", "sim"]
+    """The registry knows the five built-in providers, exactly the names a Cluster spec may give, and
+    suggests a close name for a typo."""
+    assert providers.names() == ["aks", "aws", "azure", "gcp", "sim"]
+    spec_names = typing.get_args(typing.get_args(cluster_spec.ClusterSpec.model_fields["provider"].annotation)[0])
+    assert sorted(spec_names) == providers.names()
     assert isinstance(providers.create("sim", cluster, clock=clock), sim.SimProvider)
     with pytest.raises(ValueError, match="did you mean 'sim'"):
         providers.create("simm", cluster)
