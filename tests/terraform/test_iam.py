@@ -1,5 +1,5 @@
 """The agent's cloud identity grants exactly what the provider code calls: every API call found in
-agents/providers/{aws,gcp,azure}.py (read from the code itself, by an AST walk) maps to an IAM
+agents/providers/{aws,gcp,aks}.py (read from the code itself, by an AST walk) maps to an IAM
 action or permission that the cloud's GPU cluster module grants, and every grant maps back to a
 call. A new call without its grant fails here, and so does a grant nothing uses.
 
@@ -8,8 +8,14 @@ call. A new call without its grant fails here, and so does a grant nothing uses.
 - GCP: ClusterManager RPCs (``self._call(op, "list_node_pools", ...)``) and Compute REST calls
   (``self._compute.call(method, url, "get_instance_group_manager")``) -> permissions, by the table
   below (from the GKE and Compute Engine REST references' "Authorization requires" lines).
-- Azure: ``self._client.<operations group>.<method>`` -> ``Microsoft.Compute/...`` actions, by the
-  table below (long-running operations are polled, hence locations/operations/read)."""
+- AKS: the aks provider's ``self._aks.<operations group>.<method>`` (ContainerServiceClient) and
+  the Compute reads it shares with the azure provider (``azure.ComputeReads``:
+  ``self._client.<group>.<method>``) -> ``Microsoft.ContainerService/...`` and
+  ``Microsoft.Compute/...`` actions, by the tables below (from Azure's resource provider operations
+  list; long-running operations are polled, hence ``locations/operations/read``, and a POST's final
+  result is read from its Location, hence ``locations/operationresults/read``). The azure provider
+  (plain, non-AKS scale sets) has no module here; its table is checked against its calls all the
+  same, and docs/operations.md lists it."""
 
 from __future__ import annotations
 
@@ -18,6 +24,8 @@ import json
 import pathlib
 
 import boto3
+from azure.mgmt.compute import ComputeManagementClient
+from azure.mgmt.containerservice import ContainerServiceClient
 from google.cloud import container_v1
 
 from tests.terraform import hcl
@@ -38,15 +46,31 @@ GKE_PERMISSIONS = {
 COMPUTE_PERMISSIONS = {
     "region_quotas": "compute.regions.get",  # regions.get
     "get_instance_group_manager": "compute.instanceGroupManagers.get",  # instanceGroupManagers.get
-    "list_managed_instances": "compute.instanceGroupManagers.get",  # instanceGroupManagers.listManagedInstances
+    # Zonal and regional instanceGroupManagers.listManagedInstances: "Authorization requires the
+    # following IAM permission on the specified resource instanceGroupManager:
+    # compute.instanceGroupManagers.get" (cloud.google.com/compute/docs/reference/rest/v1/
+    # {instanceGroupManagers,regionInstanceGroupManagers}/listManagedInstances). gcloud's
+    # `instance-groups managed list-instances` names compute.instanceGroupManagers.list for the
+    # command as a whole; the REST method itself needs .get, which an IAM Condition on the group can scope.
+    "list_managed_instances": "compute.instanceGroupManagers.get",
 }
-AZURE_ACTIONS = {
+AZURE_ACTIONS = {  # azure-mgmt-compute: the azure provider, and ComputeReads (shared with aks)
     "resource_skus.list": {"Microsoft.Compute/skus/read"},
     "usage.list": {"Microsoft.Compute/locations/usages/read"},
     "virtual_machine_scale_sets.get": {"Microsoft.Compute/virtualMachineScaleSets/read"},
     "virtual_machine_scale_sets.begin_update": {"Microsoft.Compute/virtualMachineScaleSets/write",
                                                 "Microsoft.Compute/locations/operations/read"},
     "virtual_machine_scale_set_vms.list": {"Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read"},
+}
+_POOLS = "Microsoft.ContainerService/managedClusters/agentPools"
+_AKS_OPERATION = "Microsoft.ContainerService/locations/operations/read"
+AKS_ACTIONS = {  # azure-mgmt-containerservice: the aks provider
+    "agent_pools.list": {f"{_POOLS}/read"},
+    "agent_pools.get": {f"{_POOLS}/read"},
+    "agent_pools.begin_create_or_update": {f"{_POOLS}/write", _AKS_OPERATION},
+    "agent_pools.begin_delete_machines": {f"{_POOLS}/deleteMachines/action", _AKS_OPERATION,
+                                          "Microsoft.ContainerService/locations/operationresults/read"},
+    "machines.list": {f"{_POOLS}/machines/read"},
 }
 NOT_API_CALLS = {"close", "get_paginator"}
 
@@ -188,14 +212,36 @@ def test_gke_instance_group_read_is_conditioned_on_the_pools():
 # ------------------------------------------------------------------ Azure
 
 
-def azure_calls() -> set[str]:
+def sdk_calls(tree: ast.AST, clients: set[str]) -> set[str]:
+    """``"<group>.<method>"`` for every ``self.<client>.<operations group>.<method>`` in ``tree``."""
     calls: set[str] = set()
-    for node in ast.walk(_tree("azure.py")):
-        # self._client.<group>.<method>
+    for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
-                and _self_attr(node.value.value) == "_client"):
+                and _self_attr(node.value.value) in clients):
             calls.add(f"{node.value.attr}.{node.attr}")
     return calls
+
+
+def _class(tree: ast.Module, name: str) -> ast.ClassDef:
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def _has_operation(client_class, call: str) -> bool:
+    """Whether an SDK client (made offline, never used) has the operation ``"<group>.<method>"``."""
+    group, method = call.split(".")
+    client = client_class(object(), "00000000-0000-0000-0000-000000000000")
+    try:
+        return callable(getattr(getattr(client, group, None), method, None))
+    finally:
+        client.close()
+
+
+def aks_calls() -> set[str]:
+    """The aks provider's ContainerService calls and the Compute reads it shares (ComputeReads)."""
+    tree = _tree("aks.py")
+    assert "ComputeReads" in ast.unparse(tree)
+    assert sdk_calls(tree, {"_compute", "_client"}) == set(), "aks.py reads Compute through azure.ComputeReads only"
+    return sdk_calls(tree, {"_aks"}) | sdk_calls(_class(_tree("azure.py"), "ComputeReads"), {"_client"})
 
 
 def aks_granted() -> set[str]:
@@ -205,23 +251,43 @@ def aks_granted() -> set[str]:
 
 
 def test_aks_agent_roles_grant_exactly_the_calls():
-    """The AKS module's role definitions hold an action for every azure-mgmt-compute operation of the
-    azure provider, and no other."""
-    calls = azure_calls()
-    assert "virtual_machine_scale_sets.begin_update" in calls
-    unmapped = sorted(calls - set(AZURE_ACTIONS))
+    """The AKS module's role definitions hold an action for every ContainerService and Compute call of
+    the aks provider, and no other: no scale set action, since AKS owns its pools' scale sets."""
+    calls = aks_calls()
+    assert {"agent_pools.begin_create_or_update", "agent_pools.begin_delete_machines", "machines.list",
+            "resource_skus.list", "usage.list"} <= calls
+    tables = {**AZURE_ACTIONS, **AKS_ACTIONS}
+    unmapped = sorted(calls - set(tables))
     assert not unmapped, f"calls with no known action (add them to the table): {unmapped}"
-    used = set().union(*(AZURE_ACTIONS[c] for c in calls))
+    for call in calls:
+        client_class = ContainerServiceClient if call in AKS_ACTIONS else ComputeManagementClient
+        assert _has_operation(client_class, call), f"{client_class.__name__} has no operation {call}"
+    used = set().union(*(tables[c] for c in calls))
     granted = aks_granted()
     assert sorted(used - granted) == [], "called but not granted"
     assert sorted(granted - used) == [], "granted but never called"
+    assert not [a for a in granted if a.startswith("Microsoft.Compute/virtualMachineScaleSets")]
 
 
-def test_aks_scale_set_actions_are_assigned_per_scale_set():
-    """The scale set role is assigned on each pool's scale set, not on a group or the subscription."""
+def test_azure_provider_calls_all_have_known_actions():
+    """Every azure-mgmt-compute call of the azure provider (plain scale sets) is an operation of the
+    SDK and has its actions in the table docs/operations.md lists."""
+    calls = sdk_calls(_tree("azure.py"), {"_client"})
+    assert {"virtual_machine_scale_sets.begin_update", "resource_skus.list"} <= calls
+    assert sorted(calls - set(AZURE_ACTIONS)) == []
+    assert [c for c in calls if not _has_operation(ComputeManagementClient, c)] == []
+
+
+def test_aks_agent_pool_actions_are_assigned_on_the_cluster_only():
+    """The agent pool role is assigned on this AKS cluster, not on a resource group or the
+    subscription; only the subscription-level reads are assigned on the subscription."""
     module = hcl.load(hcl.TERRAFORM / "modules" / "aks-gpu-cluster")
-    assignment = hcl.of_type(module, "resource", "azurerm_role_assignment")["agent_pools"]
-    assert assignment["for_each"] == "${local.pool_vmss_ids}" and assignment["scope"] == "${each.value}"
+    assignments = hcl.of_type(module, "resource", "azurerm_role_assignment")
+    assert assignments["agent_pools"]["scope"] == "${azurerm_kubernetes_cluster.this.id}"
+    assert "for_each" not in assignments["agent_pools"]
+    roles = hcl.of_type(module, "resource", "azurerm_role_definition")
+    subscription_wide = {a for p in roles["agent_reads"]["permissions"] for a in p["actions"]}
+    assert not [a for a in subscription_wide if "managedClusters" in a]
 
 
 def test_the_walk_finds_a_new_call():

@@ -1,6 +1,7 @@
-# The Meridian agent of this cluster: token from Azure Key Vault, its Cluster spec (the provider
-# drives the pools' scale sets in the node resource group), the agent overlay of deploy/kubernetes/
-# for AKS, its ServiceAccount and pods labelled for Workload Identity.
+# The Meridian agent of this cluster: token from Azure Key Vault, its Cluster spec (the aks provider
+# sizes this cluster's agent pools through the ContainerService API, never their scale sets), the
+# agent overlay of deploy/kubernetes/ for AKS, its ServiceAccount and pods labelled for Workload
+# Identity.
 # Contract with deploy/kubernetes/agent: as in modules/eks-gpu-cluster/agent.tf.
 
 locals {
@@ -15,8 +16,12 @@ locals {
       cloud     = "azure"
       region    = var.location
       zone      = var.zone
-      provider  = "azure"
-      azure     = { subscription_id = data.azurerm_client_config.current.subscription_id, resource_group = azurerm_kubernetes_cluster.this.node_resource_group }
+      provider  = "aks"
+      azure = {
+        subscription_id = data.azurerm_client_config.current.subscription_id
+        resource_group  = var.resource_group_name
+        aks_cluster     = azurerm_kubernetes_cluster.this.name
+      }
       auth      = { token_file = local.token_path }
       scheduler = { address = var.scheduler_address, tls = { ca_file = local.ca_path } }
       pools = [for p in var.pools : {
@@ -25,7 +30,7 @@ locals {
         tier          = p.tier
         min_nodes     = p.min_nodes
         max_nodes     = p.max_nodes
-        resource      = one(data.azurerm_resources.pool_vmss[p.name].resources).name
+        resource      = azurerm_kubernetes_cluster_node_pool.gpu[p.name].name
       }]
       replicas = {
         backend    = "kubernetes"

@@ -1,13 +1,18 @@
 # The agent's user-assigned managed identity, federated with its Kubernetes ServiceAccount
-# (Workload Identity), with exactly the actions agents/providers/azure.py uses
+# (Workload Identity), with exactly the actions agents/providers/aks.py uses
 # (tests/terraform/test_iam.py compares them with the provider's calls):
-# - per pool scale set, assigned on that scale set only: virtual_machine_scale_sets.get ->
-#   Microsoft.Compute/virtualMachineScaleSets/read, .begin_update -> .../write,
-#   virtual_machine_scale_set_vms.list -> .../virtualMachines/read;
+# - on this AKS cluster only: agent_pools.list and .get ->
+#   Microsoft.ContainerService/managedClusters/agentPools/read, .begin_create_or_update (the pool's
+#   count, the autoscaler off) -> .../agentPools/write, .begin_delete_machines (a shrink that spares
+#   the nodes hosting replicas) -> .../agentPools/deleteMachines/action, machines.list (the nodes)
+#   -> .../agentPools/machines/read;
 # - on the subscription, because these are subscription-level resources with no narrower scope:
 #   resource_skus.list -> Microsoft.Compute/skus/read, usage.list ->
-#   Microsoft.Compute/locations/usages/read, and the polling of begin_update's long-running
-#   operation -> Microsoft.Compute/locations/operations/read.
+#   Microsoft.Compute/locations/usages/read, and the polling of AKS's long-running operations ->
+#   Microsoft.ContainerService/locations/operations/read (their status) and
+#   .../locations/operationresults/read (deleteMachines' final result).
+# No scale set action at all: AKS owns its node pools' scale sets and does not support changes made
+# to them directly.
 
 resource "azurerm_user_assigned_identity" "agent" {
   name                = "${local.name}-agent"
@@ -27,18 +32,18 @@ resource "azurerm_federated_identity_credential" "agent" {
 
 locals {
   subscription_scope = "/subscriptions/${data.azurerm_client_config.current.subscription_id}"
-  pool_vmss_ids      = { for name, found in data.azurerm_resources.pool_vmss : name => one(found.resources).id }
 }
 
 resource "azurerm_role_definition" "agent_pools" {
   name        = "meridian-agent-pools-${var.cluster_id}"
   scope       = local.subscription_scope
-  description = "Read and resize the GPU pool scale sets of ${local.name} (assigned on each scale set)."
+  description = "Read and resize the agent pools of ${local.name} (assigned on that AKS cluster only)."
   permissions {
     actions = [
-      "Microsoft.Compute/virtualMachineScaleSets/read",
-      "Microsoft.Compute/virtualMachineScaleSets/write",
-      "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+      "Microsoft.ContainerService/managedClusters/agentPools/read",
+      "Microsoft.ContainerService/managedClusters/agentPools/write",
+      "Microsoft.ContainerService/managedClusters/agentPools/deleteMachines/action",
+      "Microsoft.ContainerService/managedClusters/agentPools/machines/read",
     ]
     not_actions = []
   }
@@ -48,12 +53,13 @@ resource "azurerm_role_definition" "agent_pools" {
 resource "azurerm_role_definition" "agent_reads" {
   name        = "meridian-agent-reads-${var.cluster_id}"
   scope       = local.subscription_scope
-  description = "VM size capabilities, GPU quota usage and operation status for ${local.name}'s agent."
+  description = "VM size capabilities, GPU quota usage and AKS operation status for ${local.name}'s agent."
   permissions {
     actions = [
       "Microsoft.Compute/skus/read",
       "Microsoft.Compute/locations/usages/read",
-      "Microsoft.Compute/locations/operations/read",
+      "Microsoft.ContainerService/locations/operations/read",
+      "Microsoft.ContainerService/locations/operationresults/read",
     ]
     not_actions = []
   }
@@ -61,8 +67,7 @@ resource "azurerm_role_definition" "agent_reads" {
 }
 
 resource "azurerm_role_assignment" "agent_pools" {
-  for_each           = local.pool_vmss_ids
-  scope              = each.value
+  scope              = azurerm_kubernetes_cluster.this.id
   role_definition_id = azurerm_role_definition.agent_pools.role_definition_resource_id
   principal_id       = azurerm_user_assigned_identity.agent.principal_id
 }

@@ -1,7 +1,8 @@
-# One AKS node pool per Meridian pool (a virtual machine scale set in the node resource group):
-# spot pools run at Spot priority with eviction Delete (AKS taints them
+# One AKS node pool per Meridian pool (the Cluster spec's pool resource is its name): spot pools run
+# at Spot priority with eviction Delete (AKS taints them
 # kubernetes.azure.com/scalesetpriority=spot:NoSchedule, which the kubernetes backend tolerates for
-# spot pools). The size belongs to the agent: no AKS autoscaler, and Terraform ignores the count.
+# spot pools). The size belongs to the agent (agent pool count, through the ContainerService API):
+# no AKS autoscaler, and Terraform ignores the count.
 
 locals {
   pools = { for p in var.pools : p.name => merge(p, { aks_name = replace(p.name, "-", "") }) }
@@ -36,15 +37,6 @@ resource "azurerm_kubernetes_cluster_node_pool" "gpu" {
   lifecycle {
     ignore_changes = [node_count]
   }
-}
-
-# AKS names each pool's scale set itself (aks-<pool>-<hash>-vmss) and tags it with the pool's name.
-data "azurerm_resources" "pool_vmss" {
-  for_each            = local.pools
-  resource_group_name = azurerm_kubernetes_cluster.this.node_resource_group
-  type                = "Microsoft.Compute/virtualMachineScaleSets"
-  required_tags       = { "aks-managed-poolName" = each.value.aks_name }
-  depends_on          = [azurerm_kubernetes_cluster_node_pool.gpu]
 }
 
 resource "helm_release" "nvidia_device_plugin" {

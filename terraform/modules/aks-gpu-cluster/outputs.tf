@@ -4,7 +4,7 @@ output "cluster_name" {
 }
 
 output "node_resource_group" {
-  description = "Resource group AKS keeps the nodes' scale sets in (the Cluster spec's azure.resource_group)."
+  description = "Resource group AKS keeps the nodes' scale sets in (AKS's own: the agent never touches them)."
   value       = azurerm_kubernetes_cluster.this.node_resource_group
 }
 
@@ -29,8 +29,8 @@ output "agent_actions" {
 }
 
 output "pool_resources" {
-  description = "Pool name -> scale set name (the pools' `resource` in the Cluster spec)."
-  value       = { for name, found in data.azurerm_resources.pool_vmss : name => one(found.resources).name }
+  description = "Pool name -> AKS agent pool name (the pools' `resource` in the Cluster spec)."
+  value       = { for name, pool in azurerm_kubernetes_cluster_node_pool.gpu : name => pool.name }
 }
 
 output "cluster_spec_yaml" {

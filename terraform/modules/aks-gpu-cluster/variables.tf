@@ -83,8 +83,8 @@ variable "pools" {
     spot_max_price = optional(number, -1)
   }))
   validation {
-    condition     = length(var.pools) > 0 && length(distinct([for p in var.pools : p.name])) == length(var.pools)
-    error_message = "pools: at least one, with unique names."
+    condition     = length(var.pools) > 0 && length(distinct([for p in var.pools : replace(p.name, "-", "")])) == length(var.pools)
+    error_message = "pools: at least one, with unique names, also once '-' is dropped (the AKS agent pool names)."
   }
   validation {
     condition     = alltrue([for p in var.pools : can(regex("^[a-z][a-z0-9]{0,11}$", replace(p.name, "-", "")))])
