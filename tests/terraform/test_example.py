@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import yaml
 
-from meridian import spec
+from meridian import spec as meridian_spec
 
 from tests.terraform import hcl
 
@@ -88,4 +88,4 @@ def test_the_azure_clusters_agents_size_agent_pools():
             "pools": [{"name": p["name"], "instance_type": p["instance_type"], "tier": p["tier"],
                        "min_nodes": p["min_nodes"], "max_nodes": p["max_nodes"], "resource": p["name"].replace("-", "")}
                       for p in call["pools"]]}}
-        spec.load_text(yaml.safe_dump(doc), f"{call['cluster_id']}.yaml")
+        meridian_spec.load_text(yaml.safe_dump(doc), f"{call['cluster_id']}.yaml")

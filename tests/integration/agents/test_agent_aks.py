@@ -32,7 +32,7 @@ POOLS = """  cloud: azure
     - {name: a10, instance_type: Standard_NV36ads_A10_v5, max_nodes: 6}
     - {name: a100-spot, instance_type: Standard_NC24ads_A100_v4, tier: spot, max_nodes: 4, resource: a100spot}
     - {name: h100, instance_type: Standard_ND96isr_H100_v5, max_nodes: 2}"""
-AT = dict(subscription="sub-1", resource_group="gpu-rg", cluster="meridian-eus2", location="eastus2")
+AT = {"subscription": "sub-1", "resource_group": "gpu-rg", "cluster": "meridian-eus2", "location": "eastus2"}
 
 
 @pytest.fixture
@@ -181,7 +181,7 @@ async def test_failed_operation_and_quota_become_events(arm, scheduler, tmp_path
         assert by_kind[models.EventKind.QUOTA_EXCEEDED].pool_id == "a10"
         assert "quota" in by_kind[models.EventKind.QUOTA_EXCEEDED].message
         for d in ("h100", "a10"):
-            await h.wait_for(lambda: models.DirectiveOutcome.FAILED in [a.outcome for a in rec.acks_for(d)],
+            await h.wait_for(lambda d=d: models.DirectiveOutcome.FAILED in [a.outcome for a in rec.acks_for(d)],
                              what=f"{d} failed")
         await h.wait_for(lambda: any(p.pool_id == "h100" and p.provisioning_state == models.ProvisioningState.STOCKED_OUT
                                      for p in rec.inventory), what="stocked-out pool")
