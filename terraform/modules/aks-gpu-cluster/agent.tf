@@ -13,10 +13,10 @@ locals {
     kind       = "Cluster"
     metadata   = { name = var.cluster_id }
     spec = {
-      cloud     = "azure"
-      region    = var.location
-      zone      = var.zone
-      provider  = "aks"
+      cloud    = "azure"
+      region   = var.location
+      zone     = var.zone
+      provider = "aks"
       azure = {
         subscription_id = data.azurerm_client_config.current.subscription_id
         resource_group  = var.resource_group_name
