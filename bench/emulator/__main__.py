@@ -7,6 +7,9 @@ bottleneck:
   scheduler cost per request (short chat, 16 output tokens; non-streaming and streaming);
 - model-bound: speedup 1 (an 8B model on an H100, 16 output tokens), where the capacity model's
   step times set the pace; compare with ``capacity_rps`` printed beside it.
+- long prompts: the cost of a 100k-token prompt in the prefix cache (insert, hit, half-shared,
+  insert with eviction; in process), and the whole request through the HTTP server at speedup 1e6
+  (tokenizing, caching and answering a 100k-token prompt, cold and as a cache hit).
 wrk and the emulator share the machine's cores, so the figures are a floor. Needs wrk
 (``apt-get install wrk``)."""
 
@@ -16,12 +19,18 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
+
+import orjson
 
 from bench import common
 from meridian import capacity
+from runtime_adapter.emulator import radix, tokens
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 LUA = """wrk.method = "POST"
@@ -36,11 +45,14 @@ wrk.headers["Content-Type"] = "application/json"
 
 
 
-def start_emulator(port: int, speedup: float) -> subprocess.Popen:
+LONG_PROMPT_TOKENS = 100_000
+
+
+def start_emulator(port: int, speedup: float, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "MERIDIAN_EMULATOR_SPEEDUP": repr(speedup), "MERIDIAN_EMULATOR_STARTUP_DELAY_S": "0",
            "MERIDIAN_EMULATOR_WARMUP_S": "0", "MERIDIAN_EMULATOR_GPU_TYPE": "H100"}
     proc = subprocess.Popen([sys.executable, "-m", "runtime_adapter.emulator", "--model-path", MODEL, "--port", str(port),
-                             "--enable-metrics", "--max-running-requests", "256", "--log-level", "warning"],
+                             "--enable-metrics", "--max-running-requests", "256", "--log-level", "warning", *extra],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     common.wait_port(port)
     return proc
@@ -68,6 +80,72 @@ def _latency(out: str, pct: str) -> float:
         return float("nan")
     value, unit = float(m.group(1)), m.group(2)
     return value / 1000.0 if unit == "us" else value * 1000.0 if unit == "s" else value
+
+
+def long_text(seed: int, n_tokens: int) -> str:
+    """``n_tokens`` emulator tokens of distinct words (one token each: a space and four characters)."""
+    return "".join(f" {seed % 36:x}{i % 46656:03x}"[:5] for i in range(n_tokens))
+
+
+def _median_ms(fn, repeats: int = 3) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` fresh runs (``fn`` sets up and returns a timer)."""
+    return statistics.median(fn() for _ in range(repeats)) * 1000.0
+
+
+def prefix_cache_rows(capacity_tokens: int) -> list[tuple[str, float]]:
+    """In-process cost (ms, median of 3) of a 100k-token prompt in the emulator's prefix cache."""
+    n = LONG_PROMPT_TOKENS
+    a, c = tokens.tokenize(long_text(1, n)), tokens.tokenize(long_text(3, n))
+    b = a[: n // 2] + tokens.tokenize(long_text(2, n // 2))
+
+    def timed(setup, op):
+        def run() -> float:
+            cache = radix.PrefixCache(capacity_tokens)
+            setup(cache)
+            t0 = time.perf_counter()
+            op(cache)
+            return time.perf_counter() - t0
+        return run
+
+    def full(cache):
+        cache.insert(a)
+        cache.insert(b)
+        cache.capacity_tokens = len(a) + n // 2  # full: the next insert evicts 100k tokens
+
+    def tokenize_only() -> float:
+        text = long_text(4, n)
+        t0 = time.perf_counter()
+        tokens.tokenize(text)
+        return time.perf_counter() - t0
+
+    return [
+        (f"insert a {n // 1000}k-token prompt (empty cache)", _median_ms(timed(lambda _c: None, lambda k: k.insert(a)))),
+        (f"match it again (a {n // 1000}k-token hit)", _median_ms(timed(lambda k: k.insert(a), lambda k: k.match(a)))),
+        ("match + insert a prompt sharing half of it",
+         _median_ms(timed(lambda k: k.insert(a), lambda k: (k.match(b), k.insert(b))))),
+        (f"insert {n // 1000}k new tokens into a full cache (evicts {n // 1000}k)",
+         _median_ms(timed(full, lambda k: k.insert(c)))),
+        (f"for scale: tokenize the {n // 1000}k-token text", _median_ms(tokenize_only)),
+    ]
+
+
+def long_prompt_requests(port: int) -> tuple[float, float]:
+    """Wall ms of a 100k-token /v1/completions request (1 output token) at speedup 1e6: cold, then
+    the same prompt again (a prefix-cache hit); medians over 3 distinct prompts."""
+    cold, hot = [], []
+    for seed in range(5, 8):
+        body = orjson.dumps({"model": "m", "prompt": long_text(seed, LONG_PROMPT_TOKENS), "max_tokens": 1})
+        for out in (cold, hot):
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                usage = orjson.loads(resp.read())["usage"]
+            out.append((time.perf_counter() - t0) * 1000.0)
+            if usage["prompt_tokens"] < LONG_PROMPT_TOKENS:
+                raise RuntimeError(f"emulator counted {usage['prompt_tokens']} prompt tokens, expected "
+                                   f">= {LONG_PROMPT_TOKENS}")
+    return statistics.median(cold), statistics.median(hot)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,6 +184,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"capacity model: decode step at batch {args.connections} = {step_ms:.1f} ms -> at most "
           f"{args.connections / (args.tokens * step_ms / 1000):.0f} req/s for {args.tokens}-token answers "
           f"(model-bound row should approach it)")
+    print(f"\nlong prompts: prefix cache of {perf.kv_budget_tokens} tokens (the H100 replica's KV budget), "
+          "in process, median of 3")
+    print(f"{'operation':<58} {'ms':>9}")
+    for label, ms in prefix_cache_rows(perf.kv_budget_tokens):
+        print(f"{label:<58} {ms:>9.1f}")
+    port = common.free_port()
+    proc = start_emulator(port, 1e6, "--context-length", "131072")
+    try:
+        cold_ms, hot_ms = long_prompt_requests(port)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    print(f"{'HTTP: 100k-token completion at speedup 1e6, cold':<58} {cold_ms:>9.1f}")
+    print(f"{'HTTP: the same prompt again (prefix-cache hit)':<58} {hot_ms:>9.1f}")
     return 0
 
 

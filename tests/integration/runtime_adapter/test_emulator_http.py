@@ -8,6 +8,7 @@ import json
 import aiohttp
 import openai
 import pytest
+from prometheus_client import parser as prometheus_parser
 
 from tests.integration.runtime_adapter.conftest import running_emulator
 
@@ -305,3 +306,30 @@ async def test_metrics_use_sglang_names(http):
     async with running_emulator(enable_metrics=False) as srv:
         async with http.get(srv.url + "/metrics") as resp:
             assert resp.status == 404
+
+
+def _counter(text: str, name: str) -> float:
+    """The sum over label sets of a counter in a /metrics body (0 when absent)."""
+    total = 0.0
+    for family in prometheus_parser.text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                total += sample.value
+    return total
+
+
+async def test_metrics_count_cached_prompt_tokens_exactly(http):
+    """cached_tokens_total counts exactly the reused prefix (at most prompt - 1 per request) and
+    prompt_tokens_total every prompt token, also for 100k-token prompts, as SGLang reports them."""
+    shared = "".join(f" s{i % 1000:03d}" for i in range(20_000))  # 20,000 one-token words
+    a, b = shared + " aaaa" * 100, shared + " bbbb" * 100
+    long = "".join(f" L{i % 1000:03d}" for i in range(100_000))
+    async with running_emulator(speedup=1e6, context_length=131_072) as srv:
+        for prompt in (a, b, long, long):
+            async with http.post(srv.url + "/v1/completions",
+                                 json={"model": "llama", "prompt": prompt, "max_tokens": 1}) as resp:
+                assert resp.status == 200
+        async with http.get(srv.url + "/metrics") as resp:
+            text = await resp.text()
+    assert _counter(text, "sglang:prompt_tokens_total") == 20_100 * 2 + 100_000 * 2
+    assert _counter(text, "sglang:cached_tokens_total") == 20_000 + 99_999
