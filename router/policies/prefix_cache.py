@@ -1,15 +1,24 @@
 """``prefix_cache``: send a prompt where its prefix is likely still in the KV cache (as SGLang's
-cache-aware router), unless load is out of balance.
+cache-aware router), unless that would pile requests onto one replica.
 
 Per model, an approximate radix tree of recent prompts remembers which replicas saw which prefixes
 (``router.policies.prefix_tree``). For each request:
 1. if load is imbalanced (max - min outstanding > ``balance_abs_threshold`` and
    max > min x ``balance_rel_threshold``), the least-loaded replica wins: cache affinity must not
    pile requests onto an overloaded replica;
-2. otherwise the replica with the longest cached prefix wins if it covers more than
-   ``cache_threshold`` of the prompt and is not itself overloaded;
+2. otherwise the replicas holding the longest cached prefix win if what they hold *beyond what
+   every candidate holds* covers more than ``cache_threshold`` of the prompt. A prefix every
+   replica has (a shared system prompt) is reused wherever the request goes, so it binds the
+   request nowhere; short prompts that only share it are spread by load. Among those replicas the
+   least loaded is taken, unless it is itself out of balance against the least-loaded candidate
+   (more than ``cache_balance_abs_threshold`` outstanding above it and more than
+   ``balance_rel_threshold`` times it): a prefix first seen by one replica then spills to others
+   instead of piling up there while they warm;
 3. otherwise the least-loaded replica wins (its cache starts warming with this prompt).
-The chosen replica's tree is updated with the prompt after routing."""
+"Least loaded" is the fewest outstanding requests (the router's in flight plus the replica's
+reported queue); equal loads go to the replica that was sent the fewest requests lately (a count
+decayed by ``TIE_DECAY`` per routed request), then at random, never to the lowest replica id. The
+chosen replica's tree is updated with the prompt after routing."""
 
 from __future__ import annotations
 
@@ -20,16 +29,26 @@ import pydantic
 from router import endpoints
 from router.policies import base, prefix_tree, simple
 
+# Per routed request, every replica's recent-request count is multiplied by this (a memory of
+# about 1 / (1 - TIE_DECAY) = 200 requests), so a replica back from an absence is not sent every
+# tie until it catches up with counts from long ago.
+TIE_DECAY = 0.995
+
 
 class PrefixCacheArgs(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
 
-    cache_threshold: float = pydantic.Field(default=0.3, ge=0, le=1,
-                                            description="Share of the prompt that must be cached to follow it.")
+    cache_threshold: float = pydantic.Field(
+        default=0.3, ge=0, le=1,
+        description="Share of the prompt that must be cached on a replica, beyond what every replica holds, to follow it.")
     balance_abs_threshold: int = pydantic.Field(default=32, ge=0,
                                                 description="Outstanding-request gap that counts as imbalance.")
     balance_rel_threshold: float = pydantic.Field(default=1.5, ge=1,
                                                   description="Max/min outstanding ratio that counts as imbalance.")
+    cache_balance_abs_threshold: int = pydantic.Field(
+        default=2, ge=0,
+        description="A cached replica is passed over when it has more outstanding requests than this above the "
+                    "least loaded (and more than balance_rel_threshold times it).")
     block_chars: int = pydantic.Field(default=64, ge=8, le=4096, description="Tree granularity (characters).")
     max_blocks: int = pydantic.Field(default=1 << 18, ge=16, description="Blocks remembered per model (LRU).")
 
@@ -41,18 +60,28 @@ class PrefixCache(base.Policy):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.tree = prefix_tree.PrefixTree(self.args.block_chars, self.args.max_blocks)
+        # Recent requests per replica, decayed lazily: count = stored value x _scale, and _scale
+        # shrinks by TIE_DECAY per routed request, so decaying every replica is one multiplication.
+        self._recent: dict[str, float] = {}
+        self._scale = 1.0
+
+    def _recent_count(self, replica_id: str) -> float:
+        return self._recent.get(replica_id, 0.0) * self._scale
 
     def _least_loaded(self, candidates: Sequence[endpoints.Endpoint]) -> endpoints.Endpoint:
-        best = candidates[0]
-        best_value = simple.outstanding(best)
-        ties = [best]
-        for e in candidates[1:]:
-            value = simple.outstanding(e)
-            if value < best_value:
-                best, best_value, ties = e, value, [e]
-            elif value == best_value:
-                ties.append(e)
-        return ties[0] if len(ties) == 1 else self.rng.choice(ties)
+        """Fewest outstanding; then fewest recent requests; then random."""
+        best: list[endpoints.Endpoint] = []
+        best_key = (0.0, 0.0)
+        for e in candidates:
+            key = (simple.outstanding(e), self._recent_count(e.replica_id) / e.share)
+            if not best or key < best_key:
+                best, best_key = [e], key
+            elif key == best_key:
+                best.append(e)
+        return best[0] if len(best) == 1 else self.rng.choice(best)
+
+    def _imbalanced(self, high: float, low: float, abs_threshold: int) -> bool:
+        return high - low > abs_threshold and high > low * self.args.balance_rel_threshold
 
     def select(self, candidates: Sequence[endpoints.Endpoint], request: base.RouteRequest,
                now: float) -> endpoints.Endpoint:
@@ -61,24 +90,29 @@ class PrefixCache(base.Policy):
         loads = [simple.outstanding(e) for e in candidates]
         low, high = min(loads), max(loads)
         a = self.args
-        imbalanced = high - low > a.balance_abs_threshold and high > low * a.balance_rel_threshold
-        if imbalanced:
+        if self._imbalanced(high, low, a.balance_abs_threshold):
             return self._least_loaded(candidates)
         prompt = request.prompt_text()
         if prompt:
             matched = self.tree.match(prompt, {e.replica_id for e in candidates})
-            if matched is not None:
-                replica_id, matched_chars = matched
-                if matched_chars > a.cache_threshold * len(prompt):
-                    for e in candidates:
-                        if e.replica_id == replica_id:
-                            return e
+            if matched is not None and matched.gain_chars > a.cache_threshold * len(prompt):
+                holders = [e for e in candidates if e.replica_id in matched.replicas]
+                chosen = self._least_loaded(holders)
+                if not self._imbalanced(simple.outstanding(chosen), low, a.cache_balance_abs_threshold):
+                    return chosen
         return self._least_loaded(candidates)
 
     def on_routed(self, chosen: endpoints.Endpoint, request: base.RouteRequest) -> None:
+        self._scale *= TIE_DECAY
+        if self._scale < 1e-100:  # renormalise long before the stored values overflow
+            self._recent = {k: v * self._scale for k, v in self._recent.items()}
+            self._scale = 1.0
+        self._recent[chosen.replica_id] = self._recent.get(chosen.replica_id, 0.0) + 1.0 / self._scale
         prompt = request.prompt_text()
         if prompt:
             self.tree.insert(prompt, chosen.replica_id)
 
     def forget(self, replica_ids: set[str]) -> None:
         self.tree.forget(replica_ids)
+        for rid in replica_ids:
+            self._recent.pop(rid, None)

@@ -10,6 +10,26 @@ not remembered, and a hash collision (64-bit) may claim a false match."""
 from __future__ import annotations
 
 import collections
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Match:
+    """The result of a lookup among a set of replicas.
+
+    ``chars``: the longest prefix any of them holds; ``replicas``: every replica holding that
+    longest prefix (all of them: ties are the caller's to break, by load); ``shared_chars``: the
+    prefix that every replica looked up holds (a system prompt seen everywhere), which sending the
+    request to any of them reuses equally."""
+
+    chars: int
+    replicas: frozenset[str]
+    shared_chars: int
+
+    @property
+    def gain_chars(self) -> int:
+        """What the best replicas hold beyond what every replica holds."""
+        return self.chars - self.shared_chars
 
 
 class PrefixTree:
@@ -25,12 +45,12 @@ class PrefixTree:
             key = hash((key, prompt[start:start + size]))
             yield key
 
-    def match(self, prompt: str, replica_ids: set[str]) -> tuple[str, int] | None:
-        """(replica id, matched characters) with the longest cached prefix among ``replica_ids``."""
+    def match(self, prompt: str, replica_ids: set[str]) -> Match | None:
+        """The longest cached prefix of ``prompt`` among ``replica_ids`` (None: none holds a block)."""
         nodes = self._nodes
+        everyone = len(replica_ids)
         alive = set(replica_ids)
-        best: tuple[str, int] | None = None
-        depth = 0
+        depth = shared = 0
         for key in self._keys(prompt):
             holders = nodes.get(key)
             if not holders:
@@ -39,10 +59,13 @@ class PrefixTree:
             if not still:
                 break
             depth += self.block_chars
+            if len(still) == everyone:
+                shared = depth
             alive = still
-            best = (min(still), depth)  # deterministic among equal matches
             nodes.move_to_end(key)
-        return best
+        if not depth:
+            return None
+        return Match(depth, frozenset(alive), shared)
 
     def insert(self, prompt: str, replica_id: str) -> None:
         nodes = self._nodes

@@ -157,6 +157,123 @@ def test_prefix_tree_lru_and_forget():
     tree.insert("a" * 8 * 3, "r1")
     tree.insert("b" * 8 * 3, "r2")
     assert len(tree) == 4
-    assert tree.match("b" * 24, {"r1", "r2"}) == ("r2", 24)
+    assert tree.match("b" * 24, {"r1", "r2"}) == prefix_tree.Match(24, frozenset({"r2"}), 0)
     tree.forget({"r2"})
     assert tree.match("b" * 24, {"r1", "r2"}) is None
+
+
+def test_prefix_tree_reports_every_holder_and_the_shared_part():
+    """A lookup names all replicas with the longest match and the prefix every candidate holds."""
+    tree = prefix_tree.PrefixTree(block_chars=8)
+    system = "s" * 16
+    for rid in ("r1", "r2", "r3"):
+        tree.insert(system + rid * 4, rid)
+    tree.insert(system + "r1" * 4 + "t" * 8, "r2")
+    m = tree.match(system + "r1" * 4 + "t" * 8, {"r1", "r2", "r3"})
+    assert m == prefix_tree.Match(32, frozenset({"r2"}), 16) and m.gain_chars == 16
+    m = tree.match(system + "r1" * 4, {"r1", "r2", "r3"})
+    assert m == prefix_tree.Match(24, frozenset({"r1", "r2"}), 16)
+
+
+def _warm(policy, replicas, system):
+    """Send one request with ``system`` to each replica, so every cache holds it."""
+    for e in replicas:
+        policy.on_routed(e, Req(prompt=system + f" warm-up for {e.replica_id}"))
+
+
+def test_prefix_cache_ties_go_to_the_least_loaded_replica():
+    """Replicas holding the same longest prefix: the least loaded wins, not the lowest id."""
+    policy = make("prefix_cache")
+    a, b, c = ep("a", pending=2), ep("b", pending=1), ep("c", pending=2)
+    context = "a long shared document " * 40
+    for e in (a, b, c):
+        policy.on_routed(e, Req(prompt=context))
+    assert policy.select([a, b, c], Req(prompt=context + " question"), 0.0) is b
+
+
+def test_prefix_cache_equal_ties_are_spread():
+    """Equal matches at equal load alternate between the replicas (fewest recent requests first)."""
+    policy = make("prefix_cache")
+    a, b = ep("a"), ep("b")
+    context = "a long shared document " * 40
+    policy.on_routed(a, Req(prompt=context))
+    policy.on_routed(b, Req(prompt=context))
+    picks = []
+    for i in range(40):
+        req = Req(prompt=context + f" question {i}")
+        chosen = policy.select([a, b], req, 0.0)
+        policy.on_routed(chosen, req)
+        picks.append(chosen.replica_id)
+    assert picks.count("a") == picks.count("b") == 20
+
+
+def test_shared_system_prompt_does_not_pile_short_requests_onto_one_replica():
+    """Short prompts that share only a system prompt every replica holds are spread evenly by load."""
+    policy = make("prefix_cache")
+    replicas = [ep(r) for r in "abcd"]
+    system = "You are a helpful assistant for ACME Corp. Answer briefly and politely. " * 6
+    _warm(policy, replicas, system)
+    counts = dict.fromkeys("abcd", 0)
+    for i in range(400):
+        req = Req(prompt=system + f"user question number {i}?")
+        chosen = policy.select(replicas, req, 0.0)
+        policy.on_routed(chosen, req)
+        counts[chosen.replica_id] += 1
+    assert all(85 <= n <= 115 for n in counts.values()), counts
+
+
+def test_first_block_matched_everywhere_is_not_a_tie_for_the_lowest_id():
+    """Prompts of a block or two that match the first block on every replica do not all go to 'a'."""
+    policy = make("prefix_cache", block_chars=16)
+    replicas = [ep(r) for r in "abcd"]
+    _warm(policy, replicas, "<|user|>\nHello, ")
+    counts = dict.fromkeys("abcd", 0)
+    for i in range(100):
+        req = Req(prompt=f"<|user|>\nHello, world {i:04d}")
+        chosen = policy.select(replicas, req, 0.0)
+        policy.on_routed(chosen, req)
+        counts[chosen.replica_id] += 1
+    assert max(counts.values()) <= 30, counts
+
+
+def test_conversation_history_still_binds_beyond_the_shared_system_prompt():
+    """A follow-up turn goes to the replica holding its history even though all hold the system prompt."""
+    policy = make("prefix_cache")
+    replicas = [ep(r) for r in "abcd"]
+    system = "You are a helpful assistant. " * 10
+    _warm(policy, replicas, system)
+    turn1 = Req(prompt=system + "user: tell me about the history of the printing press in detail. " * 6)
+    holder = replicas[2]
+    policy.on_routed(holder, turn1)
+    holder.pending = 2  # busier than the others, within cache_balance_abs_threshold
+    assert policy.select(replicas, Req(prompt=turn1.prompt_text() + " assistant: ... user: and then?"), 0.0) is holder
+
+
+def test_prefix_seen_by_one_replica_spills_when_it_is_busy():
+    """A prefix only one replica holds does not queue requests there beyond cache_balance_abs_threshold."""
+    policy = make("prefix_cache", cache_balance_abs_threshold=2)
+    replicas = [ep(r) for r in "abcd"]
+    document = "the quarterly report of ACME Corp, page one. " * 20
+    holder = replicas[0]
+    policy.on_routed(holder, Req(prompt=document))
+    holder.pending = 2
+    assert policy.select(replicas, Req(prompt=document + " summarise"), 0.0) is holder
+    holder.pending = 3
+    assert policy.select(replicas, Req(prompt=document + " summarise"), 0.0) is not holder
+
+
+def test_replica_back_from_an_absence_is_not_sent_every_tie():
+    """A replica missing for a long while shares ties again within a few hundred requests, and is
+    not sent every request until its old count catches up."""
+    policy = make("prefix_cache")
+    a, b = ep("a"), ep("b")
+    for i in range(2000):  # b absent: every request to a
+        policy.on_routed(a, Req(prompt=f"request {i}"))
+    picks = []
+    for i in range(1000):
+        req = Req(prompt=f"after {i}")
+        chosen = policy.select([a, b], req, 0.0)
+        policy.on_routed(chosen, req)
+        picks.append(chosen.replica_id)
+    assert picks[0] == "b" and picks.index("a") < 200  # catches up on the recent memory only
+    assert 230 <= picks[500:].count("a") <= 270  # then an even split
