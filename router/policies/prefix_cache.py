@@ -64,6 +64,9 @@ class PrefixCache(base.Policy):
         # shrinks by TIE_DECAY per routed request, so decaying every replica is one multiplication.
         self._recent: dict[str, float] = {}
         self._scale = 1.0
+        # The block keys of the request last selected for, reused by on_routed (hashing a long
+        # prompt is the policy's main cost; it is done once per request).
+        self._keys_for: tuple[object, list[int]] | None = None
 
     def _recent_count(self, replica_id: str) -> float:
         return self._recent.get(replica_id, 0.0) * self._scale
@@ -94,7 +97,9 @@ class PrefixCache(base.Policy):
             return self._least_loaded(candidates)
         prompt = request.prompt_text()
         if prompt:
-            matched = self.tree.match(prompt, {e.replica_id for e in candidates})
+            keys = self.tree.keys(prompt)
+            self._keys_for = (request, keys)
+            matched = self.tree.match(keys, {e.replica_id for e in candidates})
             if matched is not None and matched.gain_chars > a.cache_threshold * len(prompt):
                 holders = [e for e in candidates if e.replica_id in matched.replicas]
                 chosen = self._least_loaded(holders)
@@ -108,9 +113,14 @@ class PrefixCache(base.Policy):
             self._recent = {k: v * self._scale for k, v in self._recent.items()}
             self._scale = 1.0
         self._recent[chosen.replica_id] = self._recent.get(chosen.replica_id, 0.0) + 1.0 / self._scale
-        prompt = request.prompt_text()
-        if prompt:
-            self.tree.insert(prompt, chosen.replica_id)
+        if self._keys_for is not None and self._keys_for[0] is request:
+            keys = self._keys_for[1]
+        else:
+            prompt = request.prompt_text()
+            keys = self.tree.keys(prompt) if prompt else []
+        self._keys_for = None
+        if keys:
+            self.tree.insert(keys, chosen.replica_id)
 
     def forget(self, replica_ids: set[str]) -> None:
         self.tree.forget(replica_ids)
