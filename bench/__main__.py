@@ -19,7 +19,8 @@ from bench import common
 
 BENCHES = {
     "emulator": "SGLang emulator: sustainable request rate of one process (is it a bottleneck?)",
-    "router": "Router: Meridian vs sglang-router vs direct, short and streaming requests",
+    "router": "Router: Meridian vs sglang-router vs direct, short and streaming requests; prefix-aware routing "
+              "on Mooncake's trace against sglang-router's cache_aware and an ideal router",
     "solver": "Placement solver: solve time, gap to the LP bound, greedy baseline, incremental re-solve",
     "simulate": "Simulator: policy comparison over a simulated day (cost, SLO attainment, failures)",
 }

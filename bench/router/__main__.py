@@ -4,7 +4,9 @@ One run, same backends, same load generator (wrk), on this machine:
 - short: non-streaming chat requests answered by nginx with a static chat.completion (2 nginx
   "replicas" on two ports), so the proxies, not the backend, are what is measured;
 - stream: LLM-shaped streaming requests (16 SSE chunks each, written separately) from two raw
-  uvloop backends (bench/router/sse_backend.py).
+  uvloop backends (bench/router/sse_backend.py);
+- prefix: Mooncake's trace replayed against 4 emulator replicas through Meridian's prefix_cache
+  policy and sglang-router's cache_aware, beside an offline ideal router (bench/router/prefix.py).
 For each scenario and target: throughput and p50/p99 latency under load (``--connections``), and
 p50/p99 with a single connection (the per-request overhead, "added latency" against direct).
 Targets run interleaved, ``--repeats`` times each; best and median throughput are printed, since
@@ -16,13 +18,13 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
 from bench import common
+from bench.router import prefix
 
 SHORT_JSON = ('{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"m-short","choices":[{"index":0,'
               '"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],'
@@ -54,31 +56,6 @@ def ensure_tools() -> None:
 
 def nginx_binary() -> str:
     return shutil.which("nginx") or "/usr/sbin/nginx"
-
-
-class Stack:
-    """Every process the bench starts; stopped by pid at the end."""
-
-    def __init__(self, workdir: str):
-        self.workdir = workdir
-        self.procs: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, args: list[str], port: int, timeout_s: float = 30.0) -> None:
-        log = open(os.path.join(self.workdir, f"{name}.log"), "wb")
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append((name, proc))
-        common.wait_port(port, timeout_s)
-
-    def stop(self) -> None:
-        for _, proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for _, proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
 
 
 def nginx_conf(workdir: str, ports: list[int]) -> str:
@@ -145,13 +122,18 @@ def main() -> None:
     parser.add_argument("--token-delay-ms", type=float, default=0.0, help="pause between SSE chunks")
     parser.add_argument("--meridian-workers", default="1,2", help="comma list of --workers values to bench")
     parser.add_argument("--policy", default="latency", help="Meridian routing policy")
-    parser.add_argument("--scenarios", default="short,stream")
+    parser.add_argument("--scenarios", default="short,stream,prefix")
+    prefix.add_arguments(parser)
     args = parser.parse_args()
+    scenarios = [s for s in args.scenarios.split(",") if s and s != "prefix"]
+    run_prefix = "prefix" in args.scenarios.split(",")
+    if not scenarios:  # the prefix scenario alone needs neither wrk nor nginx
+        print(f"machine: {common.machine()}")
+        sys.exit(1 if run_prefix and prefix.run(args) else 0)
     ensure_tools()
     py = sys.executable
     workdir = tempfile.mkdtemp(prefix="meridian-bench-router-")
-    stack = Stack(workdir)
-    scenarios = [s for s in args.scenarios.split(",") if s]
+    stack = common.Stack(workdir)
     try:
         short_ports, stream_ports = [common.free_port(), common.free_port()], [common.free_port(), common.free_port()]
         stack.start("nginx", [nginx_binary(), "-c", nginx_conf(workdir, short_ports)], short_ports[0])
@@ -195,6 +177,8 @@ def main() -> None:
     finally:
         stack.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+    if run_prefix and prefix.run(args):
+        sys.exit("bench.router: requests failed in the prefix scenario (see above)")
 
 
 def run_scenario(scenario: str, targets: dict[str, str], workdir: str, args) -> None:

@@ -95,6 +95,20 @@ class PrefixCache:
             self._push_leaf(now, node)
         return n
 
+    def peek(self, tokens: Sequence[Hashable]) -> int:
+        """What ``match`` would return, without touching anything (for what-if lookups)."""
+        node, n, total = self._root, 0, len(tokens)
+        while n < total:
+            child = node.children.get(tokens[n])
+            if child is None:
+                break
+            k = _common_length(tokens, n, child.key)
+            n += k
+            if k < len(child.key):
+                break
+            node = child
+        return n
+
     def _push_leaf(self, stamp: int, node: _Node) -> None:
         heapq.heappush(self._leaves, (stamp, next(self._seq), node))
         # Touches leave stale entries behind; rebuild from the live leaves before they pile up.

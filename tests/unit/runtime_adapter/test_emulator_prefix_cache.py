@@ -88,6 +88,12 @@ class _Reference:
         self.stamp: dict[tuple, int] = {}
         self.tick = 0
 
+    def peek(self, tokens) -> int:
+        n = 0
+        while n < len(tokens) and tuple(tokens[:n + 1]) in self.stamp:
+            n += 1
+        return n
+
     def match(self, tokens) -> int:
         self.tick += 1
         n = 0
@@ -126,6 +132,7 @@ def test_cache_agrees_with_the_token_level_contract():
             tokens = [rng.choice("abc") for _ in range(rng.randint(0, 14))]
             k = rng.randint(0, 30)
             if op == "match":
+                assert cache.peek(tokens) == ref.peek(tokens)
                 assert cache.match(tokens) == ref.match(tokens)
             elif op == "insert":
                 cache.insert(tokens)

@@ -1,0 +1,139 @@
+"""The prefix-heavy workload of ``bench.router``'s ``prefix`` scenario, built from Mooncake's trace,
+and the offline "ideal router" it is compared with.
+
+Prompts: each Mooncake block hash id maps deterministically to ``BLOCK_TOKENS`` (512) emulator
+tokens of text (one-token words " xxxx" drawn from a hash of the id), and a request's prompt is its
+blocks' text cut to its ``input_length`` tokens, so requests whose hash lists share a leading run
+share exactly that prompt prefix, as in the trace, and differ from the first word of the first
+block where they differ.
+
+The ideal router replays the same requests, in order, over caches with the emulator's own prefix
+cache (``runtime_adapter.emulator.radix``, same capacity, same LRU eviction, same token counts)
+and always picks the replica whose cache holds the longest prefix of the prompt (equal: the one
+sent the fewest requests). It has no load, so every prefill finishes before the next arrival and
+the cache never shares the KV budget with running requests: an upper bound for what a router can
+reuse on these caches, not a latency figure."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+from collections.abc import Iterable, Sequence
+
+from meridian import traces
+from runtime_adapter.emulator import radix, tokens
+
+BLOCK_TOKENS = traces.mooncake.BLOCK_TOKENS
+_WORDS = tuple(f" {i:04x}" for i in range(1 << 16))  # 65,536 one-token words
+# The chat template's tokens around a user message whose first word joins the newline before it.
+_HEAD_TEXT, _TAIL_TEXT = tokens.chat_prompt([{"role": "user", "content": ""}]).split("\n", 1)
+_HEAD, _TAIL = tuple(tokens.tokenize(_HEAD_TEXT)), tuple(tokens.tokenize(_TAIL_TEXT))
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceRequest:
+    """One request of the replay: when to send it (wall seconds from the start), its prompt."""
+
+    index: int
+    send_s: float
+    input_tokens: int
+    output_tokens: int
+    block_hashes: tuple[int, ...]
+
+
+class Prompts:
+    """Prompt text per request from its block hashes (the most recent blocks' words memoised)."""
+
+    def __init__(self, memo_blocks: int = 8192) -> None:
+        self._blocks: collections.OrderedDict[int, list[str]] = collections.OrderedDict()
+        self._memo_blocks = memo_blocks
+
+    def block_words(self, hash_id: int) -> list[str]:
+        """The 512 one-token words of block ``hash_id`` (the same on every call and every run)."""
+        words = self._blocks.get(hash_id)
+        if words is None:
+            digest = hashlib.shake_128(b"meridian-mooncake-block-%d" % hash_id).digest(2 * BLOCK_TOKENS)
+            words = [_WORDS[i] for i in memoryview(digest).cast("H")]
+            self._blocks[hash_id] = words
+            if len(self._blocks) > self._memo_blocks:
+                self._blocks.popitem(last=False)
+        else:
+            self._blocks.move_to_end(hash_id)
+        return words
+
+    @staticmethod
+    def messages(text: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": text}]
+
+    def words(self, req: TraceRequest) -> list[str]:
+        out: list[str] = []
+        left = req.input_tokens
+        for h in req.block_hashes:
+            words = self.block_words(h)
+            out.extend(words if left >= BLOCK_TOKENS else words[:left])
+            left -= BLOCK_TOKENS
+        return out
+
+    def text(self, req: TraceRequest) -> str:
+        """The user message: ``input_tokens`` one-token words, block by block."""
+        return "".join(self.words(req))
+
+    def emulator_tokens(self, req: TraceRequest) -> list[str]:
+        """The prompt's tokens exactly as the emulator tokenizes the chat request (template
+        included), built from the words without running the tokenizer (a test checks they agree):
+        the template's opening tokens, the first word joined to the newline before it, the other
+        words one token each, the template's closing tokens."""
+        words = self.words(req)
+        return [*_HEAD, "\n" + words[0], *words[1:], *_TAIL]
+
+
+def window(requests: Iterable[traces.Request], count: int, time_scale: float,
+           max_input_tokens: int) -> list[TraceRequest]:
+    """The first ``count`` requests of the trace with at most ``max_input_tokens`` prompt tokens,
+    arrivals divided by ``time_scale`` (4: four times the recorded rate)."""
+    out: list[TraceRequest] = []
+    for r in requests:
+        if len(out) >= count:
+            break
+        if r.input_tokens > max_input_tokens:
+            continue
+        out.append(TraceRequest(len(out), r.arrival_s / time_scale, r.input_tokens, r.output_tokens, r.block_hashes))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class IdealResult:
+    cached_tokens: int
+    prompt_tokens: int
+    requests_per_replica: tuple[int, ...]
+    prompt_tokens_per_replica: tuple[int, ...]
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+def _blocks(matched_tokens: int) -> int:
+    return matched_tokens if matched_tokens >= BLOCK_TOKENS else 0
+
+
+def ideal_replay(requests: Sequence[TraceRequest], prompts: Prompts, replicas: int,
+                 capacity_tokens: int) -> IdealResult:
+    """Replay ``requests`` over ``replicas`` emulator caches, each to the longest cached prefix."""
+    caches = [radix.PrefixCache(capacity_tokens) for _ in range(replicas)]
+    sent = [0] * replicas
+    prompt_per = [0] * replicas
+    cached = total = 0
+    for req in requests:
+        toks = prompts.emulator_tokens(req)
+        # A match shorter than a block (the chat template every prompt starts with) is no reason to
+        # pick a replica: counting it would send every new conversation to the first one.
+        best = max(range(replicas), key=lambda i: (_blocks(caches[i].peek(toks)), -prompt_per[i], -i))
+        hit = min(caches[best].match(toks), len(toks) - 1)  # the last token is always computed
+        caches[best].insert(toks)
+        sent[best] += 1
+        prompt_per[best] += len(toks)
+        cached += hit
+        total += len(toks)
+    return IdealResult(cached, total, tuple(sent), tuple(prompt_per))
