@@ -32,7 +32,9 @@ def _common_length(a: Sequence[Hashable], start: int, b: list[Hashable]) -> int:
     """Length of the common prefix of ``a[start:]`` and ``b``, with slice comparisons (C speed):
     a whole-edge check first, then a binary search for the first difference."""
     n = min(len(a) - start, len(b))
-    if a[start:start + n] == b[:n]:
+    # Slicing copies (and touches every token's refcount): skip it where the whole list is meant.
+    head = a if start == 0 and n == len(a) else a[start:start + n]
+    if head == (b if n == len(b) else b[:n]):
         return n
     lo, hi = 1, n - 1  # b[:lo] is known to match (children are keyed by their first token)
     while lo < hi:
@@ -130,7 +132,8 @@ class PrefixCache:
         """Cache ``tokens`` (a finished prefill), evicting LRU leaves beyond the capacity."""
         if self.capacity_tokens == 0:
             return
-        tokens = tokens[: self.capacity_tokens]
+        if len(tokens) > self.capacity_tokens:
+            tokens = tokens[: self.capacity_tokens]
         now = next(self._tick)
         node, n = self._walk(tokens, now)
         if n < len(tokens):
