@@ -9,7 +9,9 @@ output length (``ignore_eos``), streamed. Arrivals are compressed by ``--prefix-
 the emulators run that much faster (``speedup``), so each replica sees the recorded load per model
 second while the run takes a fraction of the trace's time. Replicas: ``--prefix-replicas``
 emulators of Llama-3.1-8B on one H100 each (the capacity model's KV budget is the prefix cache's
-capacity). The targets run one after the other on the same replicas, caches flushed between them.
+capacity). After a warm-up (later trace requests straight to the replicas, so no target pays for
+fresh processes), the targets run one after the other on the same replicas, caches flushed before
+each.
 
 Figures: TTFT p50/p99 at the client (wall ms: at speedup S, model time is S times longer), the
 prefix-cache hit rate (sum over replicas of ``sglang:cached_tokens_total`` over
@@ -47,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefix-time-scale", type=float, default=6.0,
                         help="arrivals this many times faster than recorded; emulator speedup the same")
     parser.add_argument("--prefix-replicas", type=int, default=4)
+    parser.add_argument("--prefix-warmup-requests", type=int, default=300,
+                        help="later trace requests sent to the replicas in turn before the measured passes")
     parser.add_argument("--prefix-targets", default="meridian,sglang-router", help="comma list, run in this order")
     parser.add_argument("--prefix-policy-args", default="{}",
                         help="JSON object of Meridian prefix_cache policy args, e.g. '{\"cache_threshold\": 0.5}'")
@@ -127,16 +131,18 @@ async def _one(session: aiohttp.ClientSession, url: str, body: bytes, send_at: f
         result.append(("error", repr(exc)))
 
 
-async def replay(url: str, bodies: list[bytes], send_s: list[float], label: str,
+async def replay(send_to: list[str], bodies: list[bytes], send_s: list[float], label: str,
                  replica_urls: list[str]) -> tuple[list[tuple[str, object]], float]:
-    """Open-loop replay: every request at its (scaled) arrival time, whatever the answers' pace.
+    """Open-loop replay: every request at its (scaled) arrival time, whatever the answers' pace;
+    request k goes to ``send_to[k % len(send_to)]`` (one router, or the replicas in turn).
     Returns the results and the mean KV tokens in use per replica over the pass."""
     results: list[tuple[str, object]] = []
     kv_used: list[float] = []
     timeout = aiohttp.ClientTimeout(total=600, sock_read=300)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
         start = time.monotonic() + 0.5
-        tasks = [asyncio.ensure_future(_one(session, url, b, start + s, results)) for b, s in zip(bodies, send_s)]
+        tasks = [asyncio.ensure_future(_one(session, send_to[k % len(send_to)], b, start + s, results))
+                 for k, (b, s) in enumerate(zip(bodies, send_s))]
         sampler = asyncio.ensure_future(sample_kv_used(session, replica_urls, kv_used))
         pending = set(tasks)
         while pending:
@@ -198,8 +204,14 @@ def run(args: argparse.Namespace, workdir: str | None = None) -> int:
     t0 = time.monotonic()
     ideal = workload.ideal_replay(reqs, prompts, n_rep, perf.kv_budget_tokens)
     ideal_s = time.monotonic() - t0
-    bodies = [orjson.dumps({"model": "m-prefix", "messages": prompts.messages(prompts.text(r)),
-                            "max_tokens": max(1, r.output_tokens), "ignore_eos": True, "stream": True}) for r in reqs]
+    warmup = workload.window(traces.read("mooncake"), args.prefix_warmup_requests, scale, CONTEXT_TOKENS - 1024,
+                             skip=len(reqs))
+
+    def body(r: workload.TraceRequest) -> bytes:
+        return orjson.dumps({"model": "m-prefix", "messages": prompts.messages(prompts.text(r)),
+                             "max_tokens": max(1, r.output_tokens), "ignore_eos": True, "stream": True})
+
+    bodies = [body(r) for r in reqs]
     send_s = [r.send_s for r in reqs]
     recorded_s = reqs[-1].send_s * scale
     prompt_tokens = sum(r.input_tokens for r in reqs)
@@ -210,8 +222,9 @@ def run(args: argparse.Namespace, workdir: str | None = None) -> int:
           f"speedup {scale:g}, so each replica's load per model second is the trace's")
     print(f"replicas: {n_rep} x {MODEL} on 1x {GPU} (emulated; prefill {perf.prefill_tokens_per_s / 1000:.1f}k "
           f"tokens/s, prefix cache up to {perf.kv_budget_tokens} tokens each); prompts: 512 tokens of text "
-          f"per block hash; streamed, max_tokens = recorded output (ignore_eos); targets one after the other, "
-          f"caches flushed between; TTFT wall ms at the client (x{scale:g} = model time)")
+          f"per block hash; streamed, max_tokens = recorded output (ignore_eos); after a warm-up of "
+          f"{len(warmup)} later trace requests sent to the replicas in turn, targets one after the other, caches "
+          f"flushed before each; TTFT wall ms at the client (x{scale:g} = model time)")
     own_dir = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix="meridian-bench-prefix-")
     stack = common.Stack(workdir)
@@ -227,6 +240,10 @@ def run(args: argparse.Namespace, workdir: str | None = None) -> int:
                                          "--port", str(port), "--enable-metrics", "--context-length",
                                          str(CONTEXT_TOKENS), "--log-level", "warning"], port, env=env)
             urls.append(f"http://127.0.0.1:{port}")
+        if warmup:
+            # Fresh processes answer their first requests slower (memory growth, lazy imports):
+            # the first target would pay it. Later trace requests, to the replicas in turn.
+            asyncio.run(replay(urls, [body(r) for r in warmup], [r.send_s for r in warmup], "warm-up", urls))
         for target in targets:
             for u in urls:
                 flush(u)
@@ -235,7 +252,7 @@ def run(args: argparse.Namespace, workdir: str | None = None) -> int:
             router_pid = stack.pid(target)
             cpu0 = tree_cpu_s(router_pid)
             try:
-                results, kv_used = asyncio.run(replay(url, bodies, send_s, target, urls))
+                results, kv_used = asyncio.run(replay([url], bodies, send_s, target, urls))
                 router_cpu_s = tree_cpu_s(router_pid) - cpu0
             finally:
                 stack.stop({target})
@@ -271,7 +288,8 @@ def report(rows: dict[str, dict], ideal: workload.IdealResult, ideal_live: workl
     """The scenario's table, its footnotes and the verdict on the issue's targets."""
     ref = ideal_live.hit_rate
     print(f"{'target':<16}{'TTFT p50':>10}{'TTFT p99':>10}{'hit rate':>10}{'of ideal':>10}{'errors':>8}"
-          f"{'CPU ms/req':>12}  {'requests per replica (spread)':<34}{'prompt tokens per replica, M (spread)'}")
+          f"{'CPU ms/req':>12}{'KV used':>9}  {'requests per replica (spread)':<34}"
+          f"{'prompt tokens per replica, M (spread)'}")
     ideals = [(f"ideal, {cap // 1000}k", {"hit": res.hit_rate, "requests": list(res.requests_per_replica),
                                           "tokens": list(res.prompt_tokens_per_replica)})
               for cap, res in ((live_capacity, ideal_live), (full_capacity, ideal))]
@@ -280,14 +298,16 @@ def report(rows: dict[str, dict], ideal: workload.IdealResult, ideal_live: workl
         toks_txt = "/".join(f"{x / 1e6:.2f}" for x in r["tokens"]) + f" ({spread(r['tokens']):.0%})"
         of_ideal = f"{r['hit'] / ref:.0%}" if ref else "-"
         if name.startswith("ideal"):
-            p50 = p99 = errors = cpu = "-"
+            p50 = p99 = errors = cpu = kv = "-"
         else:
             p50, p99, errors, cpu = f"{r['p50']:.0f}", f"{r['p99']:.0f}", str(r["errors"]), f"{r['cpu_ms']:.2f}"
-        print(f"{name:<16}{p50:>10}{p99:>10}{r['hit']:>10.2%}{of_ideal:>10}{errors:>8}{cpu:>12}"
+            kv = f"{r['kv_used'] / 1000:.0f}k"
+        print(f"{name:<16}{p50:>10}{p99:>10}{r['hit']:>10.2%}{of_ideal:>10}{errors:>8}{cpu:>12}{kv:>9}"
               f"  {reqs_txt:<34}{toks_txt}")
     print("(TTFT: wall ms at the client, first content chunk; CPU ms/req: the router's own CPU time, user +\n"
-          " system, from /proc, over its pass; hit rate: sum of sglang:cached_tokens_total over\n"
-          " sglang:prompt_tokens_total of the replicas, from their /metrics)")
+          " system, from /proc, over its pass; KV used: mean KV tokens held by running requests per replica;\n"
+          " hit rate: sum of sglang:cached_tokens_total over sglang:prompt_tokens_total of the replicas,\n"
+          " from their /metrics)")
     print(f"(ideal: offline replay of the same requests over caches with the emulator's eviction, always the\n"
           f" replica with the longest cached prefix (at least one block), no load; 'ideal, {live_capacity // 1000}k': "
           f"caches of the KV\n budget less the KV the passes' running requests held on average "

@@ -89,16 +89,24 @@ class Prompts:
 
 
 def window(requests: Iterable[traces.Request], count: int, time_scale: float,
-           max_input_tokens: int) -> list[TraceRequest]:
-    """The first ``count`` requests of the trace with at most ``max_input_tokens`` prompt tokens,
-    arrivals divided by ``time_scale`` (4: four times the recorded rate)."""
+           max_input_tokens: int, skip: int = 0) -> list[TraceRequest]:
+    """``count`` requests of the trace with at most ``max_input_tokens`` prompt tokens, after the
+    first ``skip`` such requests, arrivals from the first one kept divided by ``time_scale`` (4:
+    four times the recorded rate)."""
     out: list[TraceRequest] = []
+    start_s: float | None = None
     for r in requests:
         if len(out) >= count:
             break
         if r.input_tokens > max_input_tokens:
             continue
-        out.append(TraceRequest(len(out), r.arrival_s / time_scale, r.input_tokens, r.output_tokens, r.block_hashes))
+        if skip > 0:
+            skip -= 1
+            continue
+        if start_s is None:
+            start_s = r.arrival_s
+        out.append(TraceRequest(len(out), (r.arrival_s - start_s) / time_scale, r.input_tokens, r.output_tokens,
+                                r.block_hashes))
     return out
 
 
