@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefix-time-scale", type=float, default=6.0,
                         help="arrivals this many times faster than recorded; emulator speedup the same")
     parser.add_argument("--prefix-replicas", type=int, default=4)
-    parser.add_argument("--prefix-warmup-requests", type=int, default=300,
+    parser.add_argument("--prefix-warmup-requests", type=int, default=200,
                         help="later trace requests sent to the replicas in turn before the measured passes")
     parser.add_argument("--prefix-targets", default="meridian,sglang-router", help="comma list, run in this order")
     parser.add_argument("--prefix-policy-args", default="{}",
