@@ -108,7 +108,8 @@ def flush(url: str) -> None:
         resp.read()
 
 
-async def _one(session: aiohttp.ClientSession, url: str, body: bytes, send_at: float, result: list) -> None:
+async def _one(session: aiohttp.ClientSession, url: str, body: bytes, send_at: float,
+               result: list[tuple[str, float | str]]) -> None:
     """Send one streaming chat request at ``send_at`` (monotonic); record TTFT (first content chunk)."""
     delay = send_at - time.monotonic()
     if delay > 0:
@@ -132,11 +133,11 @@ async def _one(session: aiohttp.ClientSession, url: str, body: bytes, send_at: f
 
 
 async def replay(send_to: list[str], bodies: list[bytes], send_s: list[float], label: str,
-                 replica_urls: list[str]) -> tuple[list[tuple[str, object]], float]:
+                 replica_urls: list[str]) -> tuple[list[tuple[str, float | str]], float]:
     """Open-loop replay: every request at its (scaled) arrival time, whatever the answers' pace;
     request k goes to ``send_to[k % len(send_to)]`` (one router, or the replicas in turn).
     Returns the results and the mean KV tokens in use per replica over the pass."""
-    results: list[tuple[str, object]] = []
+    results: list[tuple[str, float | str]] = []
     kv_used: list[float] = []
     timeout = aiohttp.ClientTimeout(total=600, sock_read=300)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
@@ -189,6 +190,35 @@ def start_router(stack: common.Stack, target: str, urls: list[str], workdir: str
     else:
         raise SystemExit(f"--prefix-targets: unknown target {target!r} (meridian, sglang-router)")
     return f"http://127.0.0.1:{port}"
+
+
+def run_pass(stack: common.Stack, target: str, urls: list[str], workdir: str, policy_args: dict,
+             bodies: list[bytes], send_s: list[float]) -> dict:
+    """One target's replay on flushed caches: its row of figures (counters as deltas over the pass)."""
+    for u in urls:
+        flush(u)
+    before = [scrape(u) for u in urls]
+    url = start_router(stack, target, urls, workdir, policy_args)
+    router_pid = stack.pid(target)
+    cpu0 = tree_cpu_s(router_pid)
+    try:
+        results, kv_used = asyncio.run(replay([url], bodies, send_s, target, urls))
+        router_cpu_s = tree_cpu_s(router_pid) - cpu0
+    finally:
+        stack.stop({target})
+    after = [scrape(u) for u in urls]
+    delta = [{k: a[k] - b[k] for k in COUNTERS} for a, b in zip(after, before)]
+    ttfts = [v for status, v in results if status == "ok" and isinstance(v, float)]
+    errors = [v for status, v in results if status != "ok"]
+    for e in errors[:3]:
+        print(f"  {target} error: {e}", file=sys.stderr)
+    cached = sum(d["sglang:cached_tokens_total"] for d in delta)
+    prompt = sum(d["sglang:prompt_tokens_total"] for d in delta)
+    return {"p50": pct(ttfts, 0.5) * 1000, "p99": pct(ttfts, 0.99) * 1000,
+            "hit": cached / prompt if prompt else 0.0, "errors": len(errors),
+            "cpu_ms": router_cpu_s * 1000 / len(bodies), "kv_used": kv_used,
+            "requests": [d["sglang:num_requests_total"] for d in delta],
+            "tokens": [d["sglang:prompt_tokens_total"] for d in delta]}
 
 
 def run(args: argparse.Namespace, workdir: str | None = None) -> int:
@@ -245,31 +275,8 @@ def run(args: argparse.Namespace, workdir: str | None = None) -> int:
             # the first target would pay it. Later trace requests, to the replicas in turn.
             asyncio.run(replay(urls, [body(r) for r in warmup], [r.send_s for r in warmup], "warm-up", urls))
         for target in targets:
-            for u in urls:
-                flush(u)
-            before = [scrape(u) for u in urls]
-            url = start_router(stack, target, urls, workdir, policy_args)
-            router_pid = stack.pid(target)
-            cpu0 = tree_cpu_s(router_pid)
-            try:
-                results, kv_used = asyncio.run(replay([url], bodies, send_s, target, urls))
-                router_cpu_s = tree_cpu_s(router_pid) - cpu0
-            finally:
-                stack.stop({target})
-            after = [scrape(u) for u in urls]
-            delta = [{k: a[k] - b[k] for k in COUNTERS} for a, b in zip(after, before)]
-            ttfts = [v for status, v in results if status == "ok"]
-            errors = [v for status, v in results if status != "ok"]
-            failed += len(errors)
-            for e in errors[:3]:
-                print(f"  {target} error: {e}", file=sys.stderr)
-            cached = sum(d["sglang:cached_tokens_total"] for d in delta)
-            prompt = sum(d["sglang:prompt_tokens_total"] for d in delta)
-            rows[target] = {"p50": pct(ttfts, 0.5) * 1000, "p99": pct(ttfts, 0.99) * 1000,
-                            "hit": cached / prompt if prompt else 0.0, "errors": len(errors),
-                            "cpu_ms": router_cpu_s * 1000 / len(bodies), "kv_used": kv_used,
-                            "requests": [d["sglang:num_requests_total"] for d in delta],
-                            "tokens": [d["sglang:prompt_tokens_total"] for d in delta]}
+            rows[target] = run_pass(stack, target, urls, workdir, policy_args, bodies, send_s)
+            failed += rows[target]["errors"]
     finally:
         stack.stop()
         if own_dir:
