@@ -8,6 +8,7 @@ from typing import Literal
 import pydantic
 
 from meridian.spec import base, rules
+from meridian.spec import replicas as replicas_spec
 
 
 class Auth(base.StrictModel):
@@ -39,6 +40,13 @@ class PoolDecl(base.StrictModel):
     initial_nodes: int = pydantic.Field(default=0, ge=0, description="Nodes at start (sim provider).")
     # Cloud resource the pool maps to: an ASG name, a GKE node pool, an Azure VMSS name.
     resource: str | None = None
+    node_pool: str | None = pydantic.Field(
+        default=None, max_length=63, description="kubernetes backend: the node pool label's value for this pool "
+                                                 "(default: resource, then name).")
+
+    @property
+    def node_pool_value(self) -> str:
+        return self.node_pool or self.resource or self.name
 
 
 class AwsAccount(base.StrictModel):
@@ -109,6 +117,7 @@ class ClusterSpec(base.StrictModel):
     azure: AzureAccount | None = None
     sim: SimCloud = SimCloud()
     agent: AgentSettings = AgentSettings()
+    replicas: replicas_spec.Replicas = replicas_spec.Replicas()
 
     @property
     def provider_name(self) -> str:
@@ -135,6 +144,8 @@ class ClusterSpec(base.StrictModel):
             problems.add("gcp", "the gcp provider needs gcp.project, gcp.location and gcp.gke_cluster")
         if provider == "azure" and self.azure is None:
             problems.add("azure", "the azure provider needs azure.subscription_id and azure.resource_group")
+        if self.replicas.backend == "kubernetes" and self.replicas.kubernetes is None:
+            problems.add("replicas.kubernetes", "backend kubernetes needs its settings (at least image: the replica image)")
         catalog_cloud = self.cloud if self.cloud != "local" else None
         types = ctx.catalog.instance_types(catalog_cloud)
         for i, pool in enumerate(self.pools):

@@ -51,6 +51,9 @@ RULES = {
         "Pool names are unique; `min_nodes` <= `initial_nodes` <= `max_nodes`.",
         "`auth` gives exactly one of `token_env` or `token_file`; the `gcp`/`azure` providers need "
         "their account section.",
+        "`replicas.backend: kubernetes` needs `replicas.kubernetes` (at least `image`); its `engine_port` and "
+        "`adapter_port` differ; `model_cache.type: pvc` needs `claim_name`. Unset kubernetes fields take the "
+        "cloud's defaults (docs/kubernetes.md).",
     ],
     "LatencyMap": ["Override endpoints are known regions (built-in or added by this document)."],
 }
