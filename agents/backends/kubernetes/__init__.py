@@ -3,3 +3,8 @@ the agent's allocator chose, driven through kubernetes_asyncio (see docs/kuberne
 replicas run as pods"). Modules: ``manifest`` (pure pod/Service/Event builders), ``podstate``
 (pure pod status -> replica state), ``nodes`` (pure node -> usable / reclaimed), ``watch`` (list
 then watch, relist on 410, reconnect with backoff), ``backend`` (the backend itself)."""
+
+from agents.backends.kubernetes import backend, client, manifest, nodes, podstate, tracked, watch
+from agents.backends.kubernetes.backend import KubernetesBackend, create
+
+__all__ = ["KubernetesBackend", "backend", "client", "create", "manifest", "nodes", "podstate", "tracked", "watch"]

@@ -36,7 +36,7 @@ L_POOL = "meridian.dev/pool"
 L_REVISION = "meridian.dev/revision"
 A_DIRECTIVE = "meridian.dev/directive-id"
 A_PLACEMENT = "meridian.dev/placement"
-A_DRAIN = "meridian.dev/drain"  # JSON {directive_id, deadline}: a drain this agent began (finished on re-adoption)
+A_DRAIN = "meridian.dev/drain"  # JSON {began, deadline} (Unix s): a drain this agent began (finished on re-adoption)
 GPU_RESOURCE = "nvidia.com/gpu"
 CONTAINER = "engine"
 CACHE_VOLUME = "model-cache"
@@ -251,8 +251,8 @@ def read_drain(pod_object: Mapping) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def drain_annotation(directive_id: str, deadline: float) -> str:
-    return json.dumps({"directive_id": directive_id, "deadline": round(deadline, 3)}, sort_keys=True)
+def drain_annotation(began: float, deadline: float) -> str:
+    return json.dumps({"began": round(began, 3), "deadline": round(deadline, 3)}, sort_keys=True)
 
 
 def tolerated(taint: Mapping, tolerations: Sequence[Mapping]) -> bool:

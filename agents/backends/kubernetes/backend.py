@@ -1,0 +1,584 @@
+"""``KubernetesBackend``: the agent's replicas as bare pods, through kubernetes_asyncio.
+
+What it keeps in step by watches (``watch.Informer``; no polling): this cluster's pods (label
+selector), the nodes of its pools, and in Service mode the per-replica Services. Pod changes become
+replica states (``podstate``); node changes become the node views the agent places by and the
+reclaim notices it drains on (``nodes``). Load comes from scraping each ready pod's ``/metrics``
+with the runtime adapter's scraper, as for local replicas. Adoption after an agent restart reads
+the pods themselves (their placement annotation), so it holds even when the agent's state
+directory is lost; a start is idempotent through the deterministic pod name (409 = already there).
+While the API server is unreachable the watches retry with backoff and everything keeps serving;
+reports carry the last known states."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import functools
+import logging
+import math
+import pathlib
+import time
+from collections.abc import Callable, Mapping
+
+import aiohttp
+import prometheus_client as prom
+import runtime_adapter
+from runtime_adapter import scraper as scraper_mod
+
+from meridian import spec
+from meridian.fleet import models
+from meridian.spec import replicas as replicas_spec
+
+from agents import allocation, backends, backoff as backoff_mod
+from agents.backends import base, engine
+from agents.backends.kubernetes import client as client_mod
+from agents.backends.kubernetes import manifest, nodes, podstate, tracked, watch
+from agents.providers import base as provider_base
+
+log = logging.getLogger(__name__)
+R = models.ReplicaState
+TERMINAL = (R.STOPPED, R.FAILED)
+
+
+class KubernetesBackend(base.ReplicaBackend):
+    name = "kubernetes"
+
+    def __init__(self, cluster: spec.Cluster, settings: base.ReplicaSettings, *, api: client_mod.Api | None = None,
+                 clock: Callable[[], float] = time.time, registry: prom.CollectorRegistry | None = None,
+                 adopt_timeout_s: float = 30.0, backoff_initial_s: float = 0.5, backoff_max_s: float = 30.0):
+        s = cluster.spec
+        k = s.replicas.kubernetes
+        if k is None:
+            raise ValueError("the kubernetes backend needs spec.replicas.kubernetes")
+        self._k = k
+        self._cluster_id = cluster.metadata.name
+        self._cloud = s.cloud
+        self._settings = settings
+        self._clock = clock
+        self._adopt_timeout_s = adopt_timeout_s
+        self._backoff = functools.partial(backoff_mod.Backoff, backoff_initial_s, backoff_max_s)
+        self._decls = {p.name: p for p in s.pools}
+        self._pool_values = {p.name: p.node_pool_value for p in s.pools}
+        self._pool_label = replicas_spec.node_pool_label(s.cloud, k)
+        self._tolerations = {p.name: replicas_spec.tolerations(s.cloud, p.tier, k) for p in s.pools}
+        self._rules = nodes.ReclaimRules(tuple(replicas_spec.reclaim_taints(k)),
+                                         tuple(replicas_spec.reclaim_conditions(k)), replicas_spec.reclaim_cordon(s.cloud, k))
+        self._notice_s = replicas_spec.reclaim_notice_s(s.cloud, k)
+        # The spec's engine command as written: a bare python is the image's interpreter.
+        self._engine_command = tuple(s.agent.engine_command)
+        self._api = api
+        self._session: aiohttp.ClientSession | None = None
+        self._replicas: dict[str, tracked.PodReplica] = {}
+        self._by_pod: dict[str, str] = {}
+        self._forgotten: set[str] = set()  # pods of forgotten replicas, deleted: never re-adopted
+        self._node_infos: dict[str, nodes.NodeInfo] = {}
+        self._reclaim_seen: dict[str, float] = {}
+        self._views: dict[str, base.NodeView] | None = None
+        self._adopted = False
+        self._tasks: set[asyncio.Task] = set()
+        self._loops: list[asyncio.Task] = []
+        registry = registry or prom.CollectorRegistry()
+        self._watch_metrics = watch.WatchMetrics(self._cluster_id, registry)
+        self._api_errors = prom.Counter("meridian_agent_kube_api_errors_total", "Failed Kubernetes API calls",
+                                        ["cluster", "operation", "status"], registry=registry)
+        self._pods: watch.Informer | None = None
+        self._nodes: watch.Informer | None = None
+        self._services: watch.Informer | None = None
+
+    # ------------------------------------------------------------------ views
+
+    def get(self, replica_id: str) -> tracked.PodReplica | None:
+        return self._replicas.get(replica_id)
+
+    def all(self) -> list[tracked.PodReplica]:
+        return list(self._replicas.values())
+
+    def holdings(self) -> list[allocation.Holding]:
+        return [r.holding for r in self._replicas.values() if r.state in base.LIVE_STATES]
+
+    def reports(self) -> list[models.ReplicaReport]:
+        return [r.report(self._endpoint(r)) for r in self._replicas.values()]
+
+    def node_views(self) -> Mapping[str, base.NodeView]:
+        if self._nodes is None or not self._nodes.synced.is_set():
+            return {}
+        if self._views is None:
+            self._views = nodes.views(self._node_infos.values(), self._pool_values, self._tolerations)
+        return self._views
+
+    def interruptions(self) -> list[provider_base.Interruption]:
+        return nodes.notices(self._node_infos.values(), self._pool_values, self._reclaim_seen, self._notice_s)
+
+    @property
+    def api_connected(self) -> bool:
+        return all(i.connected for i in self._informers())
+
+    def _informers(self) -> list[watch.Informer]:
+        return [i for i in (self._pods, self._nodes, self._services) if i is not None]
+
+    def _endpoint(self, r: tracked.PodReplica, view: podstate.PodView | None = None) -> str:
+        k = self._k
+        node_address = ""
+        if k.endpoint.mode == "service" and self._nodes is not None:
+            node_address = _node_address(self._nodes.objects.get(r.placement.node_id) or {}, k.endpoint.node_address)
+        return tracked.endpoint((view or r.view).pod_ip, r.service, mode=k.endpoint.mode, port=k.engine_port,
+                                node_address=node_address)
+
+    # ------------------------------------------------------------------ state
+
+    def _refresh(self, r: tracked.PodReplica) -> None:
+        if r.final is not None:
+            r.view = r.final
+            return
+        view = podstate.interpret(r.pod, now=self._clock(), created_at=r.created_at, was_ready=r.was_ready,
+                                  start_timeout_s=self._k.pod_start_timeout_s, max_restarts=self._k.max_restarts,
+                                  deleted=r.deleted, deleted_by_us=r.deleting)
+        if view.state == R.READY and not self._endpoint(r, view):
+            view = dataclasses.replace(view, state=R.STARTING, message="engine ready; waiting for the Service's address")
+        if view.state == R.READY and not r.was_ready:
+            r.was_ready, r.ready_at = True, self._clock()
+        if view.state != R.READY:
+            r.load = models.ReplicaLoad()
+        r.view = view
+        if view.state in TERMINAL:
+            r.final = view
+        if view.delete and not r.deleted and not r.deleting:
+            r.deleting = True  # a failed pod for good: remove it (its FAILED reason stays, frozen above)
+            self._spawn(self._delete(r, grace_s=0), f"delete-failed-{r.name}")
+
+    def poll(self) -> list[base.Change]:
+        changes = []
+        now = self._clock()
+        for rid, r in list(self._replicas.items()):
+            self._refresh(r)
+            st = r.state
+            restarted = r.view.restarts > r.last_restarts
+            if st != r.last_state or restarted:
+                crashed = (st == R.FAILED and not r.note) or restarted or (r.last_state == R.READY and st == R.STARTING)
+                changes.append(base.Change(rid, r.last_state, st, crashed, r.view.message))
+                if st == R.FAILED:
+                    self._event(r, "Failed", r.view.message, warning=True)
+                r.last_state, r.last_restarts = st, r.view.restarts
+                r.notify()
+            if st in TERMINAL:
+                if r.ended_at is None:
+                    r.ended_at = now
+                if now - r.ended_at >= self._settings.ended_linger_s:
+                    self._unregister(r)
+        return changes
+
+    # ------------------------------------------------------------------ watches
+
+    def _start_watches(self) -> None:
+        api = self._ensure_api()
+        ns, selector = self._k.namespace, manifest.cluster_selector(self._cluster_id)
+        self._pods = watch.Informer("pods", functools.partial(api.core.list_namespaced_pod, ns, label_selector=selector),
+                                    self._on_pod, backoff=self._backoff(), metrics=self._watch_metrics)
+        self._nodes = watch.Informer("nodes", functools.partial(api.core.list_node, label_selector=self._pool_label),
+                                     self._on_node, backoff=self._backoff(), metrics=self._watch_metrics)
+        if self._k.endpoint.mode == "service":
+            self._services = watch.Informer(
+                "services", functools.partial(api.core.list_namespaced_service, ns, label_selector=selector),
+                self._on_service, backoff=self._backoff(), metrics=self._watch_metrics)
+        self._loops = [asyncio.create_task(i.run(), name=f"kube-watch-{i.resource}") for i in self._informers()]
+        self._loops.append(asyncio.create_task(self._scrape_loop(), name="kube-scrape"))
+
+    def _ensure_api(self) -> client_mod.Api:
+        assert self._api is not None, "adopt() connects before anything else runs"
+        return self._api
+
+    def _on_pod(self, type_: str, obj: dict, previous: dict | None) -> None:
+        if not self._adopted:
+            return  # adoption reads the first list as a whole
+        name = obj.get("metadata", {}).get("name", "")
+        rid = self._by_pod.get(name)
+        if rid is None:
+            if type_ == "DELETED":
+                self._forgotten.discard(name)
+            elif name not in self._forgotten:
+                self._adopt_pod(obj, late=True)
+            return
+        r = self._replicas[rid]
+        r.pod = obj
+        if type_ == "DELETED":
+            r.deleted = True
+            r.gone.set()
+        self._refresh(r)
+        r.notify()
+
+    def _on_node(self, type_: str, obj: dict, previous: dict | None) -> None:
+        name = obj.get("metadata", {}).get("name", "")
+        if type_ == "DELETED":
+            self._node_infos.pop(name, None)
+            self._reclaim_seen.pop(name, None)
+        else:
+            info = nodes.read(obj, pool_label=self._pool_label, rules=self._rules)
+            self._node_infos[name] = info
+            if info.reclaim:
+                if name not in self._reclaim_seen:
+                    self._reclaim_seen[name] = self._clock()
+                    log.warning("event=kube_node_reclaimed cluster=%s node=%s sign=%r", self._cluster_id, name,
+                                info.reclaim)
+            else:
+                self._reclaim_seen.pop(name, None)
+        self._views = None
+
+    def _on_service(self, type_: str, obj: dict, previous: dict | None) -> None:
+        rid = self._by_pod.get(obj.get("metadata", {}).get("name", ""))
+        if rid is not None:
+            r = self._replicas[rid]
+            r.service = None if type_ == "DELETED" else obj
+            self._refresh(r)
+            r.notify()
+
+    # ------------------------------------------------------------------ adoption
+
+    async def adopt(self) -> tuple[list[str], list[str]]:
+        """Connect, start the watches, and once the first pod list is in: re-adopt every pod of this
+        cluster with a valid placement record, delete those without one, finish the drains the pods
+        record as begun. When the API server does not answer within ``adopt_timeout_s``, adoption
+        happens on the first list (the agent starts meanwhile)."""
+        if self._api is None:
+            self._api = client_mod.Api(await client_mod.connect(self._k), self._k.namespace)
+        self._session = aiohttp.ClientSession()
+        self._start_watches()
+        assert self._pods is not None
+        try:
+            await asyncio.wait_for(self._pods.synced.wait(), self._adopt_timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("event=kube_adopt_deferred cluster=%s timeout_s=%g last_error=%r", self._cluster_id,
+                        self._adopt_timeout_s, self._pods.last_error)
+            self._spawn(self._adopt_when_listed(), "kube-adopt-later")
+            return [], []
+        return self._adopt_listed()
+
+    async def _adopt_when_listed(self) -> None:
+        assert self._pods is not None
+        await self._pods.synced.wait()
+        adopted, cleaned = self._adopt_listed()
+        log.info("event=kube_adopted_late cluster=%s adopted=%s cleaned=%s", self._cluster_id, adopted, cleaned)
+
+    def _adopt_listed(self) -> tuple[list[str], list[str]]:
+        assert self._pods is not None
+        adopted, cleaned = [], []
+        for obj in sorted(self._pods.objects.values(), key=lambda o: o["metadata"]["name"]):
+            kept = self._adopt_pod(obj, late=False)
+            (adopted if kept else cleaned).append(kept or obj["metadata"]["name"])
+        self._assign_slots()
+        self._adopted = True
+        if self._services is not None:
+            for name in sorted(set(self._services.objects) - set(self._by_pod)):
+                log.warning("event=kube_orphan_service cluster=%s service=%s: deleting it", self._cluster_id, name)
+                self._spawn(self._call("delete service", self._ensure_api().delete_service(name)), f"delete-svc-{name}")
+        return adopted, cleaned
+
+    def _adopt_pod(self, obj: dict, *, late: bool) -> str | None:
+        """Track a pod of this cluster; returns its replica id when it keeps serving, None when it is
+        removed or ending (an orphan without a record, a failed pod, a drain being finished)."""
+        meta = obj.get("metadata", {})
+        name = meta.get("name", "")
+        placement = manifest.read_placement(obj)
+        if placement is None:
+            log.warning("event=kube_orphan_pod cluster=%s pod=%s: no valid placement record, deleting it",
+                        self._cluster_id, name)
+            self._spawn(self._call("delete pod", self._ensure_api().delete_pod(name, self._grace_s())), f"orphan-{name}")
+            return None
+        if placement.replica_id in self._replicas:
+            return None
+        r = tracked.PodReplica(placement, name, (meta.get("annotations") or {}).get(manifest.A_DIRECTIVE, ""),
+                               tracked.created_at(obj, self._clock()), slots=(), pod=obj,
+                               served_model_name=tracked.served_model_name(obj))
+        drain = manifest.read_drain(obj)
+        if drain is not None:
+            r.draining = r.deleting = True
+        self._register(r)
+        self._refresh(r)
+        r.last_state, r.last_restarts = r.state, r.view.restarts
+        if late:
+            self._assign_slots()
+        if drain is not None and not meta.get("deletionTimestamp"):
+            remaining = max(0.0, float(drain.get("deadline", 0)) - self._clock())
+            log.info("event=kube_finish_drain cluster=%s replica=%s began=%s remaining_s=%.0f", self._cluster_id,
+                     placement.replica_id, drain.get("began"), remaining)
+            self._spawn(self._delete(r, grace_s=math.ceil(remaining) + self._k.stop_grace_s), f"finish-drain-{name}")
+            return None
+        if r.state in TERMINAL or drain is not None:
+            return None
+        log.info("event=kube_adopted cluster=%s replica=%s pod=%s state=%s", self._cluster_id, placement.replica_id,
+                 name, r.state.value)
+        self._event(r, "Adopted", f"re-adopted by the agent of cluster {self._cluster_id} ({r.state.value})")
+        return placement.replica_id
+
+    def _assign_slots(self) -> None:
+        """GPU slots per node for replicas that have none (adopted): the allocator counts them; the
+        device plugin chose the devices."""
+        used: dict[str, set[int]] = {}
+        for r in self._replicas.values():
+            used.setdefault(r.placement.node_id, set()).update(r.slots)
+        for r in sorted(self._replicas.values(), key=lambda x: x.placement.replica_id):
+            if r.slots:
+                continue
+            taken = used.setdefault(r.placement.node_id, set())
+            free = [i for i in range(r.placement.gpu_count + len(taken)) if i not in taken]
+            r.slots = tuple(free[:r.placement.gpu_count])
+            taken.update(r.slots)
+
+    def _register(self, r: tracked.PodReplica) -> None:
+        self._replicas[r.placement.replica_id] = r
+        self._by_pod[r.name] = r.placement.replica_id
+
+    def _unregister(self, r: tracked.PodReplica) -> None:
+        self._replicas.pop(r.placement.replica_id, None)
+        if self._by_pod.get(r.name) == r.placement.replica_id:
+            del self._by_pod[r.name]
+
+    # ------------------------------------------------------------------ start
+
+    def prepare(self, action: models.StartReplica, *, directive_id: str, node_id: str, gpu_ids: tuple[int, ...],
+                gpu_type: str) -> tuple[tracked.PodReplica, dict]:
+        if self._pods is None or not self._pods.synced.is_set():
+            raise base.Refused("the Kubernetes pod list has not been read yet (API server unreachable?); retry later")
+        runtime_adapter.build_command(action.runtime, host="0.0.0.0", port=self._k.engine_port)  # LaunchError
+        decl = self._decls[action.pool_id]
+        placement = base.Placement(action.replica_id, action.deployment, action.revision, action.pool_id, node_id,
+                                   action.gpu_count, gpu_type)
+        env = engine.engine_env(self._settings, gpu_type, self._engine_command)
+        body = manifest.pod(manifest.PodRequest(
+            self._cluster_id, self._cloud, decl.tier, decl.node_pool_value, placement, directive_id, action.runtime,
+            self._engine_command, env, self._k))
+        r = tracked.PodReplica(placement, body["metadata"]["name"], directive_id, self._clock(), slots=gpu_ids,
+                               served_model_name=action.runtime.served_model_name)
+        return r, body
+
+    async def launch(self, prepared: tuple[tracked.PodReplica, dict]) -> str:  # type: ignore[override]
+        r, body = prepared
+        api = self._ensure_api()
+        where = f"pod {self._k.namespace}/{r.name} on node {r.placement.node_id} ({r.placement.gpu_count} GPU(s))"
+        self._register(r)
+        try:
+            created = await api.create_pod(body)
+        except client_mod.KubeError as exc:
+            self._api_error(exc)
+            if exc.status == 409:
+                existing = await self._call("get pod", api.get_pod(r.name))
+                same = existing is not None and (
+                    (existing["metadata"].get("annotations") or {}).get(manifest.A_DIRECTIVE) == r.directive_id
+                    or manifest.read_placement(existing) == r.placement)
+                if same:
+                    r.pod, r.created_at = existing, tracked.created_at(existing, r.created_at)
+                    log.info("event=kube_pod_exists cluster=%s pod=%s directive=%s: not started twice",
+                             self._cluster_id, r.name, r.directive_id)
+                    return where + ", already created for this directive"
+                self._unregister(r)
+                raise RuntimeError(f"pod {r.name} already exists for another directive or replica") from None
+            self._unregister(r)
+            raise RuntimeError(str(exc)) from None
+        if r.pod is None:
+            r.pod = created
+        log.info("event=kube_pod_created cluster=%s replica=%s pod=%s node=%s gpus=%d", self._cluster_id,
+                 r.placement.replica_id, r.name, r.placement.node_id, r.placement.gpu_count)
+        self._event(r, "Created", f"replica {r.placement.replica_id} ({r.placement.deployment}@{r.placement.revision}) "
+                                  f"for directive {r.directive_id}")
+        if self._k.endpoint.mode == "service":
+            self._spawn(self._ensure_service(r), f"service-{r.name}")
+        return where
+
+    async def _ensure_service(self, r: tracked.PodReplica) -> None:
+        retry = self._backoff()
+        while r.state not in TERMINAL and not r.deleting:
+            uid = ((r.pod or {}).get("metadata") or {}).get("uid")
+            if uid:
+                try:
+                    await self._ensure_api().create_service(manifest.service(r.pod, self._k))
+                    return
+                except client_mod.KubeError as exc:
+                    self._api_error(exc)
+                    if exc.status == 409:
+                        return
+            await asyncio.sleep(retry.next_delay_s())
+
+    async def wait_ready(self, replica_id: str, timeout_s: float) -> None:
+        r = self._replicas[replica_id]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._refresh(r)
+            st = r.state
+            if st == R.READY:
+                return
+            if st in (R.FAILED, R.STOPPED, R.DRAINING):
+                raise runtime_adapter.ReplicaFailed(f"replica {replica_id} is {st.value}: {r.view.message}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"replica {replica_id} not ready after {timeout_s}s (state {st.value}): "
+                                   f"{r.view.message}")
+            event = r.changed
+            try:
+                await asyncio.wait_for(event.wait(), min(remaining, 1.0))
+            except asyncio.TimeoutError:
+                pass  # re-read: time alone can end a start (pod_start_timeout_s)
+
+    # ------------------------------------------------------------------ drain, stop
+
+    async def drain(self, replica_id: str, deadline_s: float) -> runtime_adapter.DrainResult:
+        """DRAINING at once (the agent's next report; routers stop sending), the drain recorded on the
+        pod, then the pod deleted with a grace period of the deadline plus ``stop_grace_s``: its
+        preStop has the adapter wait for in-flight requests, then stop the engine."""
+        r = self._replicas[replica_id]
+        if r.state in TERMINAL:
+            return runtime_adapter.DrainResult(0, False, False, 0.0)
+        t0 = time.monotonic()
+        r.draining = True
+        r.notify()
+        self._event(r, "Draining", f"draining within {deadline_s:g}s")
+        outstanding = r.load.outstanding
+        api = self._ensure_api()
+        if not r.deleting:
+            try:
+                await api.annotate_pod(r.name, {manifest.A_DRAIN: manifest.drain_annotation(
+                    self._clock(), self._clock() + deadline_s)})
+            except client_mod.KubeError as exc:  # the drain goes on; only a restart mid-drain would miss the record
+                self._api_error(exc)
+        r.deleting = True
+        grace = math.ceil(deadline_s) + self._k.stop_grace_s
+        deleter = self._spawn(self._delete(r, grace_s=grace), f"drain-{r.name}")
+        try:
+            await asyncio.wait_for(asyncio.shield(r.gone.wait()), grace + 30.0)
+        except asyncio.TimeoutError:
+            if not deleter.done():
+                raise RuntimeError(f"pod {r.name} not deleted after {grace + 30}s: the API server is unreachable "
+                                   "(the deletion is retried)") from None
+            log.warning("event=kube_drain_slow cluster=%s pod=%s: still there %ss after deletion", self._cluster_id,
+                        r.name, grace + 30)
+        duration = time.monotonic() - t0
+        deadline_hit = duration > deadline_s
+        self._refresh(r)
+        return runtime_adapter.DrainResult(max(outstanding, 0) if deadline_hit else 0, deadline_hit, False, duration)
+
+    async def stop(self, replica_id: str, note: str = "") -> None:
+        r = self._replicas[replica_id]
+        r.note = note or r.note
+        if r.state in TERMINAL:
+            return
+        r.deleting = True
+        self._spawn(self._delete(r, grace_s=self._k.stop_grace_s), f"stop-{r.name}")
+        try:
+            await asyncio.wait_for(asyncio.shield(r.gone.wait()), self._k.stop_grace_s + 10.0)
+        except asyncio.TimeoutError:
+            log.warning("event=kube_stop_slow cluster=%s pod=%s", self._cluster_id, r.name)
+        self._refresh(r)
+
+    async def _delete(self, r: tracked.PodReplica, *, grace_s: int) -> None:
+        """Delete the pod (and its Service), retrying with backoff while the API server is away."""
+        retry = self._backoff()
+        api = self._ensure_api()
+        while True:
+            try:
+                existed = await api.delete_pod(r.name, grace_s)
+                if not existed:
+                    r.deleted = True
+                    r.gone.set()
+                break
+            except client_mod.KubeError as exc:
+                self._api_error(exc)
+                await asyncio.sleep(retry.next_delay_s())
+        if self._k.endpoint.mode == "service":
+            await r.gone.wait()
+            await self._call("delete service", api.delete_service(r.name))
+
+    def forget(self, replica_id: str) -> None:
+        r = self._replicas.get(replica_id)
+        if r is None:
+            return
+        if not r.deleted:
+            self._forgotten.add(r.name)
+            if not r.deleting:
+                r.deleting = True
+                self._spawn(self._delete(r, grace_s=0), f"forget-{r.name}")
+        self._unregister(r)
+
+    async def close(self, *, stop_replicas: bool) -> None:
+        if stop_replicas and self._api is not None:
+            live = [r for r in self._replicas.values() if r.state in base.LIVE_STATES]
+            await asyncio.gather(*(self.stop(r.placement.replica_id) for r in live), return_exceptions=True)
+        for task in [*self._loops, *self._tasks]:
+            task.cancel()
+        await asyncio.gather(*self._loops, *self._tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+        if self._api is not None:
+            await self._api.close()
+
+    # ------------------------------------------------------------------ load
+
+    async def _scrape_loop(self) -> None:
+        interval = self._settings.supervisor.scrape_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            ready = [r for r in self._replicas.values() if r.state == R.READY and r.view.pod_ip]
+            await asyncio.gather(*(self._scrape(r) for r in ready))
+
+    async def _scrape(self, r: tracked.PodReplica) -> None:
+        assert self._session is not None
+        url = f"http://{r.view.pod_ip}:{self._k.engine_port}"
+        if r.scraper is None or r.scraper_url != url:
+            cfg = self._settings.supervisor
+            r.scraper = scraper_mod.Scraper(self._session, url, window_s=cfg.load_window_s, timeout_s=cfg.scrape_timeout_s)
+            r.scraper_url = url
+        try:
+            r.load = await r.scraper.scrape()
+        except scraper_mod.ScrapeError as exc:
+            log.debug("event=kube_scrape_failed replica=%s error=%r", r.placement.replica_id, str(exc))
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _grace_s(self) -> int:
+        return self._k.drain_deadline_s + self._k.stop_grace_s
+
+    def _spawn(self, coro, name: str) -> asyncio.Task:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _api_error(self, exc: client_mod.KubeError) -> None:
+        self._api_errors.labels(self._cluster_id, exc.operation, str(exc.status)).inc()
+        log.warning("event=kube_api_error cluster=%s %s", self._cluster_id, exc)
+
+    async def _call(self, what: str, coro) -> object:
+        """One best-effort call: failures are logged and counted, not raised."""
+        try:
+            return await coro
+        except client_mod.KubeError as exc:
+            self._api_error(exc)
+            return None
+
+    def _event(self, r: tracked.PodReplica, reason: str, message: str, *, warning: bool = False) -> None:
+        if not self._k.post_events or self._api is None or r.pod is None:
+            return
+        now = datetime.datetime.fromtimestamp(self._clock(), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = manifest.event(r.pod, reason, message, type_="Warning" if warning else "Normal", now_iso=now)
+        self._spawn(self._call("create event", self._api.create_event(body)), f"event-{r.name}-{reason}")
+
+
+def _node_address(node: Mapping, preferred: str) -> str:
+    addresses = {a.get("type"): a.get("address") for a in (node.get("status") or {}).get("addresses") or []}
+    other = "InternalIP" if preferred == "ExternalIP" else "ExternalIP"
+    return addresses.get(preferred) or addresses.get(other) or ""
+
+
+@backends.register("kubernetes")
+def create(cluster: spec.Cluster, *, settings: base.ReplicaSettings, state_dir: pathlib.Path,
+           clock: Callable[[], float] = time.time, registry: prom.CollectorRegistry | None = None,
+           api: client_mod.Api | None = None, adopt_timeout_s: float = 30.0, backoff_initial_s: float = 0.5,
+           backoff_max_s: float = 30.0) -> KubernetesBackend:
+    """Options: ``registry`` (the agent's metrics registry), ``api`` (an injected ``client.Api``;
+    default: from the spec's kubeconfig, the in-cluster account or ~/.kube/config),
+    ``adopt_timeout_s`` (how long start-up waits for the first pod list), ``backoff_*`` (watch and
+    API retries). The state directory is not used: the pods are the records."""
+    return KubernetesBackend(cluster, settings, api=api, clock=clock, registry=registry, adopt_timeout_s=adopt_timeout_s,
+                             backoff_initial_s=backoff_initial_s, backoff_max_s=backoff_max_s)
+
+
+__all__ = ["KubernetesBackend", "create"]
