@@ -13,7 +13,6 @@ reports carry the last known states."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
 import functools
 import logging
@@ -34,12 +33,12 @@ from meridian.spec import replicas as replicas_spec
 from agents import allocation, backends, backoff as backoff_mod
 from agents.backends import base, engine
 from agents.backends.kubernetes import client as client_mod
-from agents.backends.kubernetes import manifest, nodes, podstate, tracked, watch
+from agents.backends.kubernetes import adoption, manifest, nodes, podstate, tracked, watch
 from agents.providers import base as provider_base
 
 log = logging.getLogger(__name__)
 R = models.ReplicaState
-TERMINAL = (R.STOPPED, R.FAILED)
+TERMINAL = tracked.TERMINAL
 
 
 class KubernetesBackend(base.ReplicaBackend):
@@ -60,22 +59,21 @@ class KubernetesBackend(base.ReplicaBackend):
         self._adopt_timeout_s = adopt_timeout_s
         self._backoff = functools.partial(backoff_mod.Backoff, backoff_initial_s, backoff_max_s)
         self._decls = {p.name: p for p in s.pools}
-        self._pool_values = {p.name: p.node_pool_value for p in s.pools}
         self._pool_label = replicas_spec.node_pool_label(s.cloud, k)
-        self._tolerations = {p.name: replicas_spec.tolerations(s.cloud, p.tier, k) for p in s.pools}
-        self._rules = nodes.ReclaimRules(tuple(replicas_spec.reclaim_taints(k)),
-                                         tuple(replicas_spec.reclaim_conditions(k)), replicas_spec.reclaim_cordon(s.cloud, k))
-        self._notice_s = replicas_spec.reclaim_notice_s(s.cloud, k)
+        self._node_tracker = nodes.NodeTracker(
+            pool_label=self._pool_label, pools={p.name: p.node_pool_value for p in s.pools},
+            tolerations={p.name: replicas_spec.tolerations(s.cloud, p.tier, k) for p in s.pools},
+            rules=nodes.ReclaimRules(tuple(replicas_spec.reclaim_taints(k)), tuple(replicas_spec.reclaim_conditions(k)),
+                                     replicas_spec.reclaim_cordon(s.cloud, k)),
+            notice_s=replicas_spec.reclaim_notice_s(s.cloud, k), clock=clock, cluster_id=self._cluster_id)
         # The spec's engine command as written: a bare python is the image's interpreter.
         self._engine_command = tuple(s.agent.engine_command)
         self._api = api
         self._session: aiohttp.ClientSession | None = None
-        self._replicas: dict[str, tracked.PodReplica] = {}
-        self._by_pod: dict[str, str] = {}
-        self._forgotten: set[str] = set()  # pods of forgotten replicas, deleted: never re-adopted
-        self._node_infos: dict[str, nodes.NodeInfo] = {}
-        self._reclaim_seen: dict[str, float] = {}
-        self._views: dict[str, base.NodeView] | None = None
+        self._pods_tracked = tracked.PodTracker(
+            k, clock=clock, endpoint=self._endpoint, event=self._event, linger_s=settings.ended_linger_s,
+            delete_failed=lambda r: self._spawn(self._delete(r, grace_s=0), f"delete-failed-{r.name}"))
+        self._replicas = self._pods_tracked.replicas
         self._adopted = False
         self._tasks: set[asyncio.Task] = set()
         self._loops: list[asyncio.Task] = []
@@ -102,18 +100,13 @@ class KubernetesBackend(base.ReplicaBackend):
         return [r.report(self._endpoint(r)) for r in self._replicas.values()]
 
     def node_views(self) -> Mapping[str, base.NodeView]:
+        """Before the first node list: no node of any pool can take a replica (none is known)."""
         if self._nodes is None or not self._nodes.synced.is_set():
             return {}
-        if self._views is None:
-            self._views = nodes.views(self._node_infos.values(), self._pool_values, self._tolerations)
-        return self._views
+        return self._node_tracker.views()
 
     def interruptions(self) -> list[provider_base.Interruption]:
-        return nodes.notices(self._node_infos.values(), self._pool_values, self._reclaim_seen, self._notice_s)
-
-    @property
-    def api_connected(self) -> bool:
-        return all(i.connected for i in self._informers())
+        return self._node_tracker.notices()
 
     def _informers(self) -> list[watch.Informer]:
         return [i for i in (self._pods, self._nodes, self._services) if i is not None]
@@ -122,52 +115,12 @@ class KubernetesBackend(base.ReplicaBackend):
         k = self._k
         node_address = ""
         if k.endpoint.mode == "service" and self._nodes is not None:
-            node_address = _node_address(self._nodes.objects.get(r.placement.node_id) or {}, k.endpoint.node_address)
+            node_address = nodes.address(self._nodes.objects.get(r.placement.node_id) or {}, k.endpoint.node_address)
         return tracked.endpoint((view or r.view).pod_ip, r.service, mode=k.endpoint.mode, port=k.engine_port,
                                 node_address=node_address)
 
-    # ------------------------------------------------------------------ state
-
-    def _refresh(self, r: tracked.PodReplica) -> None:
-        if r.final is not None:
-            r.view = r.final
-            return
-        view = podstate.interpret(r.pod, now=self._clock(), created_at=r.created_at, was_ready=r.was_ready,
-                                  start_timeout_s=self._k.pod_start_timeout_s, max_restarts=self._k.max_restarts,
-                                  deleted=r.deleted, deleted_by_us=r.deleting)
-        if view.state == R.READY and not self._endpoint(r, view):
-            view = dataclasses.replace(view, state=R.STARTING, message="engine ready; waiting for the Service's address")
-        if view.state == R.READY and not r.was_ready:
-            r.was_ready, r.ready_at = True, self._clock()
-        if view.state != R.READY:
-            r.load = models.ReplicaLoad()
-        r.view = view
-        if view.state in TERMINAL:
-            r.final = view
-        if view.delete and not r.deleted and not r.deleting:
-            r.deleting = True  # a failed pod for good: remove it (its FAILED reason stays, frozen above)
-            self._spawn(self._delete(r, grace_s=0), f"delete-failed-{r.name}")
-
     def poll(self) -> list[base.Change]:
-        changes = []
-        now = self._clock()
-        for rid, r in list(self._replicas.items()):
-            self._refresh(r)
-            st = r.state
-            restarted = r.view.restarts > r.last_restarts
-            if st != r.last_state or restarted:
-                crashed = (st == R.FAILED and not r.note) or restarted or (r.last_state == R.READY and st == R.STARTING)
-                changes.append(base.Change(rid, r.last_state, st, crashed, r.view.message))
-                if st == R.FAILED:
-                    self._event(r, "Failed", r.view.message, warning=True)
-                r.last_state, r.last_restarts = st, r.view.restarts
-                r.notify()
-            if st in TERMINAL:
-                if r.ended_at is None:
-                    r.ended_at = now
-                if now - r.ended_at >= self._settings.ended_linger_s:
-                    self._unregister(r)
-        return changes
+        return self._pods_tracked.poll()
 
     # ------------------------------------------------------------------ watches
 
@@ -177,11 +130,12 @@ class KubernetesBackend(base.ReplicaBackend):
         self._pods = watch.Informer("pods", functools.partial(api.core.list_namespaced_pod, ns, label_selector=selector),
                                     self._on_pod, backoff=self._backoff(), metrics=self._watch_metrics)
         self._nodes = watch.Informer("nodes", functools.partial(api.core.list_node, label_selector=self._pool_label),
-                                     self._on_node, backoff=self._backoff(), metrics=self._watch_metrics)
+                                     self._node_tracker.on_event, backoff=self._backoff(), metrics=self._watch_metrics)
         if self._k.endpoint.mode == "service":
             self._services = watch.Informer(
                 "services", functools.partial(api.core.list_namespaced_service, ns, label_selector=selector),
-                self._on_service, backoff=self._backoff(), metrics=self._watch_metrics)
+                lambda type_, obj, prev: self._pods_tracked.on_service(type_, obj), backoff=self._backoff(),
+                metrics=self._watch_metrics)
         self._loops = [asyncio.create_task(i.run(), name=f"kube-watch-{i.resource}") for i in self._informers()]
         self._loops.append(asyncio.create_task(self._scrape_loop(), name="kube-scrape"))
 
@@ -192,46 +146,8 @@ class KubernetesBackend(base.ReplicaBackend):
     def _on_pod(self, type_: str, obj: dict, previous: dict | None) -> None:
         if not self._adopted:
             return  # adoption reads the first list as a whole
-        name = obj.get("metadata", {}).get("name", "")
-        rid = self._by_pod.get(name)
-        if rid is None:
-            if type_ == "DELETED":
-                self._forgotten.discard(name)
-            elif name not in self._forgotten:
-                self._adopt_pod(obj, late=True)
-            return
-        r = self._replicas[rid]
-        r.pod = obj
-        if type_ == "DELETED":
-            r.deleted = True
-            r.gone.set()
-        self._refresh(r)
-        r.notify()
-
-    def _on_node(self, type_: str, obj: dict, previous: dict | None) -> None:
-        name = obj.get("metadata", {}).get("name", "")
-        if type_ == "DELETED":
-            self._node_infos.pop(name, None)
-            self._reclaim_seen.pop(name, None)
-        else:
-            info = nodes.read(obj, pool_label=self._pool_label, rules=self._rules)
-            self._node_infos[name] = info
-            if info.reclaim:
-                if name not in self._reclaim_seen:
-                    self._reclaim_seen[name] = self._clock()
-                    log.warning("event=kube_node_reclaimed cluster=%s node=%s sign=%r", self._cluster_id, name,
-                                info.reclaim)
-            else:
-                self._reclaim_seen.pop(name, None)
-        self._views = None
-
-    def _on_service(self, type_: str, obj: dict, previous: dict | None) -> None:
-        rid = self._by_pod.get(obj.get("metadata", {}).get("name", ""))
-        if rid is not None:
-            r = self._replicas[rid]
-            r.service = None if type_ == "DELETED" else obj
-            self._refresh(r)
-            r.notify()
+        if not self._pods_tracked.on_pod(type_, obj) and type_ != "DELETED":
+            self._adopt_pod(obj, late=True)  # a pod of this cluster that appeared by itself
 
     # ------------------------------------------------------------------ adoption
 
@@ -266,73 +182,41 @@ class KubernetesBackend(base.ReplicaBackend):
         for obj in sorted(self._pods.objects.values(), key=lambda o: o["metadata"]["name"]):
             kept = self._adopt_pod(obj, late=False)
             (adopted if kept else cleaned).append(kept or obj["metadata"]["name"])
-        self._assign_slots()
+        self._pods_tracked.assign_slots()
         self._adopted = True
         if self._services is not None:
-            for name in sorted(set(self._services.objects) - set(self._by_pod)):
+            for name in sorted(set(self._services.objects) - set(self._pods_tracked.by_pod)):
                 log.warning("event=kube_orphan_service cluster=%s service=%s: deleting it", self._cluster_id, name)
-                self._spawn(self._call("delete service", self._ensure_api().delete_service(name)), f"delete-svc-{name}")
+                self._spawn(self._call(self._ensure_api().delete_service(name)), f"delete-svc-{name}")
         return adopted, cleaned
 
     def _adopt_pod(self, obj: dict, *, late: bool) -> str | None:
-        """Track a pod of this cluster; returns its replica id when it keeps serving, None when it is
-        removed or ending (an orphan without a record, a failed pod, a drain being finished)."""
-        meta = obj.get("metadata", {})
-        name = meta.get("name", "")
-        placement = manifest.read_placement(obj)
-        if placement is None:
-            log.warning("event=kube_orphan_pod cluster=%s pod=%s: no valid placement record, deleting it",
-                        self._cluster_id, name)
-            self._spawn(self._call("delete pod", self._ensure_api().delete_pod(name, self._grace_s())), f"orphan-{name}")
+        """Act on ``adoption.decide``; returns the replica id when the pod keeps serving."""
+        name = obj["metadata"]["name"]
+        d = adoption.decide(obj, now=self._clock(), stop_grace_s=self._k.stop_grace_s, default_grace_s=self._grace_s())
+        if d.kind == "orphan":
+            log.warning("event=kube_orphan_pod cluster=%s pod=%s: %s, deleting it", self._cluster_id, name, d.why)
+            self._spawn(self._call(self._ensure_api().delete_pod(name, d.grace_s)), f"orphan-{name}")
             return None
-        if placement.replica_id in self._replicas:
+        assert d.placement is not None
+        if d.placement.replica_id in self._replicas:
             return None
-        r = tracked.PodReplica(placement, name, (meta.get("annotations") or {}).get(manifest.A_DIRECTIVE, ""),
-                               tracked.created_at(obj, self._clock()), slots=(), pod=obj,
-                               served_model_name=tracked.served_model_name(obj))
-        drain = manifest.read_drain(obj)
-        if drain is not None:
-            r.draining = r.deleting = True
-        self._register(r)
-        self._refresh(r)
+        r = tracked.PodReplica(d.placement, name, d.directive_id, tracked.created_at(obj, self._clock()), slots=(),
+                               pod=obj, served_model_name=tracked.served_model_name(obj))
+        r.draining = r.deleting = d.draining
+        self._pods_tracked.register(r)
+        self._pods_tracked.refresh(r)
         r.last_state, r.last_restarts = r.state, r.view.restarts
         if late:
-            self._assign_slots()
-        if drain is not None and not meta.get("deletionTimestamp"):
-            remaining = max(0.0, float(drain.get("deadline", 0)) - self._clock())
-            log.info("event=kube_finish_drain cluster=%s replica=%s began=%s remaining_s=%.0f", self._cluster_id,
-                     placement.replica_id, drain.get("began"), remaining)
-            self._spawn(self._delete(r, grace_s=math.ceil(remaining) + self._k.stop_grace_s), f"finish-drain-{name}")
+            self._pods_tracked.assign_slots()
+        log.info("event=kube_adopt cluster=%s replica=%s pod=%s decision=%s state=%s %s", self._cluster_id,
+                 d.placement.replica_id, name, d.kind, r.state.value, d.why)
+        if d.kind == "finish_drain":
+            self._spawn(self._delete(r, grace_s=d.grace_s), f"finish-drain-{name}")
+        if d.kind != "adopt" or r.state in tracked.TERMINAL:
             return None
-        if r.state in TERMINAL or drain is not None:
-            return None
-        log.info("event=kube_adopted cluster=%s replica=%s pod=%s state=%s", self._cluster_id, placement.replica_id,
-                 name, r.state.value)
         self._event(r, "Adopted", f"re-adopted by the agent of cluster {self._cluster_id} ({r.state.value})")
-        return placement.replica_id
-
-    def _assign_slots(self) -> None:
-        """GPU slots per node for replicas that have none (adopted): the allocator counts them; the
-        device plugin chose the devices."""
-        used: dict[str, set[int]] = {}
-        for r in self._replicas.values():
-            used.setdefault(r.placement.node_id, set()).update(r.slots)
-        for r in sorted(self._replicas.values(), key=lambda x: x.placement.replica_id):
-            if r.slots:
-                continue
-            taken = used.setdefault(r.placement.node_id, set())
-            free = [i for i in range(r.placement.gpu_count + len(taken)) if i not in taken]
-            r.slots = tuple(free[:r.placement.gpu_count])
-            taken.update(r.slots)
-
-    def _register(self, r: tracked.PodReplica) -> None:
-        self._replicas[r.placement.replica_id] = r
-        self._by_pod[r.name] = r.placement.replica_id
-
-    def _unregister(self, r: tracked.PodReplica) -> None:
-        self._replicas.pop(r.placement.replica_id, None)
-        if self._by_pod.get(r.name) == r.placement.replica_id:
-            del self._by_pod[r.name]
+        return d.placement.replica_id
 
     # ------------------------------------------------------------------ start
 
@@ -356,13 +240,13 @@ class KubernetesBackend(base.ReplicaBackend):
         r, body = prepared
         api = self._ensure_api()
         where = f"pod {self._k.namespace}/{r.name} on node {r.placement.node_id} ({r.placement.gpu_count} GPU(s))"
-        self._register(r)
+        self._pods_tracked.register(r)
         try:
             created = await api.create_pod(body)
         except client_mod.KubeError as exc:
             self._api_error(exc)
             if exc.status == 409:
-                existing = await self._call("get pod", api.get_pod(r.name))
+                existing = await self._call(api.get_pod(r.name))
                 same = existing is not None and (
                     (existing["metadata"].get("annotations") or {}).get(manifest.A_DIRECTIVE) == r.directive_id
                     or manifest.read_placement(existing) == r.placement)
@@ -371,9 +255,9 @@ class KubernetesBackend(base.ReplicaBackend):
                     log.info("event=kube_pod_exists cluster=%s pod=%s directive=%s: not started twice",
                              self._cluster_id, r.name, r.directive_id)
                     return where + ", already created for this directive"
-                self._unregister(r)
+                self._pods_tracked.unregister(r)
                 raise RuntimeError(f"pod {r.name} already exists for another directive or replica") from None
-            self._unregister(r)
+            self._pods_tracked.unregister(r)
             raise RuntimeError(str(exc)) from None
         if r.pod is None:
             r.pod = created
@@ -403,7 +287,7 @@ class KubernetesBackend(base.ReplicaBackend):
         r = self._replicas[replica_id]
         deadline = time.monotonic() + timeout_s
         while True:
-            self._refresh(r)
+            self._pods_tracked.refresh(r)
             st = r.state
             if st == R.READY:
                 return
@@ -453,7 +337,7 @@ class KubernetesBackend(base.ReplicaBackend):
                         r.name, grace + 30)
         duration = time.monotonic() - t0
         deadline_hit = duration > deadline_s
-        self._refresh(r)
+        self._pods_tracked.refresh(r)
         return runtime_adapter.DrainResult(max(outstanding, 0) if deadline_hit else 0, deadline_hit, False, duration)
 
     async def stop(self, replica_id: str, note: str = "") -> None:
@@ -467,7 +351,7 @@ class KubernetesBackend(base.ReplicaBackend):
             await asyncio.wait_for(asyncio.shield(r.gone.wait()), self._k.stop_grace_s + 10.0)
         except asyncio.TimeoutError:
             log.warning("event=kube_stop_slow cluster=%s pod=%s", self._cluster_id, r.name)
-        self._refresh(r)
+        self._pods_tracked.refresh(r)
 
     async def _delete(self, r: tracked.PodReplica, *, grace_s: int) -> None:
         """Delete the pod (and its Service), retrying with backoff while the API server is away."""
@@ -485,18 +369,18 @@ class KubernetesBackend(base.ReplicaBackend):
                 await asyncio.sleep(retry.next_delay_s())
         if self._k.endpoint.mode == "service":
             await r.gone.wait()
-            await self._call("delete service", api.delete_service(r.name))
+            await self._call(api.delete_service(r.name))
 
     def forget(self, replica_id: str) -> None:
         r = self._replicas.get(replica_id)
         if r is None:
             return
         if not r.deleted:
-            self._forgotten.add(r.name)
+            self._pods_tracked.forgotten.add(r.name)
             if not r.deleting:
                 r.deleting = True
                 self._spawn(self._delete(r, grace_s=0), f"forget-{r.name}")
-        self._unregister(r)
+        self._pods_tracked.unregister(r)
 
     async def close(self, *, stop_replicas: bool) -> None:
         if stop_replicas and self._api is not None:
@@ -546,7 +430,7 @@ class KubernetesBackend(base.ReplicaBackend):
         self._api_errors.labels(self._cluster_id, exc.operation, str(exc.status)).inc()
         log.warning("event=kube_api_error cluster=%s %s", self._cluster_id, exc)
 
-    async def _call(self, what: str, coro) -> object:
+    async def _call(self, coro) -> object:
         """One best-effort call: failures are logged and counted, not raised."""
         try:
             return await coro
@@ -559,13 +443,7 @@ class KubernetesBackend(base.ReplicaBackend):
             return
         now = datetime.datetime.fromtimestamp(self._clock(), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = manifest.event(r.pod, reason, message, type_="Warning" if warning else "Normal", now_iso=now)
-        self._spawn(self._call("create event", self._api.create_event(body)), f"event-{r.name}-{reason}")
-
-
-def _node_address(node: Mapping, preferred: str) -> str:
-    addresses = {a.get("type"): a.get("address") for a in (node.get("status") or {}).get("addresses") or []}
-    other = "InternalIP" if preferred == "ExternalIP" else "ExternalIP"
-    return addresses.get(preferred) or addresses.get(other) or ""
+        self._spawn(self._call(self._api.create_event(body)), f"event-{r.name}-{reason}")
 
 
 @backends.register("kubernetes")

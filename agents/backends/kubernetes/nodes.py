@@ -11,12 +11,15 @@ when the agent first saw the sign plus the cloud's usual notice."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from agents.backends import base
 from agents.backends.kubernetes import manifest
 from agents.providers import base as provider_base
+
+log = logging.getLogger(__name__)
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 _VMSS = re.compile(r"/virtualMachineScaleSets/([^/]+)/virtualMachines/([^/]+)$")
@@ -63,6 +66,13 @@ def cloud_id(node: Mapping) -> str:
     if m:
         return f"{m.group(1)}_{m.group(2)}"
     return provider_id.rstrip("/").rsplit("/", 1)[-1] or name
+
+
+def address(node: Mapping, preferred: str = "ExternalIP") -> str:
+    """The node's ``preferred`` address (ExternalIP or InternalIP), else the other one, else ""."""
+    found = {a.get("type"): a.get("address") for a in (node.get("status") or {}).get("addresses") or []}
+    other = "InternalIP" if preferred == "ExternalIP" else "ExternalIP"
+    return found.get(preferred) or found.get(other) or ""
 
 
 def _gpus(node: Mapping) -> int:
@@ -168,4 +178,48 @@ def notices(infos: Iterable[NodeInfo], pools: Mapping[str, str], first_seen: Map
     return out
 
 
-__all__ = ["NodeInfo", "ReclaimRules", "cloud_id", "notices", "read", "reclaim_reason", "views", "why_unusable"]
+
+
+class NodeTracker:
+    """The nodes of the cluster's pools as the node watch delivers them: their readings, when each
+    reclaim sign was first seen, and (cached until the next change) the pools' node views."""
+
+    def __init__(self, *, pool_label: str, rules: ReclaimRules, pools: Mapping[str, str],
+                 tolerations: Mapping[str, Sequence[Mapping]], notice_s: float, clock, cluster_id: str = ""):
+        self._pool_label = pool_label
+        self._rules = rules
+        self._pools = dict(pools)
+        self._tolerations = {k: list(v) for k, v in tolerations.items()}
+        self._notice_s = notice_s
+        self._clock = clock
+        self._cluster_id = cluster_id
+        self.infos: dict[str, NodeInfo] = {}
+        self.reclaim_seen: dict[str, float] = {}
+        self._views: dict[str, base.NodeView] | None = None
+
+    def on_event(self, type_: str, obj: Mapping, previous: Mapping | None = None) -> None:
+        name = (obj.get("metadata") or {}).get("name", "")
+        self._views = None
+        if type_ == "DELETED":
+            self.infos.pop(name, None)
+            self.reclaim_seen.pop(name, None)
+            return
+        info = read(obj, pool_label=self._pool_label, rules=self._rules)
+        self.infos[name] = info
+        if not info.reclaim:
+            self.reclaim_seen.pop(name, None)
+        elif name not in self.reclaim_seen:
+            self.reclaim_seen[name] = self._clock()
+            log.warning("event=kube_node_reclaimed cluster=%s node=%s sign=%r", self._cluster_id, name, info.reclaim)
+
+    def views(self) -> dict[str, base.NodeView]:
+        if self._views is None:
+            self._views = views(self.infos.values(), self._pools, self._tolerations)
+        return self._views
+
+    def notices(self) -> list[provider_base.Interruption]:
+        return notices(self.infos.values(), self._pools, self.reclaim_seen, self._notice_s)
+
+
+__all__ = ["NodeInfo", "NodeTracker", "ReclaimRules", "address", "cloud_id", "notices", "read", "reclaim_reason",
+           "views", "why_unusable"]

@@ -8,17 +8,19 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from runtime_adapter import scraper as scraper_mod
 
 from meridian.fleet import models
+from meridian.spec import replicas as replicas_spec
 
 from agents import allocation
 from agents.backends import base
 from agents.backends.kubernetes import podstate
 
 R = models.ReplicaState
+TERMINAL = (R.STOPPED, R.FAILED)
 
 
 def served_model_name(pod: Mapping | None) -> str:
@@ -114,4 +116,120 @@ def endpoint(pod_ip: str, service: Mapping | None, *, mode: str, port: int, node
     return f"http://{cluster_ip}:{port}" if cluster_ip and cluster_ip != "None" else ""
 
 
-__all__ = ["PodReplica", "created_at", "endpoint", "served_model_name"]
+
+
+class PodTracker:
+    """The replicas the backend tracks, by replica id and by pod name, and what their pods mean.
+    ``endpoint(replica, view)``: where routers would reach it ("" unknown: a READY pod without an
+    address is reported STARTING); ``delete_failed(replica)``: remove a pod that failed for good;
+    ``event(replica, reason, message, warning)``: post a Kubernetes Event."""
+
+    def __init__(self, settings: replicas_spec.KubernetesReplicas, *, clock: Callable[[], float],
+                 endpoint: Callable[[PodReplica, podstate.PodView], str],
+                 delete_failed: Callable[[PodReplica], None],
+                 event: Callable[[PodReplica, str, str, bool], None], linger_s: float):
+        self._k = settings
+        self._clock = clock
+        self._endpoint = endpoint
+        self._delete_failed = delete_failed
+        self._event = event
+        self._linger_s = linger_s
+        self.replicas: dict[str, PodReplica] = {}
+        self.by_pod: dict[str, str] = {}
+        self.forgotten: set[str] = set()  # pods of forgotten replicas, being deleted: never re-adopted
+
+    def register(self, r: PodReplica) -> None:
+        self.replicas[r.placement.replica_id] = r
+        self.by_pod[r.name] = r.placement.replica_id
+
+    def unregister(self, r: PodReplica) -> None:
+        self.replicas.pop(r.placement.replica_id, None)
+        if self.by_pod.get(r.name) == r.placement.replica_id:
+            del self.by_pod[r.name]
+
+    def of_pod(self, name: str) -> PodReplica | None:
+        rid = self.by_pod.get(name)
+        return self.replicas.get(rid) if rid is not None else None
+
+    def assign_slots(self) -> None:
+        """GPU slots per node for replicas that have none (adopted ones): the allocator counts them;
+        the device plugin chose the devices."""
+        used: dict[str, set[int]] = {}
+        for r in self.replicas.values():
+            used.setdefault(r.placement.node_id, set()).update(r.slots)
+        for r in sorted(self.replicas.values(), key=lambda x: x.placement.replica_id):
+            if r.slots:
+                continue
+            taken = used.setdefault(r.placement.node_id, set())
+            free = [i for i in range(r.placement.gpu_count + len(taken)) if i not in taken]
+            r.slots = tuple(free[:r.placement.gpu_count])
+            taken.update(r.slots)
+
+    def refresh(self, r: PodReplica) -> None:
+        """Re-read what the replica's pod means now (time alone can end a start)."""
+        if r.final is not None:
+            r.view = r.final
+            return
+        now = self._clock()
+        view = podstate.interpret(r.pod, now=now, created_at=r.created_at, was_ready=r.was_ready,
+                                  start_timeout_s=self._k.pod_start_timeout_s, max_restarts=self._k.max_restarts,
+                                  deleted=r.deleted, deleted_by_us=r.deleting)
+        if view.state == R.READY and not self._endpoint(r, view):
+            view = dataclasses.replace(view, state=R.STARTING, message="engine ready; waiting for the Service's address")
+        if view.state == R.READY and not r.was_ready:
+            r.was_ready, r.ready_at = True, now
+        if view.state != R.READY:
+            r.load = models.ReplicaLoad()
+        r.view = view
+        if view.state in TERMINAL:
+            r.final = view
+        if view.delete and not r.deleted and not r.deleting:
+            r.deleting = True  # failed for good: remove the pod (the FAILED reason stays, frozen above)
+            self._delete_failed(r)
+
+    def on_pod(self, type_: str, obj: dict) -> bool:
+        """Apply a pod event; False when the pod is not tracked (nor a forgotten one's)."""
+        name = (obj.get("metadata") or {}).get("name", "")
+        r = self.of_pod(name)
+        if r is None:
+            if type_ == "DELETED":
+                self.forgotten.discard(name)
+            return name in self.forgotten
+        r.pod = obj
+        if type_ == "DELETED":
+            r.deleted = True
+            r.gone.set()
+        self.refresh(r)
+        r.notify()
+        return True
+
+    def on_service(self, type_: str, obj: dict) -> None:
+        r = self.of_pod((obj.get("metadata") or {}).get("name", ""))
+        if r is not None:
+            r.service = None if type_ == "DELETED" else obj
+            self.refresh(r)
+            r.notify()
+
+    def poll(self) -> list[base.Change]:
+        changes = []
+        now = self._clock()
+        for rid, r in list(self.replicas.items()):
+            self.refresh(r)
+            st = r.state
+            restarted = r.view.restarts > r.last_restarts
+            if st != r.last_state or restarted:
+                crashed = (st == R.FAILED and not r.note) or restarted or (r.last_state == R.READY and st == R.STARTING)
+                changes.append(base.Change(rid, r.last_state, st, crashed, r.view.message))
+                if st == R.FAILED:
+                    self._event(r, "Failed", r.view.message, True)
+                r.last_state, r.last_restarts = st, r.view.restarts
+                r.notify()
+            if st in TERMINAL:
+                if r.ended_at is None:
+                    r.ended_at = now
+                if now - r.ended_at >= self._linger_s:
+                    self.unregister(r)
+        return changes
+
+
+__all__ = ["PodReplica", "PodTracker", "TERMINAL", "created_at", "endpoint", "served_model_name"]

@@ -13,7 +13,7 @@ from meridian import spec
 from meridian.fleet import models
 
 from agents import backends
-from agents.backends.kubernetes import manifest
+from agents.backends.kubernetes import adoption, manifest
 
 K8S_VERSION = kubernetes_validate.latest_version()
 
@@ -174,3 +174,21 @@ def test_the_built_pod_is_plain_json_data():
     """The pod holds only JSON types (no tuples or objects), so the client sends exactly this."""
     pod = manifest.pod(_request(gpus=2))
     assert json.loads(json.dumps(pod)) == pod
+
+
+def test_adoption_decisions_follow_the_pods_own_records():
+    """A restarted agent keeps a pod with a valid record, deletes one without, finishes a recorded
+    drain with what is left of its deadline, and only tracks a pod already ending."""
+    now = 1_800_000_000.0
+    pod = manifest.pod(_request())
+    assert adoption.decide(pod, now=now, stop_grace_s=15, default_grace_s=135).kind == "adopt"
+    orphan = json.loads(json.dumps(pod))
+    del orphan["metadata"]["annotations"]["meridian.dev/placement"]
+    d = adoption.decide(orphan, now=now, stop_grace_s=15, default_grace_s=135)
+    assert (d.kind, d.grace_s) == ("orphan", 135)
+    draining = json.loads(json.dumps(pod))
+    draining["metadata"]["annotations"]["meridian.dev/drain"] = manifest.drain_annotation(now - 10, now + 50)
+    d = adoption.decide(draining, now=now, stop_grace_s=15, default_grace_s=135)
+    assert (d.kind, d.grace_s, d.draining) == ("finish_drain", 65, True)
+    draining["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    assert adoption.decide(draining, now=now, stop_grace_s=15, default_grace_s=135).kind == "ending"
