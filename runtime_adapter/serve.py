@@ -13,7 +13,8 @@ node and weights cache), and serves on the adapter port:
 
 Each start-up phase is logged (``event=phase phase=... seconds=...``): config, spawn, load (the
 port opens once weights are loaded), warmup (the first 200 of ``/health``), ready; then draining,
-stopped. SIGTERM without a drain first drains with the default deadline; SIGINT stops at once.
+stopped. SIGTERM without a drain first drains with the default deadline; SIGTERM during a drain
+(the kubelet's grace period is over) stops the engine at once; SIGINT stops at once.
 
 Settings come from flags or, as a pod gives them, from the environment (``--help`` lists both)."""
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -171,6 +173,7 @@ class PodAdapter:
         self._engine: handle.EngineHandle | None = None
         self._session: aiohttp.ClientSession | None = None
         self._drain: asyncio.Task | None = None
+        self._cut = asyncio.Event()  # SIGTERM during a drain: the kubelet's grace period is over
         self._stopping = False
         self.registry = prom.CollectorRegistry()
         self._phase_seconds = prom.Gauge("meridian_replica_phase_seconds", "Seconds spent in each start-up phase.",
@@ -252,9 +255,10 @@ class PodAdapter:
             if zeros >= 2:
                 return 0, False
             remaining = deadline_s - (self._clock.monotonic() - t0)
-            if remaining <= 0:
+            if remaining <= 0 or self._cut.is_set():
                 return outstanding, True
-            await self._clock.sleep(min(self.config.probe_interval_s, remaining))
+            with contextlib.suppress(asyncio.TimeoutError):  # the poll period elapsed
+                await asyncio.wait_for(self._cut.wait(), min(self.config.probe_interval_s, remaining))
 
     # ----- the engine
     async def _start_up(self) -> None:
@@ -292,6 +296,10 @@ class PodAdapter:
             await asyncio.wait({self._engine.exit_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
             starting.cancel()
             if stopper.done() and not self._engine.exited:
+                if self._drain is not None:
+                    # SIGTERM while a drain waits: the kubelet's grace period ended; stop the engine now.
+                    log.warning("event=drain_cut replica=%s: SIGTERM during the drain", self.config.replica_id)
+                    self._cut.set()
                 await self.drain(self.config.drain_deadline_s)
             stopper.cancel()
             code = await self._engine.exit_task

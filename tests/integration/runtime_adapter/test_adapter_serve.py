@@ -172,3 +172,23 @@ def test_help_lists_every_setting_with_its_variable():
     assert out.returncode == 0
     for var in serve.ENV.values():
         assert var in out.stdout
+
+
+async def test_sigterm_during_a_drain_stops_the_engine_at_once(tmp_path):
+    """The kubelet's SIGTERM while /drain still waits (its grace period is over) ends the wait: the
+    engine is stopped within the stop grace and serve exits 0."""
+    async with aiohttp.ClientSession() as session:
+        with Pod(tmp_path) as pod:
+            await pod.ready(session)
+            request = asyncio.create_task(_chat(session, pod.engine, max_tokens=2000))
+            await asyncio.sleep(0.5)
+            drain = asyncio.create_task(session.get(pod.adapter + "/drain?deadline_s=300"))
+            await asyncio.sleep(1.0)
+            t0 = time.monotonic()
+            pod.proc.send_signal(signal.SIGTERM)
+            assert await pod.exit_code(timeout_s=20) == 0
+            assert time.monotonic() - t0 < 10
+            assert "event=drain_cut" in pod.log()
+            drain.cancel()
+            request.cancel()
+            await asyncio.gather(drain, request, return_exceptions=True)
