@@ -305,6 +305,10 @@ class PodAdapter:
             code = await self._engine.exit_task
             if self._drain is not None:
                 await self._drain
+                # preStop returned: the kubelet's SIGTERM follows at once. Wait for it (a little), so
+                # the container ends by our own exit 0, not by a signal arriving mid-shutdown.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.config.stop_grace_s)
                 return 0
             self._enter("stopped", exit_code=code)
             return code if code >= 0 else 128 - code
@@ -345,4 +349,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"runtime_adapter serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     log.info("event=config replica=%s seconds=%.2f", adapter.config.replica_id, time.monotonic() - t0)
-    return asyncio.run(serve(adapter))
+    code = asyncio.run(serve(adapter))
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the engine is gone: a late SIGTERM must not change the exit code
+    return code

@@ -108,6 +108,11 @@ class KubernetesBackend(base.ReplicaBackend):
     def interruptions(self) -> list[provider_base.Interruption]:
         return self._node_tracker.notices()
 
+    @property
+    def api_connected(self) -> bool:
+        """Whether every watch is currently in step with the API server."""
+        return bool(self._informers()) and all(i.connected for i in self._informers())
+
     def _informers(self) -> list[watch.Informer]:
         return [i for i in (self._pods, self._nodes, self._services) if i is not None]
 
@@ -438,7 +443,7 @@ class KubernetesBackend(base.ReplicaBackend):
             self._api_error(exc)
             return None
 
-    def _event(self, r: tracked.PodReplica, reason: str, message: str, *, warning: bool = False) -> None:
+    def _event(self, r: tracked.PodReplica, reason: str, message: str, warning: bool = False) -> None:
         if not self._k.post_events or self._api is None or r.pod is None:
             return
         now = datetime.datetime.fromtimestamp(self._clock(), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

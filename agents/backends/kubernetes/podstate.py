@@ -105,9 +105,13 @@ def interpret(pod: Mapping | None, *, now: float, created_at: float, was_ready: 
             return PodView(R.FAILED, f"{reason}: {status.get('message', '')}".strip(), restarts, reason=reason, **ips)
         return PodView(R.FAILED, "pod deleted by someone else (not by this agent)", restarts, reason="DeletedElsewhere",
                        **ips)
+    if meta.get("deletionTimestamp") and deleted_by_us:
+        if phase in ("Failed", "Succeeded"):  # the containers ended as asked; the object goes next
+            return PodView(R.STOPPED, "stopped", restarts, reason="Deleted", **ips)
+        return PodView(R.DRAINING, "draining", restarts, reason="Terminating", **ips)
     if meta.get("deletionTimestamp") and phase not in ("Failed", "Succeeded"):
-        who = "draining" if deleted_by_us else "pod is being deleted by someone else; its preStop drains it"
-        return PodView(R.DRAINING, who, restarts, reason="Terminating", **ips)
+        return PodView(R.DRAINING, "pod is being deleted by someone else; its preStop drains it", restarts,
+                       reason="Terminating", **ips)
     if phase == "Failed":
         if reason == "Evicted":
             text = f"evicted: {status.get('message') or 'the kubelet evicted the pod'}"

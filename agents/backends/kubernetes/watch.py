@@ -142,7 +142,7 @@ class Informer:
             stream = w.stream(self._list, resource_version=self.resource_version, timeout_seconds=self._watch_timeout_s,
                               allow_watch_bookmarks=True, _request_timeout=self._watch_timeout_s + 30)
             async for event in stream:
-                self.connected = True
+                self._up()
                 self._apply(event["type"], event["raw_object"])
         finally:
             await w.close()
@@ -155,8 +155,7 @@ class Informer:
                 if need_list:
                     await self.relist()
                     need_list = False
-                self._set_up(True)
-                self._backoff.reset()
+                    self._up()
                 await self._watch_once()
                 self._metrics.restart(self.resource, "closed")
             except asyncio.CancelledError:
@@ -174,14 +173,17 @@ class Informer:
             except TRANSIENT as exc:
                 await self._failed(exc, need_list)
 
-    def _set_up(self, up: bool) -> None:
-        if up != self.connected:
-            self.connected = up
-        self._metrics.set_synced(self.resource, up)
+    def _up(self) -> None:
+        """The API server answered: the copy is current again, the next failure starts the backoff anew."""
+        if not self.connected:
+            self.connected = True
+            self._metrics.set_synced(self.resource, True)
+        self._backoff.reset()
 
     async def _failed(self, exc: BaseException, listing: bool) -> None:
         self.last_error = f"{type(exc).__name__}: {exc}"
-        self._set_up(False)
+        self.connected = False
+        self._metrics.set_synced(self.resource, False)
         self._metrics.restart(self.resource, "error")
         delay = self._backoff.next_delay_s()
         log.warning("event=kube_watch_error resource=%s during=%s error=%r retry_in_s=%.2f", self.resource,
