@@ -212,6 +212,7 @@ class Agent:
             "cloud": {"auth_failure": self.auth_failure, "last_error": self.last_cloud_error,
                       "discovered": self._discovered_once},
             "pools": [dataclasses.asdict(p) for p in self.inventory()],
+            "backend": self.replicas.status(),
             "replicas": [{"replica_id": r.replica_id, "state": r.state.value, "endpoint": r.endpoint,
                           "pool_id": r.pool_id, "restarts": r.restarts} for r in self.replicas.reports()],
             "interruptions": [dataclasses.asdict(n) for n in self.interruptions.notices.values()],

@@ -143,6 +143,10 @@ class ReplicaBackend(abc.ABC):
         """Notices the backend derives from what it sees of the nodes (the cloud reclaiming one)."""
         return []
 
+    def status(self) -> dict:
+        """What the agent's ``/status`` shows of the backend."""
+        return {"name": self.name}
+
     # ----- lifecycle
     @abc.abstractmethod
     async def adopt(self) -> tuple[list[str], list[str]]:

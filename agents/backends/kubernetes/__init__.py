@@ -4,8 +4,8 @@ replicas run as pods"). Modules: ``manifest`` (pure pod/Service/Event builders),
 (pure pod status -> replica state), ``nodes`` (pure node -> usable / reclaimed), ``watch`` (list
 then watch, relist on 410, reconnect with backoff), ``backend`` (the backend itself)."""
 
-from agents.backends.kubernetes import adoption, backend, client, manifest, nodes, podstate, tracked, watch
+from agents.backends.kubernetes import adoption, backend, client, manifest, nodes, ops, podstate, tracked, watch
 from agents.backends.kubernetes.backend import KubernetesBackend, create
 
-__all__ = ["KubernetesBackend", "adoption", "backend", "client", "create", "manifest", "nodes", "podstate", "tracked",
-           "watch"]
+__all__ = ["KubernetesBackend", "adoption", "backend", "client", "create", "manifest", "nodes", "ops", "podstate",
+           "tracked", "watch"]

@@ -2,18 +2,17 @@
 
 What it keeps in step by watches (``watch.Informer``; no polling): this cluster's pods (label
 selector), the nodes of its pools, and in Service mode the per-replica Services. Pod changes become
-replica states (``podstate``); node changes become the node views the agent places by and the
-reclaim notices it drains on (``nodes``). Load comes from scraping each ready pod's ``/metrics``
-with the runtime adapter's scraper, as for local replicas. Adoption after an agent restart reads
-the pods themselves (their placement annotation), so it holds even when the agent's state
-directory is lost; a start is idempotent through the deterministic pod name (409 = already there).
-While the API server is unreachable the watches retry with backoff and everything keeps serving;
-reports carry the last known states."""
+replica states (``tracked.PodTracker``, ``podstate``); node changes become the node views the agent
+places by and the reclaim notices it drains on (``nodes.NodeTracker``). Load comes from scraping
+each ready pod's ``/metrics`` with the runtime adapter's scraper, as for local replicas
+(``ops.PodOps``). Adoption after an agent restart reads the pods themselves (``adoption``), so it
+holds even when the agent's state directory is lost; a start is idempotent through the
+deterministic pod name (409 = already there). While the API server is unreachable the watches
+retry with backoff and everything keeps serving; reports carry the last known states."""
 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import functools
 import logging
 import math
@@ -24,7 +23,6 @@ from collections.abc import Callable, Mapping
 import aiohttp
 import prometheus_client as prom
 import runtime_adapter
-from runtime_adapter import scraper as scraper_mod
 
 from meridian import spec
 from meridian.fleet import models
@@ -32,8 +30,8 @@ from meridian.spec import replicas as replicas_spec
 
 from agents import allocation, backends, backoff as backoff_mod
 from agents.backends import base, engine
+from agents.backends.kubernetes import adoption, manifest, nodes, ops, podstate, tracked, watch
 from agents.backends.kubernetes import client as client_mod
-from agents.backends.kubernetes import adoption, manifest, nodes, podstate, tracked, watch
 from agents.providers import base as provider_base
 
 log = logging.getLogger(__name__)
@@ -51,36 +49,31 @@ class KubernetesBackend(base.ReplicaBackend):
         k = s.replicas.kubernetes
         if k is None:
             raise ValueError("the kubernetes backend needs spec.replicas.kubernetes")
-        self._k = k
+        self._k, self._cloud, self._settings, self._clock = k, s.cloud, settings, clock
         self._cluster_id = cluster.metadata.name
-        self._cloud = s.cloud
-        self._settings = settings
-        self._clock = clock
         self._adopt_timeout_s = adopt_timeout_s
         self._backoff = functools.partial(backoff_mod.Backoff, backoff_initial_s, backoff_max_s)
         self._decls = {p.name: p for p in s.pools}
         self._pool_label = replicas_spec.node_pool_label(s.cloud, k)
+        # The spec's engine command as written: a bare python is the image's interpreter.
+        self._engine_command = tuple(s.agent.engine_command)
+        registry = registry or prom.CollectorRegistry()
+        self._ops = ops.PodOps(k, self._cluster_id, clock=clock, backoff=self._backoff, registry=registry)
+        self._ops.api = api
+        self._watch_metrics = watch.WatchMetrics(self._cluster_id, registry)
         self._node_tracker = nodes.NodeTracker(
             pool_label=self._pool_label, pools={p.name: p.node_pool_value for p in s.pools},
             tolerations={p.name: replicas_spec.tolerations(s.cloud, p.tier, k) for p in s.pools},
             rules=nodes.ReclaimRules(tuple(replicas_spec.reclaim_taints(k)), tuple(replicas_spec.reclaim_conditions(k)),
                                      replicas_spec.reclaim_cordon(s.cloud, k)),
             notice_s=replicas_spec.reclaim_notice_s(s.cloud, k), clock=clock, cluster_id=self._cluster_id)
-        # The spec's engine command as written: a bare python is the image's interpreter.
-        self._engine_command = tuple(s.agent.engine_command)
-        self._api = api
-        self._session: aiohttp.ClientSession | None = None
         self._pods_tracked = tracked.PodTracker(
-            k, clock=clock, endpoint=self._endpoint, event=self._event, linger_s=settings.ended_linger_s,
-            delete_failed=lambda r: self._spawn(self._delete(r, grace_s=0), f"delete-failed-{r.name}"))
+            k, clock=clock, endpoint=self._endpoint, event=self._ops.event, linger_s=settings.ended_linger_s,
+            delete_failed=lambda r: self._ops.spawn(self._ops.delete(r, grace_s=0), f"delete-failed-{r.name}"))
         self._replicas = self._pods_tracked.replicas
         self._adopted = False
-        self._tasks: set[asyncio.Task] = set()
+        self._session: aiohttp.ClientSession | None = None
         self._loops: list[asyncio.Task] = []
-        registry = registry or prom.CollectorRegistry()
-        self._watch_metrics = watch.WatchMetrics(self._cluster_id, registry)
-        self._api_errors = prom.Counter("meridian_agent_kube_api_errors_total", "Failed Kubernetes API calls",
-                                        ["cluster", "operation", "status"], registry=registry)
         self._pods: watch.Informer | None = None
         self._nodes: watch.Informer | None = None
         self._services: watch.Informer | None = None
@@ -99,6 +92,9 @@ class KubernetesBackend(base.ReplicaBackend):
     def reports(self) -> list[models.ReplicaReport]:
         return [r.report(self._endpoint(r)) for r in self._replicas.values()]
 
+    def poll(self) -> list[base.Change]:
+        return self._pods_tracked.poll()
+
     def node_views(self) -> Mapping[str, base.NodeView]:
         """Before the first node list: no node of any pool can take a replica (none is known)."""
         if self._nodes is None or not self._nodes.synced.is_set():
@@ -111,7 +107,14 @@ class KubernetesBackend(base.ReplicaBackend):
     @property
     def api_connected(self) -> bool:
         """Whether every watch is currently in step with the API server."""
-        return bool(self._informers()) and all(i.connected for i in self._informers())
+        informers = self._informers()
+        return bool(informers) and all(i.connected for i in informers)
+
+    def status(self) -> dict:
+        return {"name": self.name, "namespace": self._k.namespace, "api_connected": self.api_connected,
+                "watches": {i.resource: {"connected": i.connected, "synced": i.synced.is_set(), "relists": i.relists,
+                                         "last_error": i.last_error} for i in self._informers()},
+                "reclaimed_nodes": sorted(self._node_tracker.reclaim_seen)}
 
     def _informers(self) -> list[watch.Informer]:
         return [i for i in (self._pods, self._nodes, self._services) if i is not None]
@@ -124,29 +127,23 @@ class KubernetesBackend(base.ReplicaBackend):
         return tracked.endpoint((view or r.view).pod_ip, r.service, mode=k.endpoint.mode, port=k.engine_port,
                                 node_address=node_address)
 
-    def poll(self) -> list[base.Change]:
-        return self._pods_tracked.poll()
+    # ------------------------------------------------------------------ watches and adoption
 
-    # ------------------------------------------------------------------ watches
-
-    def _start_watches(self) -> None:
-        api = self._ensure_api()
+    def _start_watches(self, api: client_mod.Api) -> None:
         ns, selector = self._k.namespace, manifest.cluster_selector(self._cluster_id)
-        self._pods = watch.Informer("pods", functools.partial(api.core.list_namespaced_pod, ns, label_selector=selector),
-                                    self._on_pod, backoff=self._backoff(), metrics=self._watch_metrics)
-        self._nodes = watch.Informer("nodes", functools.partial(api.core.list_node, label_selector=self._pool_label),
-                                     self._node_tracker.on_event, backoff=self._backoff(), metrics=self._watch_metrics)
+        informer = functools.partial(watch.Informer, metrics=self._watch_metrics)
+        self._pods = informer("pods", functools.partial(api.core.list_namespaced_pod, ns, label_selector=selector),
+                              self._on_pod, backoff=self._backoff())
+        self._nodes = informer("nodes", functools.partial(api.core.list_node, label_selector=self._pool_label),
+                               self._node_tracker.on_event, backoff=self._backoff())
         if self._k.endpoint.mode == "service":
-            self._services = watch.Informer(
+            self._services = informer(
                 "services", functools.partial(api.core.list_namespaced_service, ns, label_selector=selector),
-                lambda type_, obj, prev: self._pods_tracked.on_service(type_, obj), backoff=self._backoff(),
-                metrics=self._watch_metrics)
+                lambda type_, obj, prev: self._pods_tracked.on_service(type_, obj), backoff=self._backoff())
         self._loops = [asyncio.create_task(i.run(), name=f"kube-watch-{i.resource}") for i in self._informers()]
-        self._loops.append(asyncio.create_task(self._scrape_loop(), name="kube-scrape"))
-
-    def _ensure_api(self) -> client_mod.Api:
-        assert self._api is not None, "adopt() connects before anything else runs"
-        return self._api
+        assert self._session is not None
+        self._loops.append(asyncio.create_task(
+            self._ops.scrape_loop(self._replicas.values, self._session, self._settings.supervisor), name="kube-scrape"))
 
     def _on_pod(self, type_: str, obj: dict, previous: dict | None) -> None:
         if not self._adopted:
@@ -154,24 +151,22 @@ class KubernetesBackend(base.ReplicaBackend):
         if not self._pods_tracked.on_pod(type_, obj) and type_ != "DELETED":
             self._adopt_pod(obj, late=True)  # a pod of this cluster that appeared by itself
 
-    # ------------------------------------------------------------------ adoption
-
     async def adopt(self) -> tuple[list[str], list[str]]:
         """Connect, start the watches, and once the first pod list is in: re-adopt every pod of this
         cluster with a valid placement record, delete those without one, finish the drains the pods
         record as begun. When the API server does not answer within ``adopt_timeout_s``, adoption
         happens on the first list (the agent starts meanwhile)."""
-        if self._api is None:
-            self._api = client_mod.Api(await client_mod.connect(self._k), self._k.namespace)
+        if self._ops.api is None:
+            self._ops.api = client_mod.Api(await client_mod.connect(self._k), self._k.namespace)
         self._session = aiohttp.ClientSession()
-        self._start_watches()
+        self._start_watches(self._ops.api)
         assert self._pods is not None
         try:
             await asyncio.wait_for(self._pods.synced.wait(), self._adopt_timeout_s)
         except asyncio.TimeoutError:
             log.warning("event=kube_adopt_deferred cluster=%s timeout_s=%g last_error=%r", self._cluster_id,
                         self._adopt_timeout_s, self._pods.last_error)
-            self._spawn(self._adopt_when_listed(), "kube-adopt-later")
+            self._ops.spawn(self._adopt_when_listed(), "kube-adopt-later")
             return [], []
         return self._adopt_listed()
 
@@ -192,16 +187,17 @@ class KubernetesBackend(base.ReplicaBackend):
         if self._services is not None:
             for name in sorted(set(self._services.objects) - set(self._pods_tracked.by_pod)):
                 log.warning("event=kube_orphan_service cluster=%s service=%s: deleting it", self._cluster_id, name)
-                self._spawn(self._call(self._ensure_api().delete_service(name)), f"delete-svc-{name}")
+                self._ops.delete_service(name)
         return adopted, cleaned
 
     def _adopt_pod(self, obj: dict, *, late: bool) -> str | None:
         """Act on ``adoption.decide``; returns the replica id when the pod keeps serving."""
         name = obj["metadata"]["name"]
-        d = adoption.decide(obj, now=self._clock(), stop_grace_s=self._k.stop_grace_s, default_grace_s=self._grace_s())
+        d = adoption.decide(obj, now=self._clock(), stop_grace_s=self._k.stop_grace_s,
+                            default_grace_s=self._k.drain_deadline_s + self._k.stop_grace_s)
         if d.kind == "orphan":
             log.warning("event=kube_orphan_pod cluster=%s pod=%s: %s, deleting it", self._cluster_id, name, d.why)
-            self._spawn(self._call(self._ensure_api().delete_pod(name, d.grace_s)), f"orphan-{name}")
+            self._ops.delete_orphan(name, d.grace_s)
             return None
         assert d.placement is not None
         if d.placement.replica_id in self._replicas:
@@ -217,10 +213,10 @@ class KubernetesBackend(base.ReplicaBackend):
         log.info("event=kube_adopt cluster=%s replica=%s pod=%s decision=%s state=%s %s", self._cluster_id,
                  d.placement.replica_id, name, d.kind, r.state.value, d.why)
         if d.kind == "finish_drain":
-            self._spawn(self._delete(r, grace_s=d.grace_s), f"finish-drain-{name}")
-        if d.kind != "adopt" or r.state in tracked.TERMINAL:
+            self._ops.spawn(self._ops.delete(r, grace_s=d.grace_s), f"finish-drain-{name}")
+        if d.kind != "adopt" or r.state in TERMINAL:
             return None
-        self._event(r, "Adopted", f"re-adopted by the agent of cluster {self._cluster_id} ({r.state.value})")
+        self._ops.event(r, "Adopted", f"re-adopted by the agent of cluster {self._cluster_id} ({r.state.value})")
         return d.placement.replica_id
 
     # ------------------------------------------------------------------ start
@@ -242,51 +238,38 @@ class KubernetesBackend(base.ReplicaBackend):
         return r, body
 
     async def launch(self, prepared: tuple[tracked.PodReplica, dict]) -> str:  # type: ignore[override]
+        """Create the pod (registered first, so its watch events find it). 409 with a pod carrying
+        the same directive id (or placement) is a start already done, never a second pod."""
         r, body = prepared
-        api = self._ensure_api()
+        api = self._ops.api
+        assert api is not None
         where = f"pod {self._k.namespace}/{r.name} on node {r.placement.node_id} ({r.placement.gpu_count} GPU(s))"
         self._pods_tracked.register(r)
         try:
             created = await api.create_pod(body)
         except client_mod.KubeError as exc:
-            self._api_error(exc)
-            if exc.status == 409:
-                existing = await self._call(api.get_pod(r.name))
-                same = existing is not None and (
+            self._ops.api_error(exc)
+            existing = await self._ops.best_effort(api.get_pod(r.name)) if exc.status == 409 else None
+            if isinstance(existing, dict) and (
                     (existing["metadata"].get("annotations") or {}).get(manifest.A_DIRECTIVE) == r.directive_id
-                    or manifest.read_placement(existing) == r.placement)
-                if same:
-                    r.pod, r.created_at = existing, tracked.created_at(existing, r.created_at)
-                    log.info("event=kube_pod_exists cluster=%s pod=%s directive=%s: not started twice",
-                             self._cluster_id, r.name, r.directive_id)
-                    return where + ", already created for this directive"
-                self._pods_tracked.unregister(r)
-                raise RuntimeError(f"pod {r.name} already exists for another directive or replica") from None
+                    or manifest.read_placement(existing) == r.placement):
+                r.pod, r.created_at = existing, tracked.created_at(existing, r.created_at)
+                log.info("event=kube_pod_exists cluster=%s pod=%s directive=%s: not started twice", self._cluster_id,
+                         r.name, r.directive_id)
+                return where + ", already created for this directive"
             self._pods_tracked.unregister(r)
+            if exc.status == 409:
+                raise RuntimeError(f"pod {r.name} already exists for another directive or replica") from None
             raise RuntimeError(str(exc)) from None
         if r.pod is None:
             r.pod = created
         log.info("event=kube_pod_created cluster=%s replica=%s pod=%s node=%s gpus=%d", self._cluster_id,
                  r.placement.replica_id, r.name, r.placement.node_id, r.placement.gpu_count)
-        self._event(r, "Created", f"replica {r.placement.replica_id} ({r.placement.deployment}@{r.placement.revision}) "
-                                  f"for directive {r.directive_id}")
+        self._ops.event(r, "Created", f"replica {r.placement.replica_id} ({r.placement.deployment}@"
+                                      f"{r.placement.revision}) for directive {r.directive_id}")
         if self._k.endpoint.mode == "service":
-            self._spawn(self._ensure_service(r), f"service-{r.name}")
+            self._ops.spawn(self._ops.ensure_service(r), f"service-{r.name}")
         return where
-
-    async def _ensure_service(self, r: tracked.PodReplica) -> None:
-        retry = self._backoff()
-        while r.state not in TERMINAL and not r.deleting:
-            uid = ((r.pod or {}).get("metadata") or {}).get("uid")
-            if uid:
-                try:
-                    await self._ensure_api().create_service(manifest.service(r.pod, self._k))
-                    return
-                except client_mod.KubeError as exc:
-                    self._api_error(exc)
-                    if exc.status == 409:
-                        return
-            await asyncio.sleep(retry.next_delay_s())
 
     async def wait_ready(self, replica_id: str, timeout_s: float) -> None:
         r = self._replicas[replica_id]
@@ -320,18 +303,16 @@ class KubernetesBackend(base.ReplicaBackend):
         t0 = time.monotonic()
         r.draining = True
         r.notify()
-        self._event(r, "Draining", f"draining within {deadline_s:g}s")
+        self._ops.event(r, "Draining", f"draining within {deadline_s:g}s")
         outstanding = r.load.outstanding
-        api = self._ensure_api()
-        if not r.deleting:
-            try:
-                await api.annotate_pod(r.name, {manifest.A_DRAIN: manifest.drain_annotation(
-                    self._clock(), self._clock() + deadline_s)})
-            except client_mod.KubeError as exc:  # the drain goes on; only a restart mid-drain would miss the record
-                self._api_error(exc)
+        if not r.deleting and self._ops.api is not None:
+            now = self._clock()
+            # Best effort: the drain goes on without it; only an agent restart mid-drain would miss it.
+            await self._ops.best_effort(self._ops.api.annotate_pod(
+                r.name, {manifest.A_DRAIN: manifest.drain_annotation(now, now + deadline_s)}))
         r.deleting = True
         grace = math.ceil(deadline_s) + self._k.stop_grace_s
-        deleter = self._spawn(self._delete(r, grace_s=grace), f"drain-{r.name}")
+        deleter = self._ops.spawn(self._ops.delete(r, grace_s=grace), f"drain-{r.name}")
         try:
             await asyncio.wait_for(asyncio.shield(r.gone.wait()), grace + 30.0)
         except asyncio.TimeoutError:
@@ -351,30 +332,12 @@ class KubernetesBackend(base.ReplicaBackend):
         if r.state in TERMINAL:
             return
         r.deleting = True
-        self._spawn(self._delete(r, grace_s=self._k.stop_grace_s), f"stop-{r.name}")
+        self._ops.spawn(self._ops.delete(r, grace_s=self._k.stop_grace_s), f"stop-{r.name}")
         try:
             await asyncio.wait_for(asyncio.shield(r.gone.wait()), self._k.stop_grace_s + 10.0)
         except asyncio.TimeoutError:
             log.warning("event=kube_stop_slow cluster=%s pod=%s", self._cluster_id, r.name)
         self._pods_tracked.refresh(r)
-
-    async def _delete(self, r: tracked.PodReplica, *, grace_s: int) -> None:
-        """Delete the pod (and its Service), retrying with backoff while the API server is away."""
-        retry = self._backoff()
-        api = self._ensure_api()
-        while True:
-            try:
-                existed = await api.delete_pod(r.name, grace_s)
-                if not existed:
-                    r.deleted = True
-                    r.gone.set()
-                break
-            except client_mod.KubeError as exc:
-                self._api_error(exc)
-                await asyncio.sleep(retry.next_delay_s())
-        if self._k.endpoint.mode == "service":
-            await r.gone.wait()
-            await self._call(api.delete_service(r.name))
 
     def forget(self, replica_id: str) -> None:
         r = self._replicas.get(replica_id)
@@ -384,71 +347,23 @@ class KubernetesBackend(base.ReplicaBackend):
             self._pods_tracked.forgotten.add(r.name)
             if not r.deleting:
                 r.deleting = True
-                self._spawn(self._delete(r, grace_s=0), f"forget-{r.name}")
+                self._ops.spawn(self._ops.delete(r, grace_s=0), f"forget-{r.name}")
         self._pods_tracked.unregister(r)
 
     async def close(self, *, stop_replicas: bool) -> None:
-        if stop_replicas and self._api is not None:
+        """Stop the watches; the pods keep serving (the next agent re-adopts them) or, with
+        ``stop_replicas``, are deleted first."""
+        if stop_replicas and self._ops.api is not None:
             live = [r for r in self._replicas.values() if r.state in base.LIVE_STATES]
             await asyncio.gather(*(self.stop(r.placement.replica_id) for r in live), return_exceptions=True)
-        for task in [*self._loops, *self._tasks]:
+        for task in self._loops:
             task.cancel()
-        await asyncio.gather(*self._loops, *self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        await self._ops.close()
         if self._session is not None:
             await self._session.close()
-        if self._api is not None:
-            await self._api.close()
-
-    # ------------------------------------------------------------------ load
-
-    async def _scrape_loop(self) -> None:
-        interval = self._settings.supervisor.scrape_interval_s
-        while True:
-            await asyncio.sleep(interval)
-            ready = [r for r in self._replicas.values() if r.state == R.READY and r.view.pod_ip]
-            await asyncio.gather(*(self._scrape(r) for r in ready))
-
-    async def _scrape(self, r: tracked.PodReplica) -> None:
-        assert self._session is not None
-        url = f"http://{r.view.pod_ip}:{self._k.engine_port}"
-        if r.scraper is None or r.scraper_url != url:
-            cfg = self._settings.supervisor
-            r.scraper = scraper_mod.Scraper(self._session, url, window_s=cfg.load_window_s, timeout_s=cfg.scrape_timeout_s)
-            r.scraper_url = url
-        try:
-            r.load = await r.scraper.scrape()
-        except scraper_mod.ScrapeError as exc:
-            log.debug("event=kube_scrape_failed replica=%s error=%r", r.placement.replica_id, str(exc))
-
-    # ------------------------------------------------------------------ plumbing
-
-    def _grace_s(self) -> int:
-        return self._k.drain_deadline_s + self._k.stop_grace_s
-
-    def _spawn(self, coro, name: str) -> asyncio.Task:
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _api_error(self, exc: client_mod.KubeError) -> None:
-        self._api_errors.labels(self._cluster_id, exc.operation, str(exc.status)).inc()
-        log.warning("event=kube_api_error cluster=%s %s", self._cluster_id, exc)
-
-    async def _call(self, coro) -> object:
-        """One best-effort call: failures are logged and counted, not raised."""
-        try:
-            return await coro
-        except client_mod.KubeError as exc:
-            self._api_error(exc)
-            return None
-
-    def _event(self, r: tracked.PodReplica, reason: str, message: str, warning: bool = False) -> None:
-        if not self._k.post_events or self._api is None or r.pod is None:
-            return
-        now = datetime.datetime.fromtimestamp(self._clock(), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = manifest.event(r.pod, reason, message, type_="Warning" if warning else "Normal", now_iso=now)
-        self._spawn(self._call(self._api.create_event(body)), f"event-{r.name}-{reason}")
+        if self._ops.api is not None:
+            await self._ops.api.close()
 
 
 @backends.register("kubernetes")

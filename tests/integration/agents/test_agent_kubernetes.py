@@ -289,6 +289,8 @@ async def test_an_unreachable_api_server_is_ridden_out(env, scheduler, tmp_path)
                 "meridian_agent_kube_watch_restarts_total", {"cluster": "kb-g", "resource": "pods", "reason": "error"})
             assert watch_restarts and watch_restarts >= 1
             assert agent.replicas.api_connected
+            backend = agent.status()["backend"]
+            assert backend["name"] == "kubernetes" and backend["watches"]["pods"]["connected"]
         finally:
             await s.close()
 
