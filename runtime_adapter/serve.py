@@ -31,6 +31,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import aiohttp
 import prometheus_client as prom
@@ -293,7 +294,8 @@ class PodAdapter:
             self._enter("load", pid=proc.pid)
             starting = asyncio.create_task(self._start_up(), name="start-up")
             stopper = asyncio.create_task(stop.wait(), name="stop")
-            await asyncio.wait({self._engine.exit_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            waiters: set[asyncio.Future[Any]] = {self._engine.exit_task, stopper}
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             starting.cancel()
             if stopper.done() and not self._engine.exited:
                 if self._drain is not None:

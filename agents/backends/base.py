@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import runtime_adapter
@@ -119,7 +119,7 @@ class ReplicaBackend(abc.ABC):
         """The replica, or None when unknown (never started, or ended and forgotten)."""
 
     @abc.abstractmethod
-    def all(self) -> list[Tracked]:
+    def all(self) -> Sequence[Tracked]:
         """Every replica tracked, ended ones included until they are dropped."""
 
     @abc.abstractmethod

@@ -43,9 +43,12 @@ def engine_env(settings: base.ReplicaSettings, gpu_type: str, engine_command: Se
     for name, value in (("gpu_type", gpu_type), ("region", settings.emulator_region)):
         if not value:
             continue
-        extra = {"latency_map_file": map_file} if name == "region" and map_file else {}
         try:
-            env = {**emulator_settings.environment(**{name: value}, **extra), **env}
+            if name == "gpu_type":
+                extra = emulator_settings.environment(gpu_type=value)
+            else:
+                extra = emulator_settings.environment(region=value, latency_map_file=map_file or None)
+            env = {**extra, **env}
         except ValueError:
             log.warning("emulator does not model %s=%s; using its default", name, value)
     return env

@@ -69,7 +69,7 @@ class KubernetesBackend(base.ReplicaBackend):
             notice_s=replicas_spec.reclaim_notice_s(s.cloud, k), clock=clock, cluster_id=self._cluster_id)
         self._pods_tracked = tracked.PodTracker(
             k, clock=clock, endpoint=self._endpoint, event=self._ops.event, linger_s=settings.ended_linger_s,
-            delete_failed=lambda r: self._ops.spawn(self._ops.delete(r, grace_s=0), f"delete-failed-{r.name}"))
+            delete_failed=self._delete_failed)
         self._replicas = self._pods_tracked.replicas
         self._adopted = False
         self._session: aiohttp.ClientSession | None = None
@@ -77,6 +77,9 @@ class KubernetesBackend(base.ReplicaBackend):
         self._pods: watch.Informer | None = None
         self._nodes: watch.Informer | None = None
         self._services: watch.Informer | None = None
+
+    def _delete_failed(self, r: tracked.PodReplica) -> None:
+        self._ops.spawn(self._ops.delete(r, grace_s=0), f"delete-failed-{r.name}")
 
     # ------------------------------------------------------------------ views
 
@@ -178,7 +181,8 @@ class KubernetesBackend(base.ReplicaBackend):
 
     def _adopt_listed(self) -> tuple[list[str], list[str]]:
         assert self._pods is not None
-        adopted, cleaned = [], []
+        adopted: list[str] = []
+        cleaned: list[str] = []
         for obj in sorted(self._pods.objects.values(), key=lambda o: o["metadata"]["name"]):
             kept = self._adopt_pod(obj, late=False)
             (adopted if kept else cleaned).append(kept or obj["metadata"]["name"])

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from typing import Any, cast
 
 import aiohttp
 from kubernetes_asyncio import client, config
@@ -94,7 +95,7 @@ class Api:
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
 
-    async def _call(self, operation: str, coro) -> object:
+    async def _call(self, operation: str, coro) -> Any:
         try:
             return await coro
         except ERRORS as exc:
@@ -102,7 +103,7 @@ class Api:
 
     async def create_pod(self, body: Mapping) -> dict:
         resp = await self._call("create pod", self.core.create_namespaced_pod(
-            self.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S))
+            self.namespace, cast(Any, body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S))
         return await self._json("create pod", resp)
 
     async def get_pod(self, name: str) -> dict | None:
@@ -130,7 +131,7 @@ class Api:
 
     async def create_service(self, body: Mapping) -> dict:
         resp = await self._call("create service", self.core.create_namespaced_service(
-            self.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S))
+            self.namespace, cast(Any, body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S))
         return await self._json("create service", resp)
 
     async def delete_service(self, name: str) -> bool:
@@ -145,9 +146,9 @@ class Api:
 
     async def create_event(self, body: Mapping) -> None:
         await self._call("create event", self.core.create_namespaced_event(
-            self.namespace, body, _request_timeout=REQUEST_TIMEOUT_S))
+            self.namespace, cast(Any, body), _request_timeout=REQUEST_TIMEOUT_S))
 
-    async def _json(self, operation: str, resp) -> dict:
+    async def _json(self, operation: str, resp: Any) -> dict:
         try:
             body = await resp.read()
         finally:

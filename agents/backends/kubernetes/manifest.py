@@ -111,7 +111,7 @@ def _volume(cache: replicas_spec.ModelCache) -> dict:
 
 def _env(req: PodRequest) -> list[dict]:
     s = req.settings
-    env = [
+    env: list[dict] = [
         {"name": "MERIDIAN_REPLICA_ID", "value": req.placement.replica_id},
         {"name": "MERIDIAN_RUNTIME_SPEC", "value": adapter_serve.runtime_spec_json(req.runtime)},
         # The engine binds the pod's own IP (downward API): on a node shared by several pods,

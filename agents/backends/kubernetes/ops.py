@@ -89,7 +89,7 @@ class PodOps:
         retry = self._backoff()
         while r.state not in tracked.TERMINAL and not r.deleting:
             uid = ((r.pod or {}).get("metadata") or {}).get("uid")
-            if uid:
+            if uid and r.pod is not None:
                 try:
                     await self._api().create_service(manifest.service(r.pod, self._k))
                     return

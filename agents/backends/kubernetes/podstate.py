@@ -92,26 +92,26 @@ def interpret(pod: Mapping | None, *, now: float, created_at: float, was_ready: 
     meta = (pod or {}).get("metadata") or {}
     cs = _container(status)
     restarts = sum(int(c.get("restartCount", 0)) for c in status.get("containerStatuses") or [])
-    ips = dict(pod_ip=status.get("podIP") or "", host_ip=status.get("hostIP") or "")
+    pod_ip, host_ip = str(status.get("podIP") or ""), str(status.get("hostIP") or "")
     phase = status.get("phase") or "Pending"
     reason = status.get("reason") or ""
     if deleted:
         if deleted_by_us:
-            return PodView(R.STOPPED, "stopped", restarts, reason="Deleted", **ips)
+            return PodView(R.STOPPED, "stopped", restarts, reason="Deleted", pod_ip=pod_ip, host_ip=host_ip)
         if reason == "NodeLost":
             return PodView(R.FAILED, f"node lost: {status.get('message') or 'the node was removed'}", restarts,
-                           reason="NodeLost", **ips)
+                           reason="NodeLost", pod_ip=pod_ip, host_ip=host_ip)
         if phase == "Failed" and reason:
-            return PodView(R.FAILED, f"{reason}: {status.get('message', '')}".strip(), restarts, reason=reason, **ips)
+            return PodView(R.FAILED, f"{reason}: {status.get('message', '')}".strip(), restarts, reason=reason, pod_ip=pod_ip, host_ip=host_ip)
         return PodView(R.FAILED, "pod deleted by someone else (not by this agent)", restarts, reason="DeletedElsewhere",
-                       **ips)
+                       pod_ip=pod_ip, host_ip=host_ip)
     if meta.get("deletionTimestamp") and deleted_by_us:
         if phase in ("Failed", "Succeeded"):  # the containers ended as asked; the object goes next
-            return PodView(R.STOPPED, "stopped", restarts, reason="Deleted", **ips)
-        return PodView(R.DRAINING, "draining", restarts, reason="Terminating", **ips)
+            return PodView(R.STOPPED, "stopped", restarts, reason="Deleted", pod_ip=pod_ip, host_ip=host_ip)
+        return PodView(R.DRAINING, "draining", restarts, reason="Terminating", pod_ip=pod_ip, host_ip=host_ip)
     if meta.get("deletionTimestamp") and phase not in ("Failed", "Succeeded"):
         return PodView(R.DRAINING, "pod is being deleted by someone else; its preStop drains it", restarts,
-                       reason="Terminating", **ips)
+                       reason="Terminating", pod_ip=pod_ip, host_ip=host_ip)
     if phase == "Failed":
         if reason == "Evicted":
             text = f"evicted: {status.get('message') or 'the kubelet evicted the pod'}"
@@ -121,26 +121,26 @@ def interpret(pod: Mapping | None, *, now: float, created_at: float, was_ready: 
             last = _last_exit(cs)
             text = f"pod failed: {reason or 'Failed'}" + (f" ({last})" if last else "") + \
                    (f": {status['message']}" if status.get("message") else "")
-        return PodView(R.FAILED, text, restarts, reason=reason or "Failed", delete=True, **ips)
+        return PodView(R.FAILED, text, restarts, reason=reason or "Failed", delete=True, pod_ip=pod_ip, host_ip=host_ip)
     if phase == "Succeeded":
         return PodView(R.STOPPED, "the engine exited and the pod completed", restarts, reason="Succeeded", delete=True,
-                       **ips)
+                       pod_ip=pod_ip, host_ip=host_ip)
     waiting = (cs.get("state") or {}).get("waiting") or {}
     if waiting.get("reason") == "CrashLoopBackOff" and restarts >= max_restarts:
         last = _last_exit(cs)
         return PodView(R.FAILED, f"crash loop: the engine restarted {restarts} times" + (f"; last {last}" if last else ""),
-                       restarts, reason="CrashLoop", delete=True, **ips)
+                       restarts, reason="CrashLoop", delete=True, pod_ip=pod_ip, host_ip=host_ip)
     ready_cond = _condition(status, "Ready")
     ready = phase == "Running" and bool(ready_cond and ready_cond.get("status") == "True") and bool(cs.get("ready"))
     if ready:
-        return PodView(R.READY, "", restarts, ready=True, **ips)
+        return PodView(R.READY, "", restarts, ready=True, pod_ip=pod_ip, host_ip=host_ip)
     why, text = _starting_message(status, cs)
     if not was_ready and now - created_at > start_timeout_s:
         return PodView(R.FAILED, f"not ready {start_timeout_s:g}s after the pod was created: {text}", restarts,
-                       reason="StartTimeout", delete=True, **ips)
+                       reason="StartTimeout", delete=True, pod_ip=pod_ip, host_ip=host_ip)
     if phase == "Unknown":
         text = "pod status Unknown (the node stopped reporting)"
-    return PodView(R.STARTING, text, restarts, reason=why, **ips)
+    return PodView(R.STARTING, text, restarts, reason=why, pod_ip=pod_ip, host_ip=host_ip)
 
 
 __all__ = ["PodView", "interpret", "parse_time"]
