@@ -4,11 +4,14 @@ It builds SGLang's command line from the RuntimeSpec as the adapter does for loc
 the engine in the foreground and exits with it (the kubelet restarts the container, on the same
 node and weights cache), and serves on the adapter port:
 
-- ``GET /drain?deadline_s=N`` (the pod's preStop hook): wait until the engine has no running or
-  queued request (two idle readings in a row) or ``N`` seconds, then SIGTERM the engine (SGLang
-  would otherwise keep accepting work and wait for it without limit) and SIGKILL it after
-  ``stop_grace_s``. Answers with what happened; concurrent calls share one drain.
-- ``GET /healthz``: 200 while the engine runs (JSON: phase, engine pid), 503 otherwise.
+- ``GET /drain?deadline_s=N``: wait until the engine has no running or queued request (two idle
+  readings in a row) or ``N`` seconds, then SIGTERM the engine (SGLang would otherwise keep
+  accepting work and wait for it without limit) and SIGKILL it after ``stop_grace_s``. Answers with
+  what happened; concurrent calls share one drain. The preStop hook calls it without ``deadline_s``
+  (the default, or the deadline the agent already gave: the agent calls it with its drain
+  directive's deadline, which replaces the running drain's).
+- ``GET /healthz``: 200 while the engine runs, 503 otherwise (JSON: phase, engine pid, and once a
+  drain is done what it did: outstanding at SIGTERM, deadline hit, SIGKILL needed, duration).
 - ``GET /metrics``: the adapter's own gauges (start-up phase durations, draining).
 
 Each start-up phase is logged (``event=phase phase=... seconds=...``): config, spawn, load (the
@@ -174,6 +177,8 @@ class PodAdapter:
         self._engine: handle.EngineHandle | None = None
         self._session: aiohttp.ClientSession | None = None
         self._drain: asyncio.Task | None = None
+        self._drain_deadline_s = config.drain_deadline_s
+        self.drain_result: dict | None = None  # what the drain did, once done (also in /healthz)
         self._cut = asyncio.Event()  # SIGTERM during a drain: the kubelet's grace period is over
         self._stopping = False
         self.registry = prom.CollectorRegistry()
@@ -205,25 +210,34 @@ class PodAdapter:
                 raise ValueError
         except ValueError:
             return web.json_response({"error": f"deadline_s must be a number >= 0, got {raw!r}"}, status=400)
-        result = await asyncio.shield(self.drain(deadline_s))
+        result = await asyncio.shield(self.drain(deadline_s, explicit=raw is not None))
         return web.json_response(result)
 
     async def _get_healthz(self, request: web.Request) -> web.Response:
         running = self._engine is not None and not self._engine.exited
-        body = {"phase": self.phase, "engine_pid": self._engine.pid if self._engine else None}
+        body = {"phase": self.phase, "engine_pid": self._engine.pid if self._engine else None,
+                "drain": self.drain_result}
         return web.json_response(body, status=200 if running else 503)
 
     async def _get_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=prom.generate_latest(self.registry), headers={"Content-Type": prom.CONTENT_TYPE_LATEST})
 
     # ----- drain
-    def drain(self, deadline_s: float) -> asyncio.Task:
-        """Start (or join) the one drain; the task's result describes it."""
+    def drain(self, deadline_s: float, *, explicit: bool = True) -> asyncio.Task:
+        """Start (or join) the one drain; the task's result describes it. An explicit deadline (the
+        agent's, from its drain directive) replaces the running drain's; a call without one (the
+        preStop hook) joins it as it is."""
         if self._drain is None:
-            self._drain = asyncio.create_task(self._run_drain(deadline_s), name="drain")
+            self._drain_deadline_s = deadline_s
+            self._drain = asyncio.create_task(self._run_drain(), name="drain")
+        elif explicit and deadline_s != self._drain_deadline_s:
+            log.info("event=drain_deadline replica=%s deadline_s=%g previous_s=%g", self.config.replica_id, deadline_s,
+                     self._drain_deadline_s)
+            self._drain_deadline_s = deadline_s
         return self._drain
 
-    async def _run_drain(self, deadline_s: float) -> dict:
+    async def _run_drain(self) -> dict:
+        deadline_s = self._drain_deadline_s
         t0 = self._clock.monotonic()
         was_ready = self.phase == "ready"
         self._stopping = True
@@ -232,14 +246,15 @@ class PodAdapter:
         outstanding, deadline_hit = 0, False
         engine = self._engine
         if engine is not None and not engine.exited and was_ready:
-            outstanding, deadline_hit = await self._wait_idle(t0, deadline_s)
+            outstanding, deadline_hit = await self._wait_idle(t0)
         killed = await engine.terminate(self.config.stop_grace_s, 5.0) if engine is not None else False
         result = {"outstanding_at_term": outstanding, "deadline_hit": deadline_hit, "killed": killed,
                   "duration_s": round(self._clock.monotonic() - t0, 3)}
         self._enter("stopped", **{k: v for k, v in result.items() if k != "duration_s"})
+        self.drain_result = result
         return result
 
-    async def _wait_idle(self, t0: float, deadline_s: float) -> tuple[int, bool]:
+    async def _wait_idle(self, t0: float) -> tuple[int, bool]:
         assert self._session is not None
         zeros, outstanding = 0, -1
         url = self._base + "/metrics"
@@ -255,7 +270,7 @@ class PodAdapter:
             zeros = zeros + 1 if outstanding == 0 else 0
             if zeros >= 2:
                 return 0, False
-            remaining = deadline_s - (self._clock.monotonic() - t0)
+            remaining = self._drain_deadline_s - (self._clock.monotonic() - t0)
             if remaining <= 0 or self._cut.is_set():
                 return outstanding, True
             with contextlib.suppress(asyncio.TimeoutError):  # the poll period elapsed
@@ -302,7 +317,7 @@ class PodAdapter:
                     # SIGTERM while a drain waits: the kubelet's grace period ended; stop the engine now.
                     log.warning("event=drain_cut replica=%s: SIGTERM during the drain", self.config.replica_id)
                     self._cut.set()
-                await self.drain(self.config.drain_deadline_s)
+                await self.drain(self.config.drain_deadline_s, explicit=False)
             stopper.cancel()
             code = await self._engine.exit_task
             if self._drain is not None:

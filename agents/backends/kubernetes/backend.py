@@ -13,6 +13,7 @@ retry with backoff and everything keeps serving; reports carry the last known st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import math
@@ -299,8 +300,9 @@ class KubernetesBackend(base.ReplicaBackend):
 
     async def drain(self, replica_id: str, deadline_s: float) -> runtime_adapter.DrainResult:
         """DRAINING at once (the agent's next report; routers stop sending), the drain recorded on the
-        pod, then the pod deleted with a grace period of the deadline plus ``stop_grace_s``: its
-        preStop has the adapter wait for in-flight requests, then stop the engine."""
+        pod and its deadline given to the pod's adapter, then the pod deleted with a grace period of
+        the deadline plus ``stop_grace_s``: its preStop has the adapter wait for in-flight requests,
+        then stop the engine."""
         r = self._replicas[replica_id]
         if r.state in TERMINAL:
             return runtime_adapter.DrainResult(0, False, False, 0.0)
@@ -316,6 +318,9 @@ class KubernetesBackend(base.ReplicaBackend):
                 r.name, {manifest.A_DRAIN: manifest.drain_annotation(now, now + deadline_s)}))
         r.deleting = True
         grace = math.ceil(deadline_s) + self._k.stop_grace_s
+        requester = None
+        if self._session is not None:
+            requester = self._ops.spawn(self._ops.request_drain(r, self._session, deadline_s), f"request-drain-{r.name}")
         deleter = self._ops.spawn(self._ops.delete(r, grace_s=grace), f"drain-{r.name}")
         try:
             await asyncio.wait_for(asyncio.shield(r.gone.wait()), grace + 30.0)
@@ -326,8 +331,17 @@ class KubernetesBackend(base.ReplicaBackend):
             log.warning("event=kube_drain_slow cluster=%s pod=%s: still there %ss after deletion", self._cluster_id,
                         r.name, grace + 30)
         duration = time.monotonic() - t0
-        deadline_hit = duration > deadline_s
+        if requester is not None:  # its answer comes with the engine's stop, just before the pod goes
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(requester), 2.0)
         self._pods_tracked.refresh(r)
+        done = r.drain_result
+        if done is not None:  # the adapter's own account: what was outstanding when it stopped the engine
+            return runtime_adapter.DrainResult(int(done.get("outstanding_at_term", -1)), bool(done.get("deadline_hit")),
+                                               bool(done.get("killed")), duration)
+        # Without it (the adapter unreachable from the agent): the pod outlived its grace period only
+        # when the kubelet had to cut the drain short.
+        deadline_hit = duration > grace
         return runtime_adapter.DrainResult(max(outstanding, 0) if deadline_hit else 0, deadline_hit, False, duration)
 
     async def stop(self, replica_id: str, note: str = "") -> None:

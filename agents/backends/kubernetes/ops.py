@@ -126,6 +126,24 @@ class PodOps:
         except scraper_mod.ScrapeError as exc:
             log.debug("event=kube_scrape_failed replica=%s error=%r", r.placement.replica_id, str(exc))
 
+    async def request_drain(self, r: tracked.PodReplica, session: aiohttp.ClientSession, deadline_s: float) -> None:
+        """Give the pod's adapter the drain directive's deadline (``GET /drain?deadline_s=N`` on the
+        pod IP and adapter port: it joins the preStop's drain, whichever comes first) and keep its
+        answer, what the drain did. Unreachable (a network policy): the preStop drains with the
+        pod's own default, and the backend times the drain instead."""
+        if not r.view.pod_ip:
+            return
+        url = f"http://{r.view.pod_ip}:{self._k.adapter_port}/drain?deadline_s={deadline_s:g}"
+        try:
+            timeout = aiohttp.ClientTimeout(total=deadline_s + self._k.stop_grace_s + 10, sock_connect=5)
+            async with session.get(url, timeout=timeout) as resp:
+                body = await resp.json(content_type=None)
+            if resp.status == 200 and isinstance(body, dict):
+                r.drain_result = body
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+            log.info("event=kube_drain_unreachable replica=%s error=%r: the preStop drains alone",
+                     r.placement.replica_id, str(exc))
+
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()

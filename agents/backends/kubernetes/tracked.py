@@ -58,6 +58,7 @@ class PodReplica:
     load: models.ReplicaLoad = models.ReplicaLoad()
     scraper: scraper_mod.Scraper | None = None
     scraper_url: str = ""
+    drain_result: dict | None = None  # the pod adapter's own account of its drain (its /drain answer)
     service: dict | None = None
     changed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     gone: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)

@@ -192,3 +192,25 @@ async def test_sigterm_during_a_drain_stops_the_engine_at_once(tmp_path):
             drain.cancel()
             request.cancel()
             await asyncio.gather(drain, request, return_exceptions=True)
+
+
+async def test_an_explicit_deadline_replaces_the_running_drains(tmp_path):
+    """/drain without a deadline (preStop) drains with the default; the agent's /drain?deadline_s=1
+    then replaces it: the engine is stopped about a second later, the answer says the deadline hit."""
+    async with aiohttp.ClientSession() as session:
+        with Pod(tmp_path) as pod:
+            await pod.ready(session)
+            request = asyncio.create_task(_chat(session, pod.engine, max_tokens=3000))
+            await asyncio.sleep(0.5)
+            prestop = asyncio.create_task(session.get(pod.adapter + "/drain"))
+            await asyncio.sleep(0.5)
+            t0 = time.monotonic()
+            async with session.get(pod.adapter + "/drain?deadline_s=1") as resp:
+                result = await resp.json()
+            assert time.monotonic() - t0 < 10
+            assert result["deadline_hit"] is True and result["outstanding_at_term"] >= 1
+            async with await prestop as resp:
+                assert (await resp.json()) == result
+            assert "event=drain_deadline" in pod.log()
+            request.cancel()
+            await asyncio.gather(request, return_exceptions=True)
