@@ -254,7 +254,9 @@ async def test_drain_on_scale_down_loses_no_request_in_flight(env, scheduler, tm
             assert results == [200] * 6
             await s.state("r1", R.STOPPED)
             watcher.cancel()
-            assert states[:3] == [R.READY, R.DRAINING, R.STOPPED]
+            # Reported DRAINING while the requests finished, then STOPPED (just awaited; the sampler
+            # may not have run again since).
+            assert states[:2] == [R.READY, R.DRAINING] and R.STOPPED not in states[:2]
             await h.wait_for(lambda: [a.outcome for a in s.rec.acks_for("d2")] == [OK.ACCEPTED, OK.SUCCEEDED],
                              what="drain acked")
             assert "in-flight requests finished" in s.rec.acks_for("d2")[-1].reason
