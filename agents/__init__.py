@@ -6,12 +6,13 @@ resized), over the ``meridian.v1.CapacityService.Connect`` stream.
     agent = agents.build(cluster, token=..., state_dir=..., replica_settings=agents.config.replica_settings(cluster))
     await agent.run(stop_event)
 
-Providers (``sim``, ``aws``, ``gcp``, ``azure``) live in ``agents.providers``; fakes of the cloud
-APIs and a small test scheduler in ``agents.testing``."""
+Providers (``sim``, ``aws``, ``gcp``, ``azure``) live in ``agents.providers``, replica backends
+(``local``, ``kubernetes``) in ``agents.backends``; fakes of the cloud APIs, of Kubernetes and a
+small test scheduler in ``agents.testing``."""
 
-from agents import allocation, backoff, config, directives, metrics, outbox, providers, replicas, state, stream
+from agents import allocation, backends, backoff, config, directives, metrics, outbox, providers, state, stream
 from agents.agent import AGENT_VERSION, Agent, AgentOptions, build
 from agents.config import ConfigError
 
-__all__ = ["AGENT_VERSION", "Agent", "AgentOptions", "ConfigError", "allocation", "backoff", "build", "config",
-           "directives", "metrics", "outbox", "providers", "replicas", "state", "stream"]
+__all__ = ["AGENT_VERSION", "Agent", "AgentOptions", "ConfigError", "allocation", "backends", "backoff", "build",
+           "config", "directives", "metrics", "outbox", "providers", "state", "stream"]

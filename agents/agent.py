@@ -1,11 +1,12 @@
-"""The agent: one per GPU cluster. Wires the provider (eyes on the cloud), the replica manager
-(hands on the engines), the directive executor and the stream to the scheduler, and runs the loops
-that keep them in step:
+"""The agent: one per GPU cluster. Wires the provider (eyes on the cloud), the replica backend
+(hands on the engines: local processes or Kubernetes pods), the directive executor and the stream
+to the scheduler, and runs the loops that keep them in step:
 
 - discovery: ask the provider for the pools every ``discover_interval_s`` (sooner after a resize),
   turn pool problems and cloud errors into events, stop replicas whose node is gone;
-- interruptions: poll spot notices, tell the scheduler, drain the replicas on the doomed node so
-  routers stop sending to them before the node goes;
+- interruptions: poll spot notices (the cloud's, and the backend's signs of a node being reclaimed),
+  tell the scheduler, drain the replicas on the doomed node so routers stop sending to them before
+  the node goes (``agents.interruptions``);
 - supervision: every ``supervise_interval_s`` look at the replicas (the runtime adapter restarts
   crashed engines itself), report state changes at once and load every ``report_interval_s``;
 - the stream, which reconnects on its own.
@@ -25,14 +26,14 @@ import time
 from collections.abc import Callable
 
 import prometheus_client as prom
-import runtime_adapter
 
 import meridian
 from meridian import spec
 from meridian.fleet import models
 
-from agents import allocation, backoff as backoff_mod, directives, metrics as metrics_mod, providers
-from agents import outbox as outbox_mod, replicas as replicas_mod, state, status as status_mod, stream
+from agents import allocation, backends, backoff as backoff_mod, directives, interruptions, metrics as metrics_mod
+from agents import nodes, outbox as outbox_mod, providers, state, status as status_mod, stream
+from agents.backends import local as local_backend
 from agents.providers import base as provider_base
 from agents.providers import sim as sim_provider
 from agents.providers.errors import CloudError, CloudErrorKind
@@ -64,7 +65,7 @@ class AgentOptions:
 
 class Agent:
     def __init__(self, cluster: spec.Cluster, *, token: str, provider: provider_base.Provider,
-                 replica_manager: replicas_mod.ReplicaManager, state_dir: pathlib.Path,
+                 backend: backends.ReplicaBackend, state_dir: pathlib.Path,
                  options: AgentOptions = AgentOptions(), clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None, registry: prom.CollectorRegistry | None = None,
                  metrics: metrics_mod.AgentMetrics | None = None):
@@ -79,13 +80,12 @@ class Agent:
         self.metrics = metrics or metrics_mod.AgentMetrics(self.cluster_id, registry)
         self.metrics.info.labels(self.cluster_id, s.provider_name, AGENT_VERSION).set(1)
         self.provider = provider
-        self.replicas = replica_manager
+        self.replicas = backend
         self.journal = state.DirectiveJournal(state_dir / state.JOURNAL_FILE)
         self.outbox = outbox_mod.Outbox()
         self._declared = {p.name: p for p in s.pools}
         self._pools: dict[str, provider_base.PoolStatus] = {}
         self._discovered_once = False
-        self._notices: dict[str, provider_base.Interruption] = {}
         self._problems: dict[str, CloudErrorKind] = {}
         self._error_events: dict[tuple[str, str, str], float] = {}
         self.auth_failure = ""
@@ -93,6 +93,9 @@ class Agent:
         self._wake_discovery = asyncio.Event()
         self._first_discovery = asyncio.Event()  # set after the first discovery attempt, however it ended
         self._wake_supervision = asyncio.Event()
+        self.interruptions = interruptions.Interruptions(
+            self.cluster_id, provider=provider, backend=backend, emit=self._event, on_cloud_error=self._cloud_error,
+            on_change=self._wake_supervision.set, clock=clock, margin_s=INTERRUPTION_MARGIN_S)
         if options.discover_interval_s is not None:
             self._discover_interval_s = options.discover_interval_s
         elif s.provider_name == "sim":
@@ -109,12 +112,11 @@ class Agent:
             backoff=backoff_mod.Backoff(options.reconnect_initial_s, options.reconnect_max_s, rng=self._rng),
             heartbeat_interval_s=s.agent.heartbeat_interval_s, welcome_timeout_s=options.welcome_timeout_s,
             clock=clock)
-        status_host = options.status_host or replicas_mod.bind_host_for(s.agent.advertise_host)
+        status_host = options.status_host or local_backend.bind_host_for(s.agent.advertise_host)
         preempt = self._sim_preempt if isinstance(provider, sim_provider.SimProvider) else None
         self.status_server = status_mod.StatusServer(self.metrics, self.status, host=status_host,
                                                      port=s.agent.metrics_port, preempt=preempt)
         self._tasks: list[asyncio.Task] = []
-        self._drains: set[asyncio.Task] = set()  # drains started by interruption notices
         self.adopted: list[str] = []
 
     def _sim_preempt(self, pool_id: str | None, notice_s: float | None) -> list[dict]:
@@ -128,7 +130,7 @@ class Agent:
 
     async def start(self) -> None:
         """Re-adopt running replicas, then start every loop. Returns at once."""
-        self.adopted, cleaned = await self.replicas.adopt_all()
+        self.adopted, cleaned = await self.replicas.adopt()
         log.info("agent starting cluster=%s provider=%s adopted=%s cleaned=%s", self.cluster_id,
                  self.cluster.spec.provider_name, self.adopted, cleaned)
         if self.options.serve_status:
@@ -136,7 +138,7 @@ class Agent:
         self._supervise_once(refresh=True)
         self._tasks = [
             asyncio.create_task(self._discover_loop(), name="agent-discover"),
-            asyncio.create_task(self._interruption_loop(), name="agent-interruptions"),
+            asyncio.create_task(self.interruptions.run(self.options.interruption_poll_s), name="agent-interruptions"),
             asyncio.create_task(self._supervise_loop(), name="agent-supervise"),
             asyncio.create_task(self._stream_after_adoption(), name="agent-stream"),
         ]
@@ -169,10 +171,11 @@ class Agent:
     async def shutdown(self, *, stop_replicas: bool = False) -> None:
         """Stop the loops; detach the replicas (they keep serving and the next agent re-adopts
         them) or, with ``stop_replicas``, stop them."""
-        for task in [*self._tasks, *self._drains]:
+        for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._drains, return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        await self.interruptions.close()
         await self.executor.close()
         await self.replicas.close(stop_replicas=stop_replicas)
         with contextlib.suppress(Exception):
@@ -183,22 +186,22 @@ class Agent:
     # ------------------------------------------------------------------ views
 
     def view(self) -> directives.View:
+        views = self.replicas.node_views()
         return directives.View(
             pools=dict(self._pools), declared=self._declared, holdings=tuple(self.replicas.holdings()),
             replicas={m.placement.replica_id: (m.placement.deployment, m.placement.revision, m.state)
                       for m in self.replicas.all()},
-            noticed_nodes=frozenset(n.node_id for n in self._notices.values() if n.node_id))
+            noticed_nodes=self.interruptions.noticed_nodes(), node_sets=nodes.node_sets(self._pools, views),
+            cloud_ids=nodes.cloud_ids(views))
 
     def inventory(self) -> list[models.GpuPool]:
-        """The pools as reported: free GPUs are those no replica holds, on nodes not being preempted."""
+        """The pools as reported: free GPUs are those no replica holds, on nodes that can take a replica
+        (the backend's node list where it has one) and are not being preempted."""
         holdings = self.replicas.holdings()
-        noticed = {n.node_id for n in self._notices.values() if n.node_id}
-        out = []
-        for status in self._pools.values():
-            p = status.pool
-            nodes = allocation.NodeSet(p.pool_id, p.gpus_per_node, tuple(n for n in status.nodes if n not in noticed))
-            out.append(dataclasses.replace(p, gpus_free=allocation.gpus_free(nodes, holdings)))
-        return out
+        noticed = self.interruptions.noticed_nodes()
+        sets = nodes.node_sets(self._pools, self.replicas.node_views())
+        return [dataclasses.replace(st.pool, gpus_free=allocation.gpus_free(nodes.without(sets[pid], noticed), holdings))
+                for pid, st in self._pools.items()]
 
     def status(self) -> dict:
         return {
@@ -209,9 +212,10 @@ class Agent:
             "cloud": {"auth_failure": self.auth_failure, "last_error": self.last_cloud_error,
                       "discovered": self._discovered_once},
             "pools": [dataclasses.asdict(p) for p in self.inventory()],
+            "backend": self.replicas.status(),
             "replicas": [{"replica_id": r.replica_id, "state": r.state.value, "endpoint": r.endpoint,
                           "pool_id": r.pool_id, "restarts": r.restarts} for r in self.replicas.reports()],
-            "interruptions": [dataclasses.asdict(n) for n in self._notices.values()],
+            "interruptions": [dataclasses.asdict(n) for n in self.interruptions.notices.values()],
             "fencing_token": self.journal.fencing_token,
         }
 
@@ -303,9 +307,10 @@ class Agent:
         self._cloud_error(err if err.operation else err.with_pool(pool_id, "discover"))
 
     async def _stop_lost_replicas(self) -> None:
+        present = nodes.present_nodes(self._pools, self.replicas.node_views())
         for m in self.replicas.all():
-            st = self._pools.get(m.placement.pool_id)
-            if st is None or m.state not in replicas_mod.LIVE_STATES or m.placement.node_id in st.nodes:
+            pool = present.get(m.placement.pool_id)
+            if pool is None or m.state not in backends.LIVE_STATES or m.placement.node_id in pool:
                 continue
             note = f"node {m.placement.node_id} left pool {m.placement.pool_id}"
             log.warning("replica lost its node cluster=%s replica=%s %s", self.cluster_id, m.placement.replica_id, note)
@@ -313,51 +318,6 @@ class Agent:
             self._event(models.Event(models.EventKind.REPLICA_CRASH, pool_id=m.placement.pool_id,
                                      replica_id=m.placement.replica_id, message=note))
             self._wake_supervision.set()
-
-    async def _interruption_loop(self) -> None:
-        while True:
-            try:
-                notices = await self.provider.interruptions()
-                await self._on_notices(notices)
-            except CloudError as exc:
-                self._cloud_error(exc.with_pool(exc.pool_id, exc.operation or "interruptions"))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("interruption poll failed cluster=%s", self.cluster_id)
-            await asyncio.sleep(self.options.interruption_poll_s)
-
-    async def _on_notices(self, notices: list[provider_base.Interruption]) -> None:
-        current = {n.notice_id: n for n in notices}
-        for notice_id, notice in current.items():
-            if notice_id in self._notices:
-                continue
-            self._notices[notice_id] = notice
-            log.warning("interruption notice cluster=%s pool=%s node=%s deadline=%.0f", self.cluster_id,
-                        notice.pool_id, notice.node_id, notice.deadline)
-            self._event(models.Event(models.EventKind.SPOT_INTERRUPTION, pool_id=notice.pool_id,
-                                     message=notice.message, deadline=notice.deadline))
-            drain_s = max(0.0, notice.deadline - self._clock() - INTERRUPTION_MARGIN_S)
-            for m in self.replicas.all():
-                on_node = notice.node_id is None or m.placement.node_id == notice.node_id
-                if m.placement.pool_id == notice.pool_id and on_node and m.state in replicas_mod.LIVE_STATES \
-                        and m.state != models.ReplicaState.DRAINING:
-                    self._event(models.Event(models.EventKind.SPOT_INTERRUPTION, pool_id=notice.pool_id,
-                                             replica_id=m.placement.replica_id, message=notice.message,
-                                             deadline=notice.deadline))
-                    task = asyncio.create_task(self._drain_for_notice(m.placement.replica_id, drain_s))
-                    self._drains.add(task)
-                    task.add_done_callback(self._drains.discard)
-        for notice_id in set(self._notices) - set(current):
-            del self._notices[notice_id]
-        self._wake_supervision.set()
-
-    async def _drain_for_notice(self, replica_id: str, deadline_s: float) -> None:
-        try:
-            await self.replicas.drain(replica_id, deadline_s)
-        except Exception:
-            log.exception("drain on interruption failed replica=%s", replica_id)
-        self._wake_supervision.set()
 
     async def _supervise_loop(self) -> None:
         next_refresh = time.monotonic() + self.cluster.spec.agent.report_interval_s
@@ -390,13 +350,13 @@ class Agent:
 
 
 def build(cluster: spec.Cluster, *, token: str, state_dir: pathlib.Path,
-          replica_settings: replicas_mod.ReplicaSettings, provider: provider_base.Provider | None = None,
-          provider_options: dict | None = None, options: AgentOptions = AgentOptions(),
-          clock: Callable[[], float] = time.time, rng: random.Random | None = None,
-          registry: prom.CollectorRegistry | None = None) -> Agent:
-    """An agent for ``cluster`` with the provider its spec names (or the one given). A sim cloud
-    keeps its state in the agent's state directory, as a real cloud keeps its own across agent
-    restarts."""
+          replica_settings: backends.ReplicaSettings, provider: provider_base.Provider | None = None,
+          provider_options: dict | None = None, backend_options: dict | None = None,
+          options: AgentOptions = AgentOptions(), clock: Callable[[], float] = time.time,
+          rng: random.Random | None = None, registry: prom.CollectorRegistry | None = None) -> Agent:
+    """An agent for ``cluster`` with the provider and the replica backend its spec names (or the
+    provider given). A sim cloud keeps its state in the agent's state directory, as a real cloud
+    keeps its own across agent restarts. ``backend_options`` go to the backend's factory."""
     seed = cluster.spec.sim.seed if cluster.spec.provider_name == "sim" else None
     # The simulated cloud draws from its own source (per cluster, so clusters given one seed do not
     # preempt in lockstep): the agent's backoffs must not shift its draws.
@@ -409,7 +369,7 @@ def build(cluster: spec.Cluster, *, token: str, state_dir: pathlib.Path,
             opts.setdefault("state_path", state_dir / "sim-cloud.json")
         provider = providers.create(cluster.spec.provider_name, cluster, clock=clock, rng=cloud_rng or rng, **opts)
     metrics = metrics_mod.AgentMetrics(cluster.metadata.name, registry)
-    manager = replicas_mod.ReplicaManager(
-        replica_settings, state_dir, adapter_metrics=runtime_adapter.AdapterMetrics(metrics.registry), clock=clock)
-    return Agent(cluster, token=token, provider=provider, replica_manager=manager, state_dir=state_dir,
+    backend = backends.create(cluster.spec.replicas.backend, cluster, settings=replica_settings, state_dir=state_dir,
+                              clock=clock, registry=metrics.registry, **(backend_options or {}))
+    return Agent(cluster, token=token, provider=provider, backend=backend, state_dir=state_dir,
                  options=options, clock=clock, rng=rng, metrics=metrics)

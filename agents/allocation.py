@@ -7,7 +7,7 @@ one port of the agent's range."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,11 +23,21 @@ class Holding:
 
 @dataclasses.dataclass(frozen=True)
 class NodeSet:
-    """A pool's running nodes as the allocator sees them."""
+    """A pool's running nodes as the allocator sees them. ``gpus_by_node`` overrides
+    ``gpus_per_node`` per node (what a Kubernetes node offers as allocatable ``nvidia.com/gpu``);
+    ``instance_type`` names the node size in refusals."""
 
     pool_id: str
     gpus_per_node: int
     nodes: tuple[str, ...]
+    gpus_by_node: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    instance_type: str = ""
+
+    def gpus_on(self, node: str) -> int:
+        return self.gpus_by_node.get(node, self.gpus_per_node)
+
+    def largest_node_gpus(self) -> int:
+        return max((self.gpus_on(n) for n in self.nodes), default=self.gpus_per_node)
 
 
 def parse_port_range(text: str) -> tuple[int, int]:
@@ -43,7 +53,7 @@ def free_gpus(pool: NodeSet, holdings: Iterable[Holding]) -> dict[str, list[int]
     for h in holdings:
         if h.pool_id == pool.pool_id and h.node_id in used:
             used[h.node_id].update(h.gpu_ids)
-    return {n: [g for g in range(pool.gpus_per_node) if g not in used[n]] for n in pool.nodes}
+    return {n: [g for g in range(pool.gpus_on(n)) if g not in used[n]] for n in pool.nodes}
 
 
 def gpus_free(pool: NodeSet, holdings: Iterable[Holding]) -> int:
@@ -64,9 +74,11 @@ def choose_gpus(pool: NodeSet, holdings: Iterable[Holding], gpu_count: int,
     replicas and for scale-in. Nodes in ``avoid_nodes`` (under an interruption notice) are skipped."""
     if gpu_count < 1:
         return f"gpu_count must be >= 1, got {gpu_count}"
-    if gpu_count > pool.gpus_per_node:
-        return (f"a replica needs {gpu_count} GPUs on one node; pool {pool.pool_id} has "
-                f"{pool.gpus_per_node} per node")
+    largest = pool.largest_node_gpus()
+    if gpu_count > largest:
+        size = f" ({pool.instance_type})" if pool.instance_type else ""
+        return (f"a replica needs {gpu_count} GPUs on one node; pool {pool.pool_id}'s nodes{size} have "
+                f"{largest} per node")
     avoid = set(avoid_nodes)
     free = free_gpus(pool, holdings)
     fits = [(len(gpus), node) for node, gpus in free.items() if node not in avoid and len(gpus) >= gpu_count]

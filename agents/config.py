@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from meridian import spec
 
-from agents import allocation, replicas
+from agents import allocation, backends
 
 
 class ConfigError(ValueError):
@@ -73,11 +73,11 @@ def engine_command(command: Sequence[str]) -> tuple[str, ...]:
     return (first, *command[1:])
 
 
-def replica_settings(cluster: spec.Cluster, **overrides) -> replicas.ReplicaSettings:
+def replica_settings(cluster: spec.Cluster, **overrides) -> backends.ReplicaSettings:
     a = cluster.spec.agent
     values = dict(advertise_host=a.advertise_host, port_range=allocation.parse_port_range(a.replica_ports),
                   engine_command=engine_command(a.engine_command),
                   cache_dir=str(pathlib.Path(a.cache_dir).expanduser()) if a.cache_dir else None,
                   emulator_region=cluster.spec.region if cluster.spec.provider_name == "sim" else "")
     values.update(overrides)
-    return replicas.ReplicaSettings(**values)
+    return backends.ReplicaSettings(**values)

@@ -24,7 +24,7 @@ import runtime_adapter
 from meridian.fleet import models
 from meridian.spec import cluster as cluster_spec
 
-from agents import allocation, outbox as outbox_mod, replicas as replicas_mod, state
+from agents import allocation, backends, outbox as outbox_mod, state
 from agents import metrics as metrics_mod
 from agents.providers import base as provider_base
 from agents.providers.errors import CloudError
@@ -36,13 +36,17 @@ REPLICA_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 @dataclasses.dataclass(frozen=True)
 class View:
-    """The cluster as the agent sees it when a directive arrives."""
+    """The cluster as the agent sees it when a directive arrives. ``node_sets``: per pool, the nodes
+    that can take a replica (the backend's node list where it has one; default: the pool's running
+    nodes); ``cloud_ids``: node name -> the cloud's machine id, for the nodes a shrink must keep."""
 
     pools: Mapping[str, provider_base.PoolStatus]  # latest discovery; empty before the first one
     declared: Mapping[str, cluster_spec.PoolDecl]
     holdings: tuple[allocation.Holding, ...] = ()
     replicas: Mapping[str, tuple[str, str, models.ReplicaState]] = dataclasses.field(default_factory=dict)
     noticed_nodes: frozenset[str] = frozenset()  # nodes under an interruption notice
+    node_sets: Mapping[str, allocation.NodeSet] = dataclasses.field(default_factory=dict)
+    cloud_ids: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +91,7 @@ def plan_start(a: models.StartReplica, view: View) -> StartPlan | AlreadyDone | 
     if not a.deployment:
         return Refuse("deployment is empty")
     existing = view.replicas.get(a.replica_id)
-    if existing is not None and existing[2] in replicas_mod.LIVE_STATES:
+    if existing is not None and existing[2] in backends.LIVE_STATES:
         if (existing[0], existing[1]) == (a.deployment, a.revision):
             return AlreadyDone(f"replica {a.replica_id} already runs {a.deployment}@{a.revision}")
         return Refuse(f"replica_id {a.replica_id!r} is in use by {existing[0]}@{existing[1]}")
@@ -106,7 +110,8 @@ def plan_start(a: models.StartReplica, view: View) -> StartPlan | AlreadyDone | 
     status = _pool_ref(view, a.pool_id)
     if isinstance(status, Refuse):
         return status
-    nodes = allocation.NodeSet(a.pool_id, status.pool.gpus_per_node, status.nodes)
+    nodes = view.node_sets.get(a.pool_id) or allocation.NodeSet(a.pool_id, status.pool.gpus_per_node, status.nodes,
+                                                                instance_type=status.pool.instance_type)
     choice = allocation.choose_gpus(nodes, view.holdings, a.gpu_count, avoid_nodes=view.noticed_nodes)
     if isinstance(choice, str):
         return Refuse(choice)
@@ -135,7 +140,7 @@ def plan_resize(a: models.ResizePool, view: View) -> ResizePlan | Refuse:
     if a.target_nodes < len(busy):
         return Refuse(f"{len(busy)} node(s) of pool {a.pool_id} host replicas; drain them before shrinking "
                       f"to {a.target_nodes}")
-    return ResizePlan(keep_nodes=frozenset(busy))
+    return ResizePlan(keep_nodes=frozenset(view.cloud_ids.get(n, n) for n in busy))
 
 
 class DirectiveExecutor:
@@ -143,7 +148,7 @@ class DirectiveExecutor:
     directive_id)`` reports a classified cloud error (events, status, metrics) and is the agent's;
     ``on_change`` asks the agent to refresh inventory and reports now."""
 
-    def __init__(self, *, journal: state.DirectiveJournal, replicas: replicas_mod.ReplicaManager,
+    def __init__(self, *, journal: state.DirectiveJournal, replicas: backends.ReplicaBackend,
                  provider: provider_base.Provider, view: Callable[[], View], outbox: outbox_mod.Outbox,
                  metrics: metrics_mod.AgentMetrics, on_cloud_error: Callable[[CloudError, str], None],
                  on_change: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.time,
@@ -216,27 +221,24 @@ class DirectiveExecutor:
         if isinstance(plan, AlreadyDone):
             self._ack(d, models.DirectiveOutcome.SUCCEEDED, plan.reason)
             return
-        port = self._replicas.choose_port()
-        if port is None:
-            lo, hi = self._replicas.settings.port_range
-            self._ack(d, models.DirectiveOutcome.REFUSED, f"no free port left in the replica port range {lo}-{hi}")
-            return
         if self._replicas.get(a.replica_id) is not None:
             self._replicas.forget(a.replica_id)  # an ended replica of the same id
         try:
-            managed = self._replicas.prepare(a, node_id=plan.node_id, gpu_ids=plan.gpu_ids, port=port,
-                                             gpu_type=plan.gpu_type)
+            prepared = self._replicas.prepare(a, directive_id=d.directive_id, node_id=plan.node_id,
+                                              gpu_ids=plan.gpu_ids, gpu_type=plan.gpu_type)
+        except backends.Refused as exc:
+            self._ack(d, models.DirectiveOutcome.REFUSED, str(exc))
+            return
         except runtime_adapter.LaunchError as exc:
             self._ack(d, models.DirectiveOutcome.REFUSED, f"malformed runtime spec: {exc}")
             return
         self._journal.record(d.directive_id, models.DirectiveOutcome.ACCEPTED, "", self._clock())
         try:
-            await self._replicas.launch(managed)
+            where = await self._replicas.launch(prepared)
         except (OSError, ValueError, RuntimeError) as exc:
             self._ack(d, models.DirectiveOutcome.FAILED, f"could not start the engine: {exc}")
             return
-        self._ack(d, models.DirectiveOutcome.ACCEPTED,
-                  f"starting on node {plan.node_id} GPUs {list(plan.gpu_ids)} port {port}")
+        self._ack(d, models.DirectiveOutcome.ACCEPTED, where)
         self._on_change()
         self._spawn(self._await_ready(d, a.replica_id), f"ready-{a.replica_id}")
 

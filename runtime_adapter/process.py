@@ -198,12 +198,14 @@ class EngineProcess:
 
 
 async def spawn(argv: Sequence[str], env: Mapping[str, str], *, survive_supervisor_exit: bool,
-                log_path: str | None, cwd: str | None = None) -> tuple[EngineProcess, asyncio.StreamReader | None]:
+                log_path: str | None, cwd: str | None = None,
+                inherit_output: bool = False) -> tuple[EngineProcess, asyncio.StreamReader | None]:
     """Start the engine in its own session/process group.
 
     Returns the process and, when its output goes to a pipe, the pipe to follow. With
     ``survive_supervisor_exit`` the output goes to ``log_path`` (required: a pipe would break when
-    the supervisor dies) and no death signal is set."""
+    the supervisor dies) and no death signal is set. ``inherit_output``: the engine writes to this
+    process's own stdout/stderr (a container's log), nothing to follow."""
     if survive_supervisor_exit and not log_path:
         raise ValueError("survive_supervisor_exit needs a log_path (a state_dir): the engine's output cannot go to a pipe that dies with the supervisor")
     preexec = None if survive_supervisor_exit or not sys.platform.startswith("linux") else _set_pdeathsig
@@ -216,6 +218,11 @@ async def spawn(argv: Sequence[str], env: Mapping[str, str], *, survive_supervis
                 stderr=asyncio.subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
         finally:
             out.close()
+        stream = None
+    elif inherit_output:
+        child = await asyncio.create_subprocess_exec(
+            *argv, env=dict(env), cwd=cwd, stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=preexec)
         stream = None
     else:
         child = await asyncio.create_subprocess_exec(

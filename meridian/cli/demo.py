@@ -10,6 +10,7 @@ import pathlib
 import signal
 import sys
 
+from meridian.demo import fleet as fleet_mod
 from meridian.demo import run as demo_run
 
 
@@ -27,6 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="after the traffic, wait up to this long for the lost region's capacity to be re-placed "
                              f"if it is not yet, so the report can time it (default {d.replace_wait_s:.0f}; 0: do not "
                              "wait)")
+    parser.add_argument("--k8s-clusters", default=d.k8s_clusters, metavar="N|NAME,...",
+                        help="run these clusters' replicas as pods through the kubernetes backend, each on a fake "
+                             "Kubernetes of its own with the sim cloud's nodes: a number N (the first N clusters of "
+                             "examples/clusters.yaml) or cluster names, comma-separated (default: none)")
     parser.add_argument("--no-live", action="store_true", help="print a progress line every 10 s instead of the live view")
     parser.add_argument("--workdir", type=pathlib.Path, help="keep logs, state and configs here (default: a temp dir, removed)")
     parser.add_argument("--seed", type=int, default=d.seed)
@@ -37,10 +42,16 @@ def run(args: argparse.Namespace) -> int:
     if args.duration < 20:
         print("meridian demo: --duration must be at least 20 seconds", file=sys.stderr)
         return 2
+    try:
+        fleet_mod.resolve_k8s_clusters(fleet_mod.EXAMPLES / "clusters.yaml", args.k8s_clusters)
+    except ValueError as exc:
+        print(f"meridian demo: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     opts = demo_run.DemoOptions(duration_s=args.duration, base_rps_per_region=args.rps, spike_factor=args.spike,
                                 live=not args.no_live, workdir=args.workdir, keep_workdir=args.workdir is not None,
-                                seed=args.seed, lose_cluster=args.lose, replace_wait_s=args.replace_wait)
+                                seed=args.seed, lose_cluster=args.lose, replace_wait_s=args.replace_wait,
+                                k8s_clusters=args.k8s_clusters)
     return asyncio.run(_main(opts))
 
 

@@ -3,7 +3,10 @@ provider, emulator replicas), a router. Used by ``meridian demo`` and the end-to
 
 The example specs are the input; this module only rewrites what a local run must change: the
 scheduler address, ports, token files, state directories, the engine command (the SGLang
-emulator) and the simulated cloud's provisioning delay."""
+emulator) and the simulated cloud's provisioning delay. Clusters named in ``k8s_clusters`` run
+their replicas through the kubernetes backend, as pods of a fake Kubernetes of their own
+(``python -m meridian.demo.kubecluster``, started before the cluster's agent, its nodes mirrored
+from the sim cloud)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import aiohttp
 import yaml
 
 from meridian.demo import processes
+from meridian.spec import base as spec_base
 from runtime_adapter.emulator import settings as emulator_settings
 
 log = logging.getLogger("meridian.demo.fleet")
@@ -47,6 +51,8 @@ class FleetConfig:
     scheduler_settings: tuple[str, ...] = ("heartbeat_interval_s=2",)
     emulator_env: tuple[tuple[str, str], ...] = ()
     log_level: str = "INFO"
+    # Clusters whose replicas run as pods (kubernetes backend) on a fake Kubernetes per cluster.
+    k8s_clusters: tuple[str, ...] = ()
 
 
 class LocalFleet:
@@ -64,6 +70,7 @@ class LocalFleet:
         self.router_ports: dict[str, int] = {region: processes.free_port() for region in regions}
         self.cluster_docs: dict[str, dict] = {}
         self.agent_ports: dict[str, int] = {}
+        self.kube_ports: dict[str, int] = {}  # API server port per kubernetes cluster
         self._prepared = False
 
     # ------------------------------------------------------------------ set-up
@@ -87,6 +94,10 @@ class LocalFleet:
         self.workdir.mkdir(parents=True, exist_ok=True)
         docs = [d for d in yaml.safe_load_all(self.config.cluster_file.read_text()) if d]
         wanted = set(self.config.clusters) or {d["metadata"]["name"] for d in docs}
+        unknown = sorted(set(self.config.k8s_clusters) - wanted)
+        if unknown:
+            raise ValueError(f"k8s_clusters name clusters this run does not have: {unknown}; "
+                             f"clusters: {sorted(wanted)}")
         tokens: dict[str, str] = {}
         base_port = 40000
         for i, doc in enumerate(d for d in docs if d["metadata"]["name"] in wanted):
@@ -115,12 +126,19 @@ class LocalFleet:
                 "report_interval_s": 2,
                 "heartbeat_interval_s": 2,
             }
+            if name in self.config.k8s_clusters:
+                self.kube_ports[name] = processes.free_port()
+                s["replicas"] = {"backend": "kubernetes", "kubernetes": kube_settings(self.kubeconfig(name))}
             self.cluster_docs[name] = doc
         (self.workdir / "clusters.yaml").write_text(yaml.safe_dump_all(list(self.cluster_docs.values()), sort_keys=False))
         (self.workdir / "scheduler-tokens.yaml").write_text(
             yaml.safe_dump({"clusters": tokens, "routers": [self.router_token]}))
         (self.workdir / "admin.token").write_text(self.admin_token)
         self._prepared = True
+
+    def kubeconfig(self, name: str) -> pathlib.Path:
+        """The kubeconfig of a kubernetes cluster's fake Kubernetes (written when it starts)."""
+        return self.workdir / "kube" / name / "kubeconfig"
 
     def _env(self) -> dict[str, str]:
         return {"MERIDIAN_ADMIN_TOKEN": self.admin_token, "PYTHONUNBUFFERED": "1"}
@@ -140,7 +158,27 @@ class LocalFleet:
         await self.procs.wait_port(child, self.admin_port)
         await self.procs.wait_port(child, self.grpc_port)
 
+    async def start_kube(self, name: str) -> None:
+        """The cluster's fake Kubernetes, before its agent (killed with the cluster: it runs its pods)."""
+        kubeconfig = self.kubeconfig(name)
+        kubeconfig.unlink(missing_ok=True)
+        state_file = pathlib.Path(self.cluster_docs[name]["spec"]["agent"]["state_dir"]) / name / "sim-cloud.json"
+        argv = [sys.executable, "-m", "meridian.demo.kubecluster", "--cluster-file", str(self.workdir / "clusters.yaml"),
+                "--name", name, "--port", str(self.kube_ports[name]), "--workdir", str(self.workdir / "kube" / name / "pods"),
+                "--kubeconfig", str(kubeconfig), "--state-file", str(state_file), "--log-level", self.config.log_level]
+        child = self.procs.start(f"kube-{name}", argv, env=self._env(), cluster=name)
+        await self.procs.wait_port(child, self.kube_ports[name])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not kubeconfig.exists():
+            if not child.running() or loop.time() > deadline:
+                raise RuntimeError(f"the fake Kubernetes of {name} wrote no kubeconfig:\n{child.tail()}")
+            await asyncio.sleep(0.05)
+
     async def start_agent(self, name: str) -> None:
+        kube = self.procs.children.get(f"kube-{name}")
+        if name in self.kube_ports and (kube is None or not kube.running()):
+            await self.start_kube(name)
         argv = processes.meridian_argv("agent", "--cluster", str(self.workdir / "clusters.yaml"), "--name", name,
                                        "--log-level", self.config.log_level)
         env = self._env()
@@ -157,6 +195,9 @@ class LocalFleet:
         return [path for path in self.config.spec_files if "latency" in path.name]
 
     async def start_agents(self) -> None:
+        # Every fake Kubernetes first, then every agent at once: agents that report together are
+        # planned together (the scheduler's first plan waits only adopt_grace_s for them).
+        await asyncio.gather(*(self.start_kube(name) for name in self.kube_ports))
         await asyncio.gather(*(self.start_agent(name) for name in self.cluster_docs))
 
     async def start_router(self) -> None:
@@ -254,6 +295,34 @@ class LocalFleet:
                 last = {"error": str(exc)}
             await asyncio.sleep(interval_s)
         raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}; last status: {json.dumps(last)[:800]}")
+
+
+def kube_settings(kubeconfig: pathlib.Path) -> dict:
+    """A demo cluster's kubernetes backend: pods of the emulator through the runtime adapter, on the
+    sim cloud's nodes (NodeSync labels them ``meridian.dev/pool``), quick probes and short graces."""
+    return {"image": "meridian/replica:demo", "namespace": "meridian", "kubeconfig": str(kubeconfig),
+            "command": ["python", "-m", "runtime_adapter", "serve"], "node_pool_label": "meridian.dev/pool",
+            "model_cache": {"type": "empty_dir"}, "probe_period_s": 1, "stop_grace_s": 5, "drain_deadline_s": 60,
+            "cpu_request": "100m", "memory_request": "256Mi", "pod_start_timeout_s": 300}
+
+
+def resolve_k8s_clusters(cluster_file: pathlib.Path, text: str) -> tuple[str, ...]:
+    """``--k8s-clusters``: a number N (the first N clusters of the file, in order) or a comma-separated
+    list of cluster names; "" or "0": none. Unknown names are an error with the closest valid one."""
+    text = text.strip()
+    if not text or text == "0":
+        return ()
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all(cluster_file.read_text()) if d]
+    if text.isdigit():
+        n = int(text)
+        if n > len(names):
+            raise ValueError(f"--k8s-clusters {n}: {cluster_file} has {len(names)} clusters")
+        return tuple(names[:n])
+    chosen = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    for name in chosen:
+        if name not in names:
+            raise ValueError(f"--k8s-clusters: {spec_base.unknown_name('cluster', name, names)}")
+    return chosen
 
 
 def ready_replicas(status: dict) -> dict[str, int]:

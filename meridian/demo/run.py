@@ -42,6 +42,9 @@ class DemoOptions:
     # when it is not yet (a 70B replica on a new node takes over a minute to load its weights).
     replace_wait_s: float = 60.0
     startup_timeout_s: float = 120.0
+    # Clusters whose replicas run as pods (kubernetes backend, a fake Kubernetes each): "N" (the first
+    # N clusters) or "name,name"; "" none.
+    k8s_clusters: str = ""
 
 
 @dataclasses.dataclass
@@ -123,7 +126,12 @@ async def _wait_routable(fleet: fleet_mod.LocalFleet, session: aiohttp.ClientSes
 async def demo(opts: DemoOptions, out=sys.stdout) -> int:
     workdir = pathlib.Path(opts.workdir or tempfile.mkdtemp(prefix="meridian-demo-"))
     # An edge router per client region, as a global endpoint would run (anycast to the nearest).
-    cfg = fleet_mod.FleetConfig(workdir=workdir, edge_regions=CLIENT_REGIONS)
+    kube = fleet_mod.resolve_k8s_clusters(fleet_mod.EXAMPLES / "clusters.yaml", opts.k8s_clusters)
+    # With clusters on Kubernetes the agents take longer to report (their cluster starts first): the
+    # scheduler waits for them before its first plan.
+    settings = fleet_mod.FleetConfig.scheduler_settings + (("adopt_grace_s=30",) if kube else ())
+    cfg = fleet_mod.FleetConfig(workdir=workdir, edge_regions=CLIENT_REGIONS, k8s_clusters=kube,
+                                scheduler_settings=settings)
     fleet = fleet_mod.LocalFleet(cfg)
     spec_set = spec.load_files([*cfg.spec_files, cfg.cluster_file])
     models, slas, model_regions, cold = _models(spec_set)
@@ -131,7 +139,8 @@ async def demo(opts: DemoOptions, out=sys.stdout) -> int:
     phases = Phases(opts)
     interactive = opts.live and out.isatty()
     try:
-        print(f"meridian demo: starting a scheduler, {len(spec_set.of_kind('Cluster'))} agents and "
+        on_kube = f" ({', '.join(kube)} on Kubernetes: replicas as pods of a fake cluster each)" if kube else ""
+        print(f"meridian demo: starting a scheduler, {len(spec_set.of_kind('Cluster'))} agents{on_kube} and "
               f"{len(fleet.router_urls)} edge routers "
               f"on loopback (work dir {workdir})", file=out, flush=True)
         fleet.prepare()

@@ -9,6 +9,7 @@ from typing import Literal
 import pydantic
 
 from meridian.spec import base, rules
+from meridian.spec import replicas as replicas_spec
 
 
 class Auth(base.StrictModel):
@@ -41,6 +42,13 @@ class PoolDecl(base.StrictModel):
     resource: str | None = pydantic.Field(
         default=None, description="The cloud resource the pool maps to: an Auto Scaling group, a GKE node pool, "
                                   "an Azure scale set, an AKS agent pool; default: the pool's name.")
+    node_pool: str | None = pydantic.Field(
+        default=None, max_length=63, description="kubernetes backend: the node pool label's value for this pool "
+                                                 "(default: resource, then name).")
+
+    @property
+    def node_pool_value(self) -> str:
+        return self.node_pool or self.resource or self.name
 
 
 class AwsAccount(base.StrictModel):
@@ -124,6 +132,7 @@ class ClusterSpec(base.StrictModel):
     azure: AzureAccount | None = None
     sim: SimCloud = SimCloud()
     agent: AgentSettings = AgentSettings()
+    replicas: replicas_spec.Replicas = replicas_spec.Replicas()
 
     @property
     def provider_name(self) -> str:
@@ -166,6 +175,8 @@ class ClusterSpec(base.StrictModel):
                     problems.add(f"pools.{i}.{field}",
                                  f"{name!r} is not an AKS agent pool name (1-12 lowercase letters and digits, "
                                  f"starting with a letter): set pools[{i}].resource to the agent pool's name")
+        if self.replicas.backend == "kubernetes" and self.replicas.kubernetes is None:
+            problems.add("replicas.kubernetes", "backend kubernetes needs its settings (at least image: the replica image)")
         catalog_cloud = self.cloud if self.cloud != "local" else None
         types = ctx.catalog.instance_types(catalog_cloud)
         for i, pool in enumerate(self.pools):

@@ -54,6 +54,9 @@ RULES = {
         "`provider` manages `cloud` (`aks` is an Azure provider); `aks` needs `azure.aks_cluster`, which the "
         "`azure` provider refuses (AKS does not allow resizing its pools' scale sets); with `aks` every pool's "
         "`resource` (default: its name) is an AKS agent pool name, 1-12 lowercase letters and digits.",
+        "`replicas.backend: kubernetes` needs `replicas.kubernetes` (at least `image`); its `engine_port` and "
+        "`adapter_port` differ; `model_cache.type: pvc` needs `claim_name`. Unset kubernetes fields take the "
+        "cloud's defaults (docs/kubernetes.md).",
     ],
     "LatencyMap": ["Override endpoints are known regions (built-in or added by this document)."],
 }

@@ -8,7 +8,8 @@ import pytest
 
 from meridian.cli import main as cli_main
 
-from agents import config, replicas
+from agents import backends, config
+from agents.backends import engine
 
 TWO = """
 apiVersion: meridian/v1
@@ -73,10 +74,10 @@ def test_replica_settings_and_state_dir(files, tmp_path):
     assert settings.engine_command[0] == sys.executable and settings.port_range == (32000, 32010)
     # A sim (here: local) cluster's emulator replicas pretend to run in its region.
     assert settings.emulator_region == "us-east-1"
-    env = replicas.ReplicaManager(settings, tmp_path)._engine_env("L4")
+    env = engine.engine_env(settings, "L4")
     assert (env["MERIDIAN_EMULATOR_REGION"], env["MERIDIAN_EMULATOR_GPU_TYPE"]) == ("us-east-1", "L4")
     # A GPU type the emulator does not model drops only that setting.
-    assert replicas.ReplicaManager(settings, tmp_path)._engine_env("X9")["MERIDIAN_EMULATOR_REGION"] == "us-east-1"
+    assert engine.engine_env(settings, "X9")["MERIDIAN_EMULATOR_REGION"] == "us-east-1"
     assert config.state_dir(one, str(tmp_path)) == tmp_path / "one"
     with pytest.raises(config.ConfigError, match="engine_command is empty"):
         config.engine_command([])
@@ -90,9 +91,9 @@ def test_replica_settings_and_state_dir(files, tmp_path):
 def test_every_documented_emulator_command_gets_its_gpu_type_and_region(command, emulator, tmp_path):
     """`meridian emulator` (documented) is the emulator as much as `python -m runtime_adapter.emulator`:
     its replicas are told the pool's GPU type and the sim cluster's region; SGLang gets neither."""
-    settings = replicas.ReplicaSettings(engine_command=tuple(command), emulator_region="eu-west-1")
-    env = replicas.ReplicaManager(settings, tmp_path)._engine_env("L4")
-    assert replicas.is_emulator(command) is emulator
+    settings = backends.ReplicaSettings(engine_command=tuple(command), emulator_region="eu-west-1")
+    env = engine.engine_env(settings, "L4")
+    assert engine.is_emulator(command) is emulator
     assert ("MERIDIAN_EMULATOR_REGION" in env, "MERIDIAN_EMULATOR_GPU_TYPE" in env) == (emulator, emulator)
 
 
@@ -141,9 +142,9 @@ metadata: {name: lab}
 spec:
   regions: [{name: lab-east-1, kind: cloud, cloud: aws, latitude: 40.0, longitude: -75.0}]
 """)
-    settings = replicas.ReplicaSettings(engine_command=("python", "-m", "runtime_adapter.emulator"),
+    settings = backends.ReplicaSettings(engine_command=("python", "-m", "runtime_adapter.emulator"),
                                         emulator_region="lab-east-1")
-    assert "MERIDIAN_EMULATOR_REGION" not in replicas.ReplicaManager(settings, tmp_path)._engine_env("L4")
+    assert "MERIDIAN_EMULATOR_REGION" not in engine.engine_env(settings, "L4")
     monkeypatch.setenv("MERIDIAN_EMULATOR_LATENCY_MAP_FILE", str(lmap))
-    env = replicas.ReplicaManager(settings, tmp_path)._engine_env("L4")
+    env = engine.engine_env(settings, "L4")
     assert env["MERIDIAN_EMULATOR_REGION"] == "lab-east-1"

@@ -11,7 +11,8 @@ import pytest
 
 from meridian.fleet import models
 
-from agents import allocation, directives, metrics, outbox, replicas, state
+from agents import allocation, backends, directives, metrics, outbox, state
+from agents.backends import local
 from agents.providers import sim
 from agents.providers.base import PoolStatus
 from agents.providers.errors import CloudError
@@ -91,7 +92,7 @@ def test_drain_decisions(view):
 
 
 class Harness:
-    """An executor over a real ReplicaManager (nothing is spawned on the paths tested here) and a sim cloud."""
+    """An executor over a real local backend (nothing is spawned on the paths tested here) and a sim cloud."""
 
     def __init__(self, cluster, clock, tmp_path, capacity_limits=None):
         self.provider = sim.SimProvider(sim.SimCloud(cluster, clock=clock, rng=random.Random(0),
@@ -100,7 +101,7 @@ class Harness:
         self.journal = state.DirectiveJournal(tmp_path / "directives.json")
         self.outbox = outbox.Outbox()
         self.metrics = metrics.AgentMetrics("test")
-        self.manager = replicas.ReplicaManager(replicas.ReplicaSettings(), tmp_path)
+        self.manager = local.LocalBackend(backends.ReplicaSettings(), tmp_path)
         self.errors: list[tuple[CloudError, str]] = []
         self.statuses: dict[str, PoolStatus] = {}
         self.executor = directives.DirectiveExecutor(

@@ -1,6 +1,5 @@
-"""The replica manager: runs replicas through the runtime adapter on the cluster's GPUs, remembers
-where each one sits, re-adopts running engines after an agent restart, and turns their states into
-reports and crash notices.
+"""The ``local`` replica backend: replicas as runtime-adapter processes on the agent's own host,
+on the cluster's GPUs (indices become ``CUDA_VISIBLE_DEVICES``), each on a port of the agent's range.
 
 Engines run in the adapter's adoptable mode (``survive_supervisor_exit``): they outlive the agent,
 so a crashed or upgraded agent does not take serving capacity down (static stability). What the
@@ -13,25 +12,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import pathlib
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 
 import aiohttp
+import prometheus_client as prom
 import runtime_adapter
 from runtime_adapter import records as adapter_records
-from runtime_adapter.emulator import config as emulator_config
-from runtime_adapter.emulator import settings as emulator_settings
 
+from meridian import spec
 from meridian.fleet import models
 
-from agents import allocation, state
+from agents import allocation, backends, state
+from agents.backends import base, engine
 
 log = logging.getLogger(__name__)
 
-LIVE_STATES = (models.ReplicaState.STARTING, models.ReplicaState.READY, models.ReplicaState.DRAINING)
+LIVE_STATES = base.LIVE_STATES
+Placement = base.Placement
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -49,39 +49,6 @@ def bind_host_for(advertise_host: str) -> str:
     """Engines bind the advertised address when it is loopback (one-box setups), every interface
     otherwise (the advertised name may be a DNS name or a NAT'd address)."""
     return advertise_host if advertise_host.startswith("127.") or advertise_host == "localhost" else "0.0.0.0"
-
-
-def is_emulator(engine_command: Sequence[str]) -> bool:
-    """Whether the engine is Meridian's SGLang emulator, however it is launched:
-    ``python -m runtime_adapter.emulator``, ``python -mruntime_adapter.emulator`` or
-    ``meridian emulator`` (it is then told the pool's GPU type and the cluster's region)."""
-    args = list(engine_command)
-    if any(a in ("runtime_adapter.emulator", "-mruntime_adapter.emulator") for a in args):
-        return True
-    # The CLI, however started (`meridian`, `env meridian`, `python -m meridian.cli.main`): its
-    # `emulator` subcommand.
-    launchers = {"meridian", "meridian.cli.main", "-mmeridian.cli.main", "meridian.cli", "-mmeridian.cli"}
-    return any((pathlib.PurePath(a).name in launchers) and nxt == "emulator" for a, nxt in zip(args, args[1:]))
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    """The agent's own record of a replica, beside the adapter's engine record."""
-
-    replica_id: str
-    deployment: str
-    revision: str
-    pool_id: str
-    node_id: str
-    gpu_count: int
-    gpu_type: str = ""
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping) -> Placement:
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
 
 @dataclasses.dataclass
@@ -105,36 +72,12 @@ class Managed:
         return allocation.Holding(p.replica_id, p.pool_id, p.node_id, self.gpu_ids, self.port)
 
 
-@dataclasses.dataclass(frozen=True)
-class Change:
-    """A replica state transition seen by ``poll``; ``crashed`` when the engine failed by itself."""
+class LocalBackend(base.ReplicaBackend):
+    """Replicas as local engine processes under the runtime adapter's supervision."""
 
-    replica_id: str
-    old: models.ReplicaState
-    new: models.ReplicaState
-    crashed: bool
-    message: str
+    name = "local"
 
-
-@dataclasses.dataclass(frozen=True)
-class ReplicaSettings:
-    """How replicas are launched (from the Cluster spec's agent settings, plus adapter tuning)."""
-
-    advertise_host: str = "127.0.0.1"
-    port_range: tuple[int, int] = (31000, 31999)
-    engine_command: tuple[str, ...] = tuple(runtime_adapter.SGLANG_COMMAND)
-    cache_dir: str | None = None
-    engine_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    api_key: str | None = None
-    supervisor: runtime_adapter.SupervisorConfig = runtime_adapter.SupervisorConfig(survive_supervisor_exit=True)
-    ended_linger_s: float = 120.0  # how long STOPPED/FAILED replicas stay in reports
-    # Region an emulator engine pretends to run in, so clients feel the latency map's distance
-    # (set for sim clusters; "" for none).
-    emulator_region: str = ""
-
-
-class ReplicaManager:
-    def __init__(self, settings: ReplicaSettings, state_dir: pathlib.Path, *,
+    def __init__(self, settings: base.ReplicaSettings, state_dir: pathlib.Path, *,
                  adapter_metrics: runtime_adapter.AdapterMetrics | None = None,
                  clock: Callable[[], float] = time.time,
                  is_port_free: Callable[[int], bool] | None = None):
@@ -192,37 +135,25 @@ class ReplicaManager:
         return dict(api_key=s.api_key, cache_dir=s.cache_dir, config=s.supervisor, session=self._ensure_session(),
                     state_dir=str(self._engine_dir), metrics=self._adapter_metrics, advertise_host=s.advertise_host)
 
-    def _engine_env(self, gpu_type: str) -> dict[str, str]:
-        env = dict(self.settings.engine_env)
-        if not is_emulator(self.settings.engine_command):
-            return env
-        # Each setting on its own: one the emulator does not model must not drop the other.
-        # A region may come from the LatencyMap file the replicas will be given (inherited or set).
-        map_var = emulator_config.ENV_PREFIX + "LATENCY_MAP_FILE"
-        map_file = env.get(map_var) or os.environ.get(map_var)
-        for name, value in (("gpu_type", gpu_type), ("region", self.settings.emulator_region)):
-            if not value:
-                continue
-            extra = {"latency_map_file": map_file} if name == "region" and map_file else {}
-            try:
-                env = {**emulator_settings.environment(**{name: value}, **extra), **env}
-            except ValueError:
-                log.warning("emulator does not model %s=%s; using its default", name, value)
-        return env
-
-    def prepare(self, action: models.StartReplica, *, node_id: str, gpu_ids: tuple[int, ...], port: int,
+    def prepare(self, action: models.StartReplica, *, directive_id: str, node_id: str, gpu_ids: tuple[int, ...],
                 gpu_type: str) -> Managed:
-        """Build (not start) the replica; raises ``runtime_adapter.LaunchError`` for a spec the engine
-        cannot run, before anything is reserved or spawned."""
+        """Build (not start) the replica on a free port of the range; raises ``base.Refused`` when no
+        port is left and ``runtime_adapter.LaunchError`` for a spec the engine cannot run, before
+        anything is reserved or spawned."""
+        port = self.choose_port()
+        if port is None:
+            lo, hi = self.settings.port_range
+            raise base.Refused(f"no free port left in the replica port range {lo}-{hi}")
         handle = runtime_adapter.Replica(
             action.runtime, action.replica_id, port=port, host=self._bind_host, gpu_ids=gpu_ids,
-            engine_command=self.settings.engine_command, env=self._engine_env(gpu_type), **self._replica_kwargs())
+            engine_command=self.settings.engine_command, env=engine.engine_env(self.settings, gpu_type),
+            **self._replica_kwargs())
         placement = Placement(action.replica_id, action.deployment, action.revision, action.pool_id, node_id,
                               action.gpu_count, gpu_type)
         return Managed(handle=handle, placement=placement, port=port, gpu_ids=gpu_ids,
                        last_state=models.ReplicaState.STARTING)
 
-    async def launch(self, managed: Managed) -> None:
+    async def launch(self, managed: Managed) -> str:  # type: ignore[override]
         """Record the placement, then start the engine under supervision."""
         rid = managed.placement.replica_id
         if rid in self._replicas:
@@ -237,6 +168,7 @@ class ReplicaManager:
             raise
         log.info("replica started replica=%s pool=%s node=%s gpus=%s port=%d", rid, managed.placement.pool_id,
                  managed.placement.node_id, list(managed.gpu_ids), managed.port)
+        return f"starting on node {managed.placement.node_id} GPUs {list(managed.gpu_ids)} port {managed.port}"
 
     async def wait_ready(self, replica_id: str, timeout_s: float) -> None:
         await self._replicas[replica_id].handle.wait_ready(timeout_s)
@@ -263,7 +195,7 @@ class ReplicaManager:
         if m is not None:
             self._ended(m)
 
-    async def adopt_all(self) -> tuple[list[str], list[str]]:
+    async def adopt(self) -> tuple[list[str], list[str]]:
         """Re-attach engines left running by a previous agent. Returns (adopted ids, cleaned-up ids):
         an engine without a placement is stopped (an orphan), a placement without a live engine is
         dropped (the scheduler sees the replica gone from the next complete report)."""
@@ -305,7 +237,7 @@ class ReplicaManager:
             cleaned.append(rid)
         return adopted, cleaned
 
-    def poll(self) -> list[Change]:
+    def poll(self) -> list[base.Change]:
         """State transitions since the last poll; drops ended replicas after ``ended_linger_s``."""
         changes = []
         now = self._clock()
@@ -315,7 +247,7 @@ class ReplicaManager:
             if st != m.last_state or restarted:
                 crashed = (st == models.ReplicaState.FAILED and not m.note) or restarted or (
                     m.last_state == models.ReplicaState.READY and st == models.ReplicaState.STARTING)
-                changes.append(Change(rid, m.last_state, st, crashed, m.handle.message))
+                changes.append(base.Change(rid, m.last_state, st, crashed, m.handle.message))
                 m.last_state, m.last_restarts = st, m.handle.restarts
             if st in (models.ReplicaState.STOPPED, models.ReplicaState.FAILED):
                 self._ended(m)
@@ -340,5 +272,14 @@ class ReplicaManager:
             await self._session.close()
 
 
-__all__ = ["Change", "LIVE_STATES", "Managed", "Placement", "ReplicaManager", "ReplicaSettings", "bind_host_for",
-           "is_emulator", "port_is_free"]
+@backends.register("local")
+def create(cluster: spec.Cluster, *, settings: base.ReplicaSettings, state_dir: pathlib.Path,
+           clock: Callable[[], float] = time.time, registry: prom.CollectorRegistry | None = None,
+           is_port_free: Callable[[int], bool] | None = None) -> LocalBackend:
+    """Options: ``registry`` (the agent's metrics registry: the runtime adapter's metrics join it),
+    ``is_port_free`` (tests)."""
+    return LocalBackend(settings, state_dir, adapter_metrics=runtime_adapter.AdapterMetrics(registry), clock=clock,
+                        is_port_free=is_port_free)
+
+
+__all__ = ["LIVE_STATES", "LocalBackend", "Managed", "Placement", "bind_host_for", "create", "port_is_free"]
