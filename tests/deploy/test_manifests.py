@@ -134,7 +134,7 @@ HEALTH_PATHS = {"scheduler": {"/healthz"}, "router": {"/ready", "/health"}, "age
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_probes_hit_the_programs_health_endpoints_on_declared_ports(rendered, overlay):
     """HTTP probes use a path the program serves, on a port the container declares."""
-    for obj, _t, c in containers(rendered[overlay]):
+    for _obj, _t, c in containers(rendered[overlay]):
         ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
         for probe in ("readinessProbe", "livenessProbe"):
             http = c[probe].get("httpGet")
@@ -152,7 +152,7 @@ def test_containers_run_non_root_read_only_without_capabilities(rendered, overla
         pod = template["spec"].get("securityContext", {})
         assert pod.get("runAsNonRoot") is True and pod.get("runAsUser", 0) > 0, obj["metadata"]["name"]
         assert pod.get("seccompProfile", {}).get("type") == "RuntimeDefault", obj["metadata"]["name"]
-    for obj, _t, c in containers(rendered[overlay]):
+    for _obj, _t, c in containers(rendered[overlay]):
         sc = c.get("securityContext", {})
         assert sc.get("allowPrivilegeEscalation") is False, c["name"]
         assert sc.get("readOnlyRootFilesystem") is True, c["name"]
@@ -162,7 +162,7 @@ def test_containers_run_non_root_read_only_without_capabilities(rendered, overla
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_images_are_pinned(rendered, overlay):
     """Every container image carries an exact version tag (no latest, no bare name)."""
-    for obj, _t, c in containers(rendered[overlay]):
+    for _obj, _t, c in containers(rendered[overlay]):
         name, _, tag = c["image"].rpartition(":")
         assert name and re.fullmatch(r"v?\d+\.\d+\.\d+[-.\w]*", tag), f"{overlay}: {c['image']}"
 
