@@ -33,7 +33,7 @@ def all_requirements() -> list[requirements.Requirement]:
 
 def test_extras_name_every_component_and_cloud():
     """Each image's part has its extra, and `all` holds every runtime extra (not test, not dev)."""
-    assert {"scheduler", "router", "agent", "aws", "gcp", "azure", "kubernetes", "replica", "all", "test",
+    assert {"scheduler", "router", "agent", "aws", "gcp", "azure", "kubernetes", "client", "replica", "all", "test",
             "dev"} <= set(EXTRAS)
     (everything,) = EXTRAS["all"]
     named = set(requirements.Requirement(everything).extras)
