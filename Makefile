@@ -10,18 +10,33 @@ CHECKOV_VERSION := 3.3.30
 CHECKOV_VENV := $(VENV)/tools/checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION)
 
-.PHONY: demo test stubs bench validate clean system-deps
+.PHONY: demo test stubs bench validate clean system-deps constraints
 
-$(STAMP): pyproject.toml
+# Everything (every component, cloud SDK, the simulator and the demo, the test and dev tools) at the
+# exact versions of constraints.txt.
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,dev]'
+	$(BIN)/pip install --quiet -e '.[all,test,dev]' -c constraints.txt
 	@touch $(STAMP)
 
 $(CHECKOV_STAMP):
 	@test -x $(CHECKOV_VENV)/bin/python || $(PY) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install --quiet checkov==$(CHECKOV_VERSION)
 	@touch $(CHECKOV_STAMP)
+
+# Re-resolve the full set from pyproject.toml alone (a fresh virtualenv, constraints.txt not used)
+# and write its exact versions to constraints.txt, keeping the file's header.
+CONSTRAINTS_VENV := build/constraints-venv
+constraints:
+	rm -rf $(CONSTRAINTS_VENV)
+	$(PY) -m venv $(CONSTRAINTS_VENV)
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet --upgrade pip
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet '.[all,test,dev]'
+	{ sed -n '/^#/p;/^[^#]/q' constraints.txt; $(CONSTRAINTS_VENV)/bin/pip freeze --exclude meridian; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(CONSTRAINTS_VENV)
+	@echo "constraints.txt refreshed: review 'git diff constraints.txt', then run make test"
 
 # Debian packages the demo and the tests use: redis-server (state, HA), redis-sentinel (Redis HA
 # tests), chromium (the dashboard's browser test).

@@ -5,6 +5,9 @@ gRPC edge and keep protobuf out of their domain code."""
 
 from __future__ import annotations
 
+import enum
+from typing import Any
+
 from google.protobuf import timestamp_pb2
 
 import meridian
@@ -14,7 +17,7 @@ from meridian.v1 import common_pb2 as common
 from meridian.v1 import routing_pb2 as rt
 
 
-def _enum_maps(enum_cls, pb_enum, prefix: str) -> tuple[dict, dict]:
+def _enum_maps(enum_cls: type[enum.Enum], pb_enum: Any, prefix: str) -> tuple[dict[Any, Any], dict[Any, Any]]:
     to_pb = {member: pb_enum.Value(f"{prefix}_{member.name}") for member in enum_cls}
     return to_pb, {v: k for k, v in to_pb.items()}
 
@@ -31,7 +34,7 @@ class WireError(ValueError):
     """A message from the wire that the domain cannot represent (e.g. an unset enum)."""
 
 
-def _back(table: dict, value: int, what: str):
+def _back(table: dict[Any, Any], value: int, what: str) -> Any:
     try:
         return table[value]
     except KeyError:
@@ -52,7 +55,7 @@ def from_ts(value: timestamp_pb2.Timestamp) -> float:
 # ---------------------------------------------------------------- enums
 
 
-def cloud_to_pb(cloud: m.Cloud) -> int:
+def cloud_to_pb(cloud: m.Cloud) -> common.Cloud:
     return _CLOUD[m.Cloud(cloud)]
 
 
@@ -60,7 +63,7 @@ def cloud_from_pb(value: int) -> m.Cloud:
     return _back(_CLOUD_BACK, value, "cloud")
 
 
-def tier_to_pb(tier: m.Tier) -> int:
+def tier_to_pb(tier: m.Tier) -> common.CapacityTier:
     return _TIER[m.Tier(tier)]
 
 
@@ -68,7 +71,7 @@ def tier_from_pb(value: int) -> m.Tier:
     return _back(_TIER_BACK, value, "capacity tier")
 
 
-def state_to_pb(state: m.ReplicaState) -> int:
+def state_to_pb(state: m.ReplicaState) -> common.ReplicaState:
     return _STATE[m.ReplicaState(state)]
 
 

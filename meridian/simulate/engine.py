@@ -135,7 +135,7 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
         killed, hit = faults.apply(k) if k >= 0 else ([], 0)
         preempted_by_wave += hit
         wake = wake or bool(killed) or (k >= 0 and bool(faults.by_tick.get(k)))
-        for cid, cluster in sorted(fleet.items()):
+        for _cid, cluster in sorted(fleet.items()):
             obs = cluster.observe(now)
             killed += obs.killed
             wake = wake or bool(obs.killed)

@@ -12,7 +12,7 @@ import pathlib
 import re
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pydantic
@@ -149,7 +149,7 @@ def _field_names(model: type[pydantic.BaseModel]) -> list[str]:
     return [f.alias or name for name, f in model.model_fields.items()]
 
 
-def _translate(raw: _Raw, model: type[pydantic.BaseModel], err: dict) -> list[SpecIssue]:
+def _translate(raw: _Raw, model: type[pydantic.BaseModel], err: Mapping[str, Any]) -> list[SpecIssue]:
     loc = tuple(err["loc"])
     kind = err["type"]
     if kind == "extra_forbidden":
@@ -201,7 +201,8 @@ def _validate(raw: _Raw, ctx: base.Context) -> tuple[Document | None, list[SpecI
     if model is None:
         return None, issues
     try:
-        doc = model.model_validate(raw.data, context={"meridian": ctx})
+        # model is one of KINDS' values, so the result is a Document.
+        doc = typing.cast(Document, model.model_validate(raw.data, context={"meridian": ctx}))
     except pydantic.ValidationError as exc:
         for err in exc.errors(include_url=False):
             issues.extend(_translate(raw, model, err))

@@ -3,6 +3,7 @@ reserved commitments, price overrides, priority classes, spot defaults)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import pydantic
@@ -109,7 +110,9 @@ class CapacityPolicySpec(base.StrictModel):
                         problems.add(f"priority_classes.{i}.preempts.{j}",
                                      f"{cls.name} (value {cls.value}) may only preempt lower classes; "
                                      f"{other} has value {target.value}")
-        for field, items in (("reserved", self.reserved), ("price_overrides", self.price_overrides)):
+        priced: tuple[tuple[str, Sequence[ReservedCommitment | PriceOverride]], ...] = (
+            ("reserved", self.reserved), ("price_overrides", self.price_overrides))
+        for field, items in priced:
             for i, item in enumerate(items):
                 types = ctx.catalog.instance_types(item.cloud)
                 if item.instance_type not in types:

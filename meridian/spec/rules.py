@@ -27,7 +27,7 @@ class Problems:
             raise ValueError("\n".join(f"{RULE_PREFIX}{path}: {msg}" for path, msg in self._items))
 
 
-def split(message: str) -> list[tuple[list[str], str]]:
+def split(message: str) -> list[tuple[list[str | int], str]]:
     """Undo Problems.raise_if_any: [(sub-path parts, message)]; a plain message has no sub-path."""
     out = []
     for line in message.split("\n"):

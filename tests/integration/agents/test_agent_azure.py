@@ -111,7 +111,7 @@ async def test_allocation_failure_and_quota_become_events(arm, scheduler, tmp_pa
         assert "AllocationFailed" in by_kind[models.EventKind.STOCK_OUT].message
         assert by_kind[models.EventKind.QUOTA_EXCEEDED].pool_id == "a10"
         for d in ("h100", "a10"):
-            await h.wait_for(lambda: models.DirectiveOutcome.FAILED in [a.outcome for a in rec.acks_for(d)],
+            await h.wait_for(lambda d=d: models.DirectiveOutcome.FAILED in [a.outcome for a in rec.acks_for(d)],
                              what=f"{d} failed")
         await h.wait_for(lambda: any(p.pool_id == "h100" and p.provisioning_state == models.ProvisioningState.STOCKED_OUT
                                      for p in rec.inventory), what="stocked-out pool")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import aiohttp
-import pytest
 
 from agents import status as status_mod
 from agents import metrics as metrics_mod

@@ -26,7 +26,7 @@ async def replicas():
 
     async def make(n: int = 2, **kwargs) -> list[testing.FakeReplica]:
         out = []
-        for i in range(n):
+        for _ in range(n):
             rep = await testing.FakeReplica(f"r{len(started)}", **kwargs).start()
             started.append(rep)
             out.append(rep)
