@@ -43,10 +43,13 @@ COMPONENT_SETS = {
     "router": ("router", ["router", "--help"], ["router"], ["router.testing"]),
     "scheduler": ("scheduler", ["scheduler", "--help"], ["scheduler"], ["scheduler.testing"]),
     "agent,aws,kubernetes": ("agent", ["agent", "--help"], ["agents", "runtime_adapter", "agents.providers.aws"],
-                             ["agents.testing", "agents.providers.gcp", "agents.providers.azure"]),
+                             ["agents.testing", "agents.providers.gcp", "agents.providers.azure",
+                              "agents.providers.aks"]),
     "agent,gcp,kubernetes": ("agent", ["agent", "--help"], ["agents", "runtime_adapter", "agents.providers.gcp"],
-                             ["agents.testing", "agents.providers.aws", "agents.providers.azure"]),
-    "agent,azure,kubernetes": ("agent", ["agent", "--help"], ["agents", "runtime_adapter", "agents.providers.azure"],
+                             ["agents.testing", "agents.providers.aws", "agents.providers.azure",
+                              "agents.providers.aks"]),
+    "agent,azure,kubernetes": ("agent", ["agent", "--help"], ["agents", "runtime_adapter", "agents.providers.azure",
+                                                                "agents.providers.aks"],
                                ["agents.testing", "agents.providers.aws", "agents.providers.gcp"]),
 }
 # Modules that must be refused in each set (so the guard is seen to bite): they need a
@@ -54,15 +57,19 @@ COMPONENT_SETS = {
 REFUSED = {
     "router": ["scheduler.solver.linear", "agents.providers.aws", "agents.providers.gcp"],
     "scheduler": ["agents.providers.aws", "agents.providers.azure"],
-    "agent,aws,kubernetes": ["agents.providers.gcp", "agents.providers.azure", "scheduler.solver.linear"],
-    "agent,gcp,kubernetes": ["agents.providers.aws", "agents.providers.azure", "scheduler.solver.linear"],
+    "agent,aws,kubernetes": ["agents.providers.gcp", "agents.providers.azure", "agents.providers.aks",
+                             "scheduler.solver.linear"],
+    "agent,gcp,kubernetes": ["agents.providers.aws", "agents.providers.azure", "agents.providers.aks",
+                             "scheduler.solver.linear"],
     "agent,azure,kubernetes": ["agents.providers.aws", "agents.providers.gcp", "scheduler.solver.linear"],
 }
 # Distributions no component set may pull in, whatever the extras resolve to.
 HEAVY = {"router": {"ortools", "highspy", "boto3", "botocore", "google-cloud-container", "azure-mgmt-compute",
                     "azure-identity", "kubernetes-asyncio", "numpy", "pandas"},
-         "agent,aws,kubernetes": {"ortools", "highspy", "google-cloud-container", "azure-mgmt-compute"},
-         "agent,gcp,kubernetes": {"ortools", "highspy", "boto3", "botocore", "azure-mgmt-compute"},
+         "agent,aws,kubernetes": {"ortools", "highspy", "google-cloud-container", "azure-mgmt-compute",
+                                  "azure-mgmt-containerservice"},
+         "agent,gcp,kubernetes": {"ortools", "highspy", "boto3", "botocore", "azure-mgmt-compute",
+                                  "azure-mgmt-containerservice"},
          "agent,azure,kubernetes": {"ortools", "highspy", "boto3", "botocore", "google-cloud-container"}}
 
 

@@ -50,11 +50,12 @@ def test_router_and_agents_need_no_solver_and_each_cloud_its_own_sdk():
     """The router extra holds neither OR-Tools nor a cloud SDK; each cloud extra holds only that cloud's SDK."""
     def names(extra: str) -> set[str]:
         return {utils.canonicalize_name(requirements.Requirement(r).name) for r in EXTRAS[extra]}
-    sdks = {"boto3", "google-cloud-container", "azure-mgmt-compute", "azure-identity", "kubernetes-asyncio"}
+    sdks = {"boto3", "google-cloud-container", "azure-mgmt-compute", "azure-mgmt-containerservice", "azure-identity",
+                "kubernetes-asyncio"}
     assert not names("router") & (sdks | {"ortools", "highspy"})
     assert not names("agent") & (sdks | {"ortools", "highspy"})
     assert names("aws") == {"boto3"} and names("gcp") == {"google-cloud-container"}
-    assert names("azure") == {"azure-mgmt-compute", "azure-identity"}
+    assert names("azure") == {"azure-mgmt-compute", "azure-mgmt-containerservice", "azure-identity"}
 
 
 def test_every_pin_in_pyproject_agrees_with_constraints():
