@@ -51,7 +51,8 @@ def forbidden(message: str) -> ApiError:
 
 def model_not_found(model: str, known: list[str]) -> ApiError:
     listed = ", ".join(sorted(known)[:20]) or "none yet"
-    return ApiError(404, f"The model {model!r} does not exist or is not served here; served models: {listed}",
+    shown = model if len(model) <= 200 else model[:200] + "..."
+    return ApiError(404, f"The model {shown!r} does not exist or is not served here; served models: {listed}",
                     param="model", code="model_not_found")
 
 

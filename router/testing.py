@@ -37,10 +37,11 @@ def replica(replica_id: str, port: int, region: str = "us-east-1", *, cloud: fm.
 
 
 def table(version: int, models: dict[str, list[fm.RouteReplica]], policy: str = "",
-          is_embedding: bool = False) -> fm.RoutingTable:
+          is_embedding: bool = False, ttft_p99_ms: float = 0.0, tpot_p99_ms: float = 0.0) -> fm.RoutingTable:
     return fm.RoutingTable(version=version, generated_at=time.time(), scheduler_id="fake", models=tuple(
         fm.ModelRoutes(served_model_name=name, deployment=name, replicas=tuple(reps), policy=policy,
-                       is_embedding=is_embedding) for name, reps in models.items()))
+                       is_embedding=is_embedding, ttft_p99_ms=ttft_p99_ms, tpot_p99_ms=tpot_p99_ms)
+        for name, reps in models.items()))
 
 
 def _sse(obj: dict) -> bytes:

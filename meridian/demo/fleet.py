@@ -120,6 +120,10 @@ class LocalFleet:
         (self.workdir / "scheduler-tokens.yaml").write_text(
             yaml.safe_dump({"clusters": tokens, "routers": [self.router_token]}))
         (self.workdir / "admin.token").write_text(self.admin_token)
+        router_token_file = self.workdir / "tokens" / "router.token"
+        router_token_file.parent.mkdir(parents=True, exist_ok=True)
+        router_token_file.write_text(self.router_token)
+        router_token_file.chmod(0o600)
         self._prepared = True
 
     def _env(self) -> dict[str, str]:
@@ -169,7 +173,8 @@ class LocalFleet:
         argv = processes.meridian_argv(
             "router", "--listen", f"127.0.0.1:{port}", "--region", region,
             "--trusted-region-header", REGION_HEADER, "--scheduler", f"127.0.0.1:{self.grpc_port}",
-            "--scheduler-token", self.router_token, "--lkg-path", str(self.workdir / f"{name}-lkg.json"),
+            "--scheduler-token-file", str(self.workdir / "tokens" / "router.token"),
+            "--lkg-path", str(self.workdir / f"{name}-lkg.json"),
             "--policy", self.config.router_policy, "--log-level", self.config.log_level.lower())
         for path in self._latency_files():
             argv += ["--latency-map", str(path)]
