@@ -66,6 +66,12 @@ def rate_limited(retry_after_s: float) -> ApiError:
                     type_="rate_limit_error", code="rate_limit_exceeded", retry_after_s=retry_after_s)
 
 
+def too_many_streams(limit: int) -> ApiError:
+    return ApiError(429, f"This API key already has {limit} streaming requests open, its limit; retry after the "
+                         f"Retry-After delay or when one of them ends", type_="rate_limit_error",
+                    code="too_many_streams", retry_after_s=1.0)
+
+
 def overloaded(model: str, retry_after_s: float) -> ApiError:
     return ApiError(429, f"Too many requests queued for model {model!r}; retry after the Retry-After delay",
                     type_="rate_limit_error", code="overloaded", retry_after_s=retry_after_s)

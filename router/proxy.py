@@ -88,6 +88,9 @@ class Proxy:
         # replicas tried before, attempts so far); the same sweeper abandons the overdue ones.
         self._tries: dict[upstream.Connection, tuple] = {}
         self.per_try_enabled = config.retry.per_try_ttft_multiplier > 0
+        # Open streams per API key hash (keys with a stream limit only), for this router process.
+        self._streams: dict[str, int] = {}
+        self.default_max_streams = config.default_max_concurrent_streams
         self._sweeper: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -184,6 +187,7 @@ class Proxy:
         region = self._client_region(request)
         model = ""
         headers = request.headers
+        stream_key = None
         try:
             key = None
             if self.keys is not None:
@@ -210,22 +214,13 @@ class Proxy:
                     wait_s = await self.limiter.check(key)
                     if wait_s > 0:
                         raise errors.rate_limited(wait_s)
-            if not entry.endpoints and self.cold_start_wait_s > 0:
-                # No replica at all: scaled to zero or not placed yet. The traffic report counts this
-                # request, the autoscaler wakes the model, and the request waits for the replica.
-                self.metrics.cold_start_waits[model] += 1
-                waiting = self.traffic.in_flight
-                waiting[(model, region)] = waiting.get((model, region), 0) + 1
-                self.traffic.urgent.set()
-                try:
-                    entry = await self.state.wait_for_replica(model, min(self.cold_start_wait_s, timeout_s))
-                finally:
-                    waiting[(model, region)] -= 1
-                if entry is None:
-                    raise errors.no_replica(model)
-            gate = entry.admission
-            if not gate.try_enter():
-                await gate.enter()
+                if parsed.stream:
+                    stream_key = self._open_stream(key)
+            try:
+                entry = await self._admit(entry, model, region, timeout_s)
+            except BaseException:
+                self._close_stream(stream_key)
+                raise
         except errors.ApiError as err:
             self.metrics.rejected[(model, err.code or str(err.status))] += 1
             self.metrics.observe_request(model, region, "", err.status, time.monotonic() - started, None)
@@ -261,13 +256,58 @@ class Proxy:
             return outcome.response
         finally:
             self._deadlines.pop(task, None)  # type: ignore[arg-type]
-            gate.leave()
+            entry.admission.leave()
+            if stream_key is not None:
+                self._close_stream(stream_key)
             in_flight[flight_key] -= 1
             self.metrics.observe_request(model, region, outcome.replica, outcome.status,
                                          time.monotonic() - started, outcome.ttft_s)
             self.traffic.record(model, region, outcome.prompt_tokens or parsed.prompt_tokens_estimate,
                                 outcome.completion_tokens, outcome.status >= 500 or outcome.status == 0,
                                 outcome.ttft_s * 1000.0 if outcome.ttft_s is not None else None, outcome.revision)
+
+    async def _admit(self, entry, model: str, region: str, timeout_s: float):
+        """Wait for a replica if the model has none yet (cold start), then take an admission slot;
+        the entry to serve from. Raises ApiError (503 no replica, 429 queue full)."""
+        if not entry.endpoints and self.cold_start_wait_s > 0:
+            # No replica at all: scaled to zero or not placed yet. The traffic report counts this
+            # request, the autoscaler wakes the model, and the request waits for the replica.
+            self.metrics.cold_start_waits[model] += 1
+            waiting = self.traffic.in_flight
+            waiting[(model, region)] = waiting.get((model, region), 0) + 1
+            self.traffic.urgent.set()
+            try:
+                entry = await self.state.wait_for_replica(model, min(self.cold_start_wait_s, timeout_s))
+            finally:
+                waiting[(model, region)] -= 1
+            if entry is None:
+                raise errors.no_replica(model)
+        gate = entry.admission
+        if not gate.try_enter():
+            await gate.enter()
+        return entry
+
+    def _open_stream(self, key) -> str | None:
+        """Count one more open stream for ``key``; its hash (to close it with), or None when the key
+        has no limit. Raises ApiError 429 when the key already holds its limit."""
+        limit = key.max_concurrent_streams if key.max_concurrent_streams is not None else self.default_max_streams
+        if not limit:
+            return None
+        streams = self._streams
+        open_now = streams.get(key.key_hash, 0)
+        if open_now >= limit:
+            raise errors.too_many_streams(limit)
+        streams[key.key_hash] = open_now + 1
+        return key.key_hash
+
+    def _close_stream(self, key_hash: str | None) -> None:
+        if key_hash is None:
+            return
+        left = self._streams[key_hash] - 1
+        if left:
+            self._streams[key_hash] = left
+        else:
+            del self._streams[key_hash]
 
     # ------------------------------------------------------------ choosing and failing
 
