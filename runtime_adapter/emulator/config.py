@@ -88,6 +88,10 @@ class EmulatorConfig(pydantic.BaseModel):
     latency_map_file: str = pydantic.Field(
         default="", description="A LatencyMap spec file (measured RTTs, extra regions) applied over the built-in "
         "map for the simulated distance, as the scheduler and routers apply it; empty: the built-in map.")
+    request_log_dir: str = pydantic.Field(
+        default="", description="Append '<unix time> <X-Request-Id>' for every answered generation request to a file "
+        "in this directory (one per replica process, replica-<pid>-*.log), for tests that count requests served "
+        "twice; empty: none.")
     faults: FaultConfig = FaultConfig()
 
     def latency_map(self) -> latency.LatencyMap:
@@ -208,6 +212,7 @@ _EMULATOR_ARGS: tuple[tuple[str, str, object], ...] = (
     ("--health-timeout-s", "health_timeout_s", float),
     ("--region", "region", str),
     ("--latency-map-file", "latency_map_file", str),
+    ("--request-log-dir", "request_log_dir", str),
 )
 _FAULT_ARGS: tuple[tuple[str, str, object], ...] = (
     ("--crash-after-requests", "crash_after_requests", int),

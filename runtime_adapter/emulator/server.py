@@ -90,6 +90,9 @@ class EmulatorServer:
         self._runner: web.AppRunner | None = None
         self._engine_task: asyncio.Task[None] | None = None
         self._ssl_task: asyncio.Task[None] | None = None
+        # request_log_dir: one line (the X-Request-Id) per answered generation request, written
+        # as it happens (line-buffered) so a killed replica's record survives it.
+        self.request_log = None
         self.ssl_context: ssl.SSLContext | None = None
         self.idle = asyncio.Event()
 
@@ -147,8 +150,13 @@ class EmulatorServer:
                  "max_running_requests=%d, context_len=%d", cfg.model_path, self.perf.weights_gib,
                  self.perf.kv_budget_tokens, self.max_running_requests, self.context_len)
         self._engine_task = asyncio.create_task(self.engine.run(), name="emulator-engine")
+        if cfg.request_log_dir:
+            os.makedirs(cfg.request_log_dir, exist_ok=True)
+            self.request_log = open(os.path.join(cfg.request_log_dir, f"replica-{os.getpid()}-{id(self):x}.log"),
+                                    "a", buffering=1)
+        # Handler cancellation: a client that closes its connection aborts its request, as in SGLang.
         self._runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False,
-                                      shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+                                      shutdown_timeout=SHUTDOWN_TIMEOUT_S, handler_cancellation=True)
         await self._runner.setup()
         if cfg.ssl_certfile:
             self.ssl_context = self._ssl_context()
@@ -225,6 +233,9 @@ class EmulatorServer:
                 await self._engine_task
         if self._runner is not None:
             await self._runner.cleanup()
+        if self.request_log is not None:
+            self.request_log.close()
+            self.request_log = None
 
     def begin_graceful_exit(self) -> None:
         """SIGTERM: stop answering health/ready 200, keep serving, exit when idle."""
