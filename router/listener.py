@@ -55,7 +55,7 @@ def _bad_head(exc: http_exceptions.HttpProcessingError, limits: HeadLimits) -> e
 class _Protocol(web_protocol.RequestHandler):
     """aiohttp's request handler; malformed requests get a JSON error instead of a logged traceback."""
 
-    __slots__ = ("_on_bad_request", "_limits")
+    __slots__ = ("_limits", "_on_bad_request")
 
     def __init__(self, manager: web.Server, *, on_bad_request: Callable[[int, str], None], limits: HeadLimits,
                  **kwargs):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["PerTrySettings", "first_byte_s", "per_token_s", "limit_s"]
+__all__ = ["PerTrySettings", "first_byte_s", "limit_s", "per_token_s"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ import os
 import pathlib
 from collections.abc import Mapping
 
-__all__ = ["Secret", "SCHEDULER_TOKEN", "UPSTREAM_API_KEY", "SecretFileError"]
+__all__ = ["SCHEDULER_TOKEN", "UPSTREAM_API_KEY", "Secret", "SecretFileError"]
 
 
 class SecretFileError(ValueError):

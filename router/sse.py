@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 
-__all__ = ["Tally", "usage", "TAIL_BYTES"]
+__all__ = ["TAIL_BYTES", "Tally", "usage"]
 
 # A usage event (SGLang, OpenAI) is a few hundred bytes; the final chunks of a stream are the
 # finish event, the usage event and ``data: [DONE]``.
@@ -39,7 +39,7 @@ def usage(data: bytes) -> tuple[int, int] | None:
 class Tally:
     """Feed every chunk of one stream, in order; read ``events`` and ``usage()`` at the end."""
 
-    __slots__ = ("events", "_carry", "_tail", "_tail_bytes")
+    __slots__ = ("_carry", "_tail", "_tail_bytes", "events")
 
     def __init__(self) -> None:
         self.events = 0

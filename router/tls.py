@@ -26,7 +26,7 @@ from meridian import tls as tls_files
 
 log = logging.getLogger("meridian.router.tls")
 
-__all__ = ["ServerTls", "ClientTls", "check_server_files", "check_client_files"]
+__all__ = ["ClientTls", "ServerTls", "check_client_files", "check_server_files"]
 
 
 def _signature(paths: tuple[str, ...]) -> tuple:
