@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import socket
 import time
 
 import aiohttp
@@ -19,8 +18,8 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from router import auth, config as config_mod, errors, health, metrics, ratelimit, retry, routes_file, store
-from router import table, traffic, upstream, validation, watch
+from router import auth, config as config_mod, errors, health, listener, metrics, ratelimit, retry, routes_file
+from router import store, table, tls, traffic, upstream, validation, watch
 from router.proxy import Proxy
 
 log = logging.getLogger("meridian.router")
@@ -34,11 +33,18 @@ class Router:
         self.metrics = metrics.RouterMetrics(metrics_registry)
         self.latency_map = cfg.latency_map()
         self.router_id = cfg.effective_router_id
+        # What https:// replicas are checked against (the system trust store without a CA file).
+        self.upstream_tls = tls.ClientTls(cfg.upstream_tls_ca_file, cfg.upstream_tls_cert_file,
+                                          cfg.upstream_tls_key_file, reload_interval_s=cfg.tls_reload_interval_s,
+                                          on_error=self._count_error)
+        self.server_tls = (tls.ServerTls(cfg.tls_cert_file, cfg.tls_key_file, reload_interval_s=cfg.tls_reload_interval_s,
+                                         on_error=self._count_error) if cfg.tls_cert_file else None)
         self.state = table.RoutingState(
             default_policy=cfg.policy, policy_args=cfg.policy_args, latency_map=self.latency_map,
             unknown_rtt_ms=cfg.unknown_rtt_ms, ewma_decay_s=cfg.ewma_decay_s, default_cost_ms=cfg.default_cost_ms,
             make_pool=self._make_pool, max_in_flight_per_replica=cfg.max_in_flight_per_replica,
-            queue_size_per_model=cfg.queue_size_per_model, queue_timeout_s=cfg.queue_timeout_s, rng=self.rng)
+            queue_size_per_model=cfg.queue_size_per_model, queue_timeout_s=cfg.queue_timeout_s, rng=self.rng,
+            per_try=cfg.retry.per_try())
         self.metrics.state_fn = lambda: self.state
         self.traffic = traffic.TrafficAccumulator()
         self.budget = retry.RetryBudget(cfg.retry.budget_ratio, cfg.retry.budget_min_per_s, cfg.retry.budget_window_s)
@@ -51,15 +57,17 @@ class Router:
         self.reporter: traffic.TrafficReporter | None = None
         self._tasks: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.AbstractServer | None = None
         self._metrics_runner: web.AppRunner | None = None
         self.port = 0
         self.app = self._build_app()
 
     # ------------------------------------------------------------ construction
 
-    def _make_pool(self, host: str, port: int) -> upstream.Pool:
+    def _make_pool(self, host: str, port: int, use_tls: bool) -> upstream.Pool:
         return upstream.Pool(host, port, connect_timeout_s=self.config.connect_timeout_s,
-                             idle_timeout_s=self.config.upstream_idle_timeout_s)
+                             idle_timeout_s=self.config.upstream_idle_timeout_s,
+                             tls=self.upstream_tls if use_tls else None)
 
     def _count_error(self, component: str) -> None:
         self.metrics.background_errors[component] += 1
@@ -109,23 +117,32 @@ class Router:
             self.state.apply(routes_file.load(cfg.routes_file), "static")
         if cfg.scheduler_address:
             client_tls = cfg.scheduler_tls()
+            token = cfg.scheduler_token()
             log.info("event=scheduler_link scheduler=%s tls=%s", cfg.scheduler_address,
                      client_tls.mode if client_tls is not None else "off")
             self.watcher = watch.RouteWatcher(
                 cfg.scheduler_address, router_id=self.router_id, router_region=cfg.region,
-                token=cfg.scheduler_token, apply=self.state.apply, current_version=lambda: self.state.version,
+                token=token, apply=self.state.apply, current_version=lambda: self.state.version,
                 store=lkg, on_connected=self._connected, on_error=self._count_error, tls=client_tls)
             await self.watcher.load_last_known_good()
             self._tasks.append(asyncio.create_task(self.watcher.run(), name="route-watch"))
             self.reporter = traffic.TrafficReporter(
                 cfg.scheduler_address, self.traffic, router_id=self.router_id, router_region=cfg.region,
-                token=cfg.scheduler_token, interval_s=cfg.traffic_report_interval_s, on_error=self._count_error,
+                token=token, interval_s=cfg.traffic_report_interval_s, on_error=self._count_error,
                 tls=client_tls)
             self._tasks.append(asyncio.create_task(self.reporter.run(), name="traffic-report"))
         if cfg.health.enabled:
             self.checker = health.ActiveChecker(cfg.health.settings(), self.session,
-                                                lambda: list(self.state.endpoints.values()))
+                                                lambda: list(self.state.endpoints.values()), tls=self.upstream_tls)
             self._tasks.append(asyncio.create_task(self.checker.run(), name="health-check"))
+        if cfg.upstream_tls_ca_file or cfg.upstream_tls_cert_file:
+            self._tasks.append(asyncio.create_task(self.upstream_tls.watch(), name="upstream-tls-reload"))
+        if self.server_tls is not None:
+            self._tasks.append(asyncio.create_task(self.server_tls.watch(), name="listener-tls-reload"))
+
+    def _bad_request(self, status: int, code: str) -> None:
+        """A request the HTTP parser refused (router.listener)."""
+        self.metrics.rejected[("", code or str(status))] += 1
 
     def _connected(self, up: bool) -> None:
         self.metrics.scheduler_connected = 1 if up else 0
@@ -136,22 +153,21 @@ class Router:
         self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         cfg = self.config
-        site = web.TCPSite(self._runner, cfg.listen_host, cfg.listen_port, backlog=2048,
-                           reuse_port=cfg.workers > 1 or None)
-        await site.start()
-        server = site._server  # aiohttp exposes the bound sockets only here
-        sockets = server.sockets if server is not None else ()
+        ssl_context = self.server_tls.context if self.server_tls is not None else None
+        self._listener = await listener.listen(
+            self._runner, cfg.listen_host, cfg.listen_port, ssl_context=ssl_context, reuse_port=cfg.workers > 1,
+            limits=listener.HeadLimits(cfg.max_header_line_bytes, cfg.max_headers), on_bad_request=self._bad_request)
+        sockets = self._listener.sockets
         self.port = sockets[0].getsockname()[1] if sockets else cfg.listen_port
-        for sock in sockets:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        log.info("event=router_listening router_id=%s host=%s port=%d region=%s policy=%s models=%d",
-                 self.router_id, cfg.listen_host, self.port, cfg.region or "-", cfg.policy, len(self.state.models))
+        log.info("event=router_listening router_id=%s host=%s port=%d tls=%s region=%s policy=%s models=%d",
+                 self.router_id, cfg.listen_host, self.port, "on" if ssl_context else "off", cfg.region or "-",
+                 cfg.policy, len(self.state.models))
         if cfg.metrics_port:
             metrics_app = web.Application()
             metrics_app.router.add_get("/metrics", self._metrics)
             self._metrics_runner = web.AppRunner(metrics_app, access_log=None)
             await self._metrics_runner.setup()
-            await web.TCPSite(self._metrics_runner, cfg.listen_host, cfg.metrics_port).start()
+            await web.TCPSite(self._metrics_runner, cfg.listen_host, cfg.metrics_port, ssl_context=ssl_context).start()
             log.info("event=router_metrics_listening router_id=%s host=%s port=%d", self.router_id, cfg.listen_host,
                      cfg.metrics_port)
         return self.port
@@ -169,6 +185,9 @@ class Router:
         self._tasks.clear()
         if self.proxy is not None:
             await self.proxy.stop()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -8,9 +8,10 @@ Keys file::
         rate_limit_rps: 10           # optional; default: the router's default_rate_limit_rps
         burst: 20                    # optional; default: default_rate_limit_burst or one second of rate
         models: [llama-3-8b]         # optional allow-list; default: every model
+        max_concurrent_streams: 8    # optional; default: the router's default_max_concurrent_streams
 
 Redis: hash ``meridian:router:apikeys``, field = the SHA-256 hex, value = JSON with the same fields
-(name, rate_limit_rps, burst, models). Lookups are cached in-process for ``cache_ttl_s`` (unknown
+(name, rate_limit_rps, burst, models, max_concurrent_streams). Lookups are cached in-process for ``cache_ttl_s`` (unknown
 keys for ``negative_ttl_s``) so Redis sees about one read per key per TTL.
 
 Clients send ``Authorization: Bearer <key>`` (what the openai SDK does) or ``x-api-key: <key>``."""
@@ -46,6 +47,7 @@ class KeyInfo:
     rate_limit_rps: float | None = None
     burst: int | None = None
     models: frozenset[str] | None = None
+    max_concurrent_streams: int | None = None
 
     def allows(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -59,10 +61,11 @@ class _KeySpec(pydantic.BaseModel):
     rate_limit_rps: float | None = pydantic.Field(default=None, ge=0)
     burst: int | None = pydantic.Field(default=None, ge=1)
     models: list[str] | None = None
+    max_concurrent_streams: int | None = pydantic.Field(default=None, ge=0, le=1_000_000)
 
     def info(self) -> KeyInfo:
         return KeyInfo(self.name, self.sha256, self.rate_limit_rps, self.burst,
-                       frozenset(self.models) if self.models is not None else None)
+                       frozenset(self.models) if self.models is not None else None, self.max_concurrent_streams)
 
 
 class _KeysFile(pydantic.BaseModel):
@@ -144,9 +147,10 @@ class KeyStore:
 
 
 async def put_key(redis, key: str, name: str, rate_limit_rps: float | None = None, burst: int | None = None,
-                  models: list[str] | None = None) -> str:
+                  models: list[str] | None = None, max_concurrent_streams: int | None = None) -> str:
     """Store an API key (hashed) in Redis; returns its hash. For operators and tests."""
     digest = hash_key(key)
-    record = {"name": name, "rate_limit_rps": rate_limit_rps, "burst": burst, "models": models}
+    record = {"name": name, "rate_limit_rps": rate_limit_rps, "burst": burst, "models": models,
+              "max_concurrent_streams": max_concurrent_streams}
     await redis.hset(REDIS_HASH, digest, orjson.dumps({k: v for k, v in record.items() if v is not None}))
     return digest

@@ -33,12 +33,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-map", action="append", dest="latency_map_files",
                         help="LatencyMap spec file with RTT overrides (repeatable)")
     parser.add_argument("--scheduler", dest="scheduler_address", help="HOST:PORT of the scheduler's RoutingService")
-    parser.add_argument("--scheduler-token", help="token presented to the scheduler")
+    parser.add_argument("--scheduler-token-file", metavar="PATH",
+                        help="file holding the token presented to the scheduler (default: the environment "
+                             "variable MERIDIAN_ROUTER_SCHEDULER_TOKEN)")
     parser.add_argument("--scheduler-tls-ca-file", metavar="PEM",
                         help="CA bundle that signed the scheduler's certificate: connect over TLS (default: plaintext)")
     parser.add_argument("--scheduler-tls-cert-file", metavar="PEM",
                         help="client certificate, for a scheduler that requires mutual TLS")
     parser.add_argument("--scheduler-tls-key-file", metavar="PEM", help="unencrypted private key of the client certificate")
+    parser.add_argument("--tls-cert-file", metavar="PEM",
+                        help="certificate chain to serve HTTPS with (with --tls-key-file); reloaded when it changes")
+    parser.add_argument("--tls-key-file", metavar="PEM", help="unencrypted private key of --tls-cert-file")
+    parser.add_argument("--upstream-tls-ca-file", metavar="PEM",
+                        help="CA bundle that signed the certificates of https:// replicas (default: system trust)")
+    parser.add_argument("--upstream-tls-cert-file", metavar="PEM",
+                        help="client certificate for https:// replicas that require mutual TLS")
+    parser.add_argument("--upstream-tls-key-file", metavar="PEM", help="unencrypted key of --upstream-tls-cert-file")
     parser.add_argument("--routes-file", help="static routing table (YAML) to run without a scheduler")
     parser.add_argument("--lkg-store", choices=["file", "redis", "none"], help="where the last-known-good table lives")
     parser.add_argument("--lkg-path", help="last-known-good table file")
@@ -52,22 +62,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="default burst per API key")
     parser.add_argument("--policy", help=f"default routing policy: {', '.join(policies.names())} (default latency)")
     parser.add_argument("--max-body-bytes", type=int, help="largest request body accepted (413 beyond)")
+    parser.add_argument("--max-header-line-bytes", type=int,
+                        help="longest request line or header line accepted (431 beyond; default 8190)")
+    parser.add_argument("--max-headers", type=int, help="most headers in a request (431 beyond; default 100)")
+    parser.add_argument("--max-concurrent-streams-per-key", type=int, dest="default_max_concurrent_streams",
+                        help="streaming requests one API key may have open at once (429 beyond; default 0: unlimited)")
     parser.add_argument("--request-timeout-s", type=float, help="deadline of one request, upper bound")
     parser.add_argument("--max-in-flight-per-replica", type=int, help="admission limit per model = this x replicas")
     parser.add_argument("--queue-size-per-model", type=int, help="requests that may wait for admission per model")
-    parser.add_argument("--upstream-api-key", help="API key sent to replicas (SGLang --api-key)")
+    parser.add_argument("--upstream-api-key-file", metavar="PATH",
+                        help="file holding the API key sent to replicas, SGLang's --api-key (default: the "
+                             "environment variable MERIDIAN_UPSTREAM_API_KEY)")
     parser.add_argument("--no-health-checks", action="store_true", help="disable active /health checks")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    parser.add_argument("--hash-key", metavar="KEY", help="print the stored (hashed) form of an API key and exit")
+    parser.add_argument("--hash-key", action="store_true",
+                        help="read an API key from stdin (one line) and print its stored, hashed form; exit")
 
 
 def _overrides(args: argparse.Namespace) -> dict:
     out = {k: getattr(args, k, None) for k in (
-        "workers", "metrics_port", "router_id", "region", "trusted_region_header", "scheduler_address", "scheduler_token",
-        "scheduler_tls_ca_file", "scheduler_tls_cert_file", "scheduler_tls_key_file",
+        "workers", "metrics_port", "router_id", "region", "trusted_region_header", "scheduler_address", "scheduler_token_file",
+        "scheduler_tls_ca_file", "scheduler_tls_cert_file", "scheduler_tls_key_file", "tls_cert_file", "tls_key_file",
+        "upstream_tls_ca_file", "upstream_tls_cert_file", "upstream_tls_key_file", "max_header_line_bytes",
+        "max_headers", "default_max_concurrent_streams",
         "routes_file", "lkg_store", "lkg_path", "redis_url", "api_keys_file", "api_keys_in_redis",
         "default_rate_limit_rps", "default_rate_limit_burst", "policy", "max_body_bytes", "request_timeout_s",
-        "max_in_flight_per_replica", "queue_size_per_model", "upstream_api_key", "log_level")}
+        "max_in_flight_per_replica", "queue_size_per_model", "upstream_api_key_file", "log_level")}
     if args.latency_map_files:
         out["latency_map_files"] = tuple(args.latency_map_files)
     if args.listen:
@@ -111,7 +131,13 @@ def _worker(cfg_json: str, index: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.hash_key:
-        print(auth.hash_key(args.hash_key))
+        # From stdin, never argv: a key on the command line shows in `ps` to every local user.
+        key = sys.stdin.readline().strip()
+        if not key:
+            print("meridian router --hash-key: give the API key on stdin, e.g. "
+                  "`meridian router --hash-key < key.txt`", file=sys.stderr)
+            return 1
+        print(auth.hash_key(key))
         return 0
     try:
         cfg = config_mod.load(args.config, _overrides(args))

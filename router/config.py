@@ -13,7 +13,7 @@ import pydantic
 import yaml
 
 from meridian import latency, spec
-from router import health, policies, scheduler_tls
+from router import health, pertry, policies, scheduler_tls, secret_files, tls
 
 
 class _Frozen(pydantic.BaseModel):
@@ -50,6 +50,29 @@ class RetryConfig(_Frozen):
     budget_ratio: float = pydantic.Field(default=0.2, ge=0, le=1, description="Retries per request, on average.")
     budget_min_per_s: float = pydantic.Field(default=3.0, ge=0, le=10_000)
     budget_window_s: int = pydantic.Field(default=10, ge=1, le=3600)
+    # Per-try time to first byte (router.pertry): a try that has received nothing within its limit
+    # is retried on another replica, within the budget.
+    per_try_ttft_multiplier: float = pydantic.Field(
+        default=3.0, ge=0, le=100, description="A try's first byte may take this x the deployment's ttft_p99_ms "
+                                               "(x tpot_p99_ms per token for non-streaming answers); 0: off.")
+    per_try_floor_s: float = pydantic.Field(default=1.0, gt=0, le=3600, description="Shortest per-try limit.")
+    per_try_cap_s: float = pydantic.Field(
+        default=30.0, gt=0, le=3600, description="Longest first-byte limit; also the limit when a model has no "
+                                                "TTFT target in the table.")
+    per_try_default_tpot_ms: float = pydantic.Field(
+        default=100.0, gt=0, le=10_000, description="Time per output token assumed when the table has no target.")
+
+    @pydantic.model_validator(mode="after")
+    def _per_try_bounds(self) -> RetryConfig:
+        if self.per_try_floor_s > self.per_try_cap_s:
+            raise ValueError(f"per_try_floor_s ({self.per_try_floor_s:g}) must be <= per_try_cap_s "
+                             f"({self.per_try_cap_s:g})")
+        return self
+
+    def per_try(self) -> pertry.PerTrySettings:
+        return pertry.PerTrySettings(enabled=self.per_try_ttft_multiplier > 0, ttft_multiplier=self.per_try_ttft_multiplier,
+                                     floor_s=self.per_try_floor_s, cap_s=self.per_try_cap_s,
+                                     default_tpot_ms=self.per_try_default_tpot_ms)
 
 
 class RouterConfig(_Frozen):
@@ -67,12 +90,26 @@ class RouterConfig(_Frozen):
         default="", description="Header an edge sets with the client's region; empty: trust none.")
     latency_map_files: tuple[str, ...] = ()
     scheduler_address: str = pydantic.Field(default="", description="host:port of the RoutingService.")
-    scheduler_token: str = ""
+    scheduler_token_file: str = pydantic.Field(
+        default="", description="File holding the token presented to the scheduler; unset: the environment "
+                                "variable MERIDIAN_ROUTER_SCHEDULER_TOKEN.")
     scheduler_tls_ca_file: str = pydantic.Field(
         default="", description="PEM CA bundle that signed the scheduler's certificate; set: TLS to the scheduler.")
     scheduler_tls_cert_file: str = pydantic.Field(
         default="", description="PEM client certificate for a scheduler that requires mutual TLS.")
     scheduler_tls_key_file: str = pydantic.Field(default="", description="Unencrypted PEM key of the client cert.")
+    tls_cert_file: str = pydantic.Field(
+        default="", description="PEM certificate chain the client listener (and metrics port) serves; set with "
+                                "tls_key_file: HTTPS. Reloaded when the file changes.")
+    tls_key_file: str = pydantic.Field(default="", description="Unencrypted PEM private key of tls_cert_file.")
+    upstream_tls_ca_file: str = pydantic.Field(
+        default="", description="PEM CA bundle that signed the certificates of https:// replicas; empty: the "
+                                "system's trust store.")
+    upstream_tls_cert_file: str = pydantic.Field(
+        default="", description="PEM client certificate presented to https:// replicas that require mutual TLS.")
+    upstream_tls_key_file: str = pydantic.Field(default="", description="Unencrypted PEM key of upstream_tls_cert_file.")
+    tls_reload_interval_s: float = pydantic.Field(
+        default=5.0, gt=0, le=3600, description="How often the TLS files are checked for a change (rotation).")
     routes_file: str = pydantic.Field(default="", description="Static routing table (YAML), for running without a scheduler.")
     lkg_store: Literal["file", "redis", "none"] = "file"
     lkg_path: str = pydantic.Field(default="", description="Last-known-good table file; default under ~/.local/state.")
@@ -81,13 +118,22 @@ class RouterConfig(_Frozen):
     api_keys_in_redis: bool = False
     default_rate_limit_rps: float = pydantic.Field(default=0.0, ge=0, description="Per key; 0: unlimited.")
     default_rate_limit_burst: int = pydantic.Field(default=0, ge=0, description="0: one second of rate.")
+    default_max_concurrent_streams: int = pydantic.Field(
+        default=0, ge=0, le=1_000_000, description="Streaming requests one API key may have open at once through "
+                                                  "this router process (a key's max_concurrent_streams overrides "
+                                                  "it); 0: unlimited. Beyond it: 429 with Retry-After.")
     policy: str = policies.DEFAULT
     policy_args: dict[str, dict[str, Any]] = pydantic.Field(default_factory=dict)
     max_body_bytes: int = pydantic.Field(default=8 * 1024 * 1024, ge=1024, le=1 << 30)
+    max_header_line_bytes: int = pydantic.Field(
+        default=8190, ge=1024, le=65536, description="Longest request line or header line; beyond: 431.")
+    max_headers: int = pydantic.Field(default=100, ge=8, le=1000, description="Most headers in a request; beyond: 431.")
     request_timeout_s: float = pydantic.Field(default=600.0, gt=0, le=86_400)
     connect_timeout_s: float = pydantic.Field(default=3.0, gt=0, le=300)
     upstream_idle_timeout_s: float = pydantic.Field(default=4.0, gt=0, le=3600)
-    upstream_api_key: str = ""
+    upstream_api_key_file: str = pydantic.Field(
+        default="", description="File holding the API key sent to replicas (SGLang --api-key) as a bearer token; "
+                                "unset: the environment variable MERIDIAN_UPSTREAM_API_KEY.")
     max_in_flight_per_replica: int = pydantic.Field(default=256, ge=1, le=1_000_000)
     queue_size_per_model: int = pydantic.Field(default=1024, ge=0, le=10_000_000)
     queue_timeout_s: float = pydantic.Field(default=30.0, gt=0, le=3600)
@@ -131,6 +177,10 @@ class RouterConfig(_Frozen):
             problems.append("lkg_store: 'redis' needs redis_url")
         if self.api_keys_in_redis and not self.redis_url:
             problems.append("api_keys_in_redis: needs redis_url")
+        if self.default_max_concurrent_streams and not (self.api_keys_file or self.api_keys_in_redis):
+            problems.append("default_max_concurrent_streams: limits each API key; set api_keys_file or "
+                            "api_keys_in_redis, or leave it 0")
+        problems.extend(self._tls_problems())
         if (self.default_rate_limit_rps or self.default_rate_limit_burst) and not (
                 self.api_keys_file or self.api_keys_in_redis):
             # Limits are per API key: without keys nothing would be limited, silently.
@@ -147,6 +197,16 @@ class RouterConfig(_Frozen):
             elif self.metrics_port <= self.listen_port <= last:
                 problems.append(f"metrics_port: ports {self.metrics_port}-{last} (one per worker) include "
                                 f"listen_port {self.listen_port}")
+        for secret, path in ((secret_files.SCHEDULER_TOKEN, self.scheduler_token_file),
+                             (secret_files.UPSTREAM_API_KEY, self.upstream_api_key_file)):
+            try:
+                value = secret.read(path)
+            except secret_files.SecretFileError as exc:
+                problems.append(str(exc))
+                continue
+            if value and not all(33 <= ord(c) <= 126 for c in value):
+                where = f"{secret.setting} ({secret.flag}) {path}" if path else f"environment variable {secret.env}"
+                problems.append(f"{where}: the secret must be printable ASCII without spaces (it goes into a header)")
         tls_problems = scheduler_tls.pairing_problems(self.scheduler_tls_ca_file, self.scheduler_tls_cert_file,
                                                       self.scheduler_tls_key_file, self.scheduler_address)
         problems.extend(tls_problems)
@@ -159,12 +219,43 @@ class RouterConfig(_Frozen):
             raise ValueError("; ".join(problems))
         return self
 
+    def _tls_problems(self) -> list[str]:
+        def named(field: str) -> str:
+            return f"{field} (--{field.replace('_', '-')})"
+
+        problems = []
+        for cert, key in (("tls_cert_file", "tls_key_file"), ("upstream_tls_cert_file", "upstream_tls_key_file")):
+            if bool(getattr(self, cert)) != bool(getattr(self, key)):
+                given, missing = (cert, key) if getattr(self, cert) else (key, cert)
+                problems.append(f"{named(given)}: set without {named(missing)}; a certificate needs its key")
+        if problems:
+            return problems
+        try:
+            if self.tls_cert_file:
+                tls.check_server_files(self.tls_cert_file, self.tls_key_file, cert_setting=named("tls_cert_file"),
+                                       key_setting=named("tls_key_file"))
+            tls.check_client_files(self.upstream_tls_ca_file, self.upstream_tls_cert_file, self.upstream_tls_key_file,
+                                   ca_setting=named("upstream_tls_ca_file"),
+                                   cert_setting=named("upstream_tls_cert_file"),
+                                   key_setting=named("upstream_tls_key_file"))
+        except ValueError as exc:
+            problems.append(str(exc))
+        return problems
+
     def latency_map(self) -> latency.LatencyMap:
         """The default latency map with the overrides of ``latency_map_files`` (LatencyMap specs), as
         the spec loader builds it while validating them."""
         if not self.latency_map_files:
             return latency.default()
         return spec.load_files(list(self.latency_map_files)).context.latency_map
+
+    def scheduler_token(self) -> str:
+        """The token for the scheduler (file, else environment; "" when neither is set)."""
+        return secret_files.SCHEDULER_TOKEN.read(self.scheduler_token_file)
+
+    def upstream_api_key(self) -> str:
+        """The API key for replicas (file, else environment; "" when neither is set)."""
+        return secret_files.UPSTREAM_API_KEY.read(self.upstream_api_key_file)
 
     def scheduler_tls(self) -> scheduler_tls.ClientTls | None:
         """The TLS material for the scheduler connection (files read and checked); None: plaintext."""

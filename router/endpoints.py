@@ -68,7 +68,7 @@ class Endpoint:
     """One replica as the router sees it: where it is, what it reported, and what the router saw."""
 
     __slots__ = (
-        "replica_id", "url", "host", "port", "authority", "host_header", "cloud", "region", "zone", "state", "weight",
+        "replica_id", "url", "tls", "host", "port", "authority", "host_header", "cloud", "region", "zone", "state", "weight",
         "load", "gpu_type", "revision", "pool", "pending", "ewma", "prefill_ms_per_token",
         "active_up", "active_failures", "active_successes", "consecutive_failures", "ejected_until",
         "ejections", "last_ejected_at", "model", "failures", "share",
@@ -79,7 +79,7 @@ class Endpoint:
         self.replica_id = route.replica_id
         self.model = model
         self.url = route.endpoint
-        self.host, self.port = split_endpoint(route.endpoint)
+        self.tls, self.host, self.port = parse_endpoint(route.endpoint)
         self.authority = f"{self.host}:{self.port}"
         self.host_header = self.authority.encode("idna")
         self.pool = None  # router.upstream.Pool, attached by the routing state
@@ -125,26 +125,29 @@ class Endpoint:
         return f"Endpoint({self.replica_id!r}, {self.url!r}, {self.region!r}, pending={self.pending})"
 
 
-def split_endpoint(endpoint: str) -> tuple[str, int]:
-    """``http://host:port`` (or ``host:port``) -> (host, port); raises ValueError naming the endpoint."""
+def parse_endpoint(endpoint: str) -> tuple[bool, str, int]:
+    """``http://host:port``, ``https://host:port`` (or ``host:port``) -> (TLS, host, port); raises
+    ValueError naming the endpoint."""
     text = endpoint if "://" in endpoint else f"http://{endpoint}"
     parsed = urllib.parse.urlsplit(text)
-    if parsed.scheme != "http":
-        raise ValueError(f"replica endpoint {endpoint!r}: only http:// is supported between router and replicas")
+    if parsed.scheme not in ("http", "https"):
+        raise ValueError(f"replica endpoint {endpoint!r}: use http:// or https:// (TLS) between router and replicas")
     if not parsed.hostname:
         raise ValueError(f"replica endpoint {endpoint!r} has no host")
+    tls = parsed.scheme == "https"
     try:
-        port = parsed.port or 80
+        port = parsed.port or (443 if tls else 80)
     except ValueError:
         raise ValueError(f"replica endpoint {endpoint!r} has an invalid port") from None
-    return parsed.hostname, port
+    return tls, parsed.hostname, port
 
 
 class ModelEntry:
     """One served model: its replicas, its policy instance, and its admission (bounded queue)."""
 
     __slots__ = ("name", "deployment", "policy_name", "policy", "endpoints", "is_embedding", "context_length",
-                 "max_rtt_ms", "admission", "panic", "routable")
+                 "max_rtt_ms", "ttft_p99_ms", "tpot_p99_ms", "first_byte_s", "token_s", "admission", "panic",
+                 "routable")
 
     def __init__(self, routes: fm.ModelRoutes, endpoints: list[Endpoint], policy_name: str, policy, admission):
         self.name = routes.served_model_name
@@ -152,6 +155,11 @@ class ModelEntry:
         self.is_embedding = routes.is_embedding
         self.context_length = routes.context_length
         self.max_rtt_ms = routes.max_rtt_ms
+        self.ttft_p99_ms = routes.ttft_p99_ms
+        self.tpot_p99_ms = routes.tpot_p99_ms
+        # Per-try limits (router.pertry), set by the routing state from its settings.
+        self.first_byte_s = 0.0
+        self.token_s = 0.0
         self.endpoints = endpoints
         self.policy_name = policy_name
         self.policy = policy

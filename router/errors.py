@@ -51,7 +51,8 @@ def forbidden(message: str) -> ApiError:
 
 def model_not_found(model: str, known: list[str]) -> ApiError:
     listed = ", ".join(sorted(known)[:20]) or "none yet"
-    return ApiError(404, f"The model {model!r} does not exist or is not served here; served models: {listed}",
+    shown = model if len(model) <= 200 else model[:200] + "..."
+    return ApiError(404, f"The model {shown!r} does not exist or is not served here; served models: {listed}",
                     param="model", code="model_not_found")
 
 
@@ -63,6 +64,12 @@ def too_large(limit_bytes: int) -> ApiError:
 def rate_limited(retry_after_s: float) -> ApiError:
     return ApiError(429, "Rate limit reached for this API key; retry after the Retry-After delay",
                     type_="rate_limit_error", code="rate_limit_exceeded", retry_after_s=retry_after_s)
+
+
+def too_many_streams(limit: int) -> ApiError:
+    return ApiError(429, f"This API key already has {limit} streaming requests open, its limit; retry after the "
+                         f"Retry-After delay or when one of them ends", type_="rate_limit_error",
+                    code="too_many_streams", retry_after_s=1.0)
 
 
 def overloaded(model: str, retry_after_s: float) -> ApiError:

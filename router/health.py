@@ -129,8 +129,9 @@ class ActiveChecker:
     def __init__(self, settings: ActiveSettings, session: aiohttp.ClientSession,
                  endpoints_fn: Callable[[], Iterable[endpoints.Endpoint]],
                  on_change: Callable[[endpoints.Endpoint, bool], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, tls=None):
         self.settings = settings
+        self.tls = tls  # router.tls.ClientTls for https:// replicas
         self.session = session
         self.endpoints_fn = endpoints_fn
         self.on_change = on_change
@@ -158,9 +159,13 @@ class ActiveChecker:
                     self.on_change(e, False)
 
     async def check(self, e: endpoints.Endpoint) -> bool:
-        url = f"http://{e.authority}{self.settings.path}"
+        timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
+        if e.tls:
+            url, ssl = f"https://{e.authority}{self.settings.path}", self.tls.context if self.tls else True
+        else:
+            url, ssl = f"http://{e.authority}{self.settings.path}", True
         try:
-            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=self.settings.timeout_s)) as resp:
+            async with self.session.get(url, timeout=timeout, ssl=ssl) as resp:
                 await resp.read()
                 return resp.status == 200
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:

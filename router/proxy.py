@@ -19,7 +19,7 @@ import time
 
 from aiohttp import web
 
-from router import errors, health, upstream, validation
+from router import errors, health, pertry, sse, upstream, validation
 from router.validation import Kind
 
 log = logging.getLogger("meridian.router.proxy")
@@ -33,20 +33,8 @@ _DEADLINE_HEADER = "x-meridian-timeout-s"
 # from it; replica logs show it).
 _REGION_HEADER = "X-Meridian-Client-Region"
 DEADLINE_TICK_S = 0.05
-
-
-def _usage(data: bytes) -> tuple[int, int] | None:
-    """(prompt_tokens, completion_tokens) from the last usage object in ``data``, if any."""
-    i = data.rfind(b'"prompt_tokens":')
-    if i < 0:
-        return None
-    j = data.find(b'"completion_tokens":', i - 64 if i > 64 else 0)
-    try:
-        prompt = int(data[i + 16:i + 32].split(b",", 1)[0].split(b"}", 1)[0])
-        completion = int(data[j + 20:j + 36].split(b",", 1)[0].split(b"}", 1)[0]) if j >= 0 else 0
-    except ValueError:
-        return None
-    return prompt, completion
+# UpstreamError kind of a try abandoned by its per-try limit (router.pertry).
+FIRST_BYTE_TIMEOUT = "first_byte_timeout"
 
 
 class _Outcome:
@@ -85,8 +73,8 @@ class Proxy:
         self.cold_start_wait_s = config.cold_start_wait_s
         self.max_attempts = config.retry.max_attempts
         self.panic_percent = config.outlier.panic_threshold_percent
-        self.upstream_auth = (f"Authorization: Bearer {config.upstream_api_key}\r\n".encode()
-                              if config.upstream_api_key else b"")
+        api_key = config.upstream_api_key()
+        self.upstream_auth = f"Authorization: Bearer {api_key}\r\n".encode() if api_key else b""
         self._id_prefix = os.urandom(4).hex() + "-"
         self._ids = itertools.count(1)
         self._content_types: dict[bytes, str] = {}
@@ -96,6 +84,13 @@ class Proxy:
         # overdue ones every DEADLINE_TICK_S; a timer per request (asyncio.timeout) measured as
         # ~8% of the per-request CPU on the short-request bench.
         self._deadlines: dict[asyncio.Task, tuple[float, _Outcome]] = {}
+        # Tries waiting for their first byte: connection -> (monotonic limit, entry, endpoint,
+        # replicas tried before, attempts so far); the same sweeper abandons the overdue ones.
+        self._tries: dict[upstream.Connection, tuple] = {}
+        self.per_try_enabled = config.retry.per_try_ttft_multiplier > 0
+        # Open streams per API key hash (keys with a stream limit only), for this router process.
+        self._streams: dict[str, int] = {}
+        self.default_max_streams = config.default_max_concurrent_streams
         self._sweeper: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -113,8 +108,11 @@ class Proxy:
 
     async def _sweep(self) -> None:
         deadlines = self._deadlines
+        tries = self._tries
         while True:
             await asyncio.sleep(DEADLINE_TICK_S)
+            if tries:
+                self._sweep_tries(time.monotonic())
             if not deadlines:
                 continue
             now = time.monotonic()
@@ -123,6 +121,31 @@ class Proxy:
                 del deadlines[task]
                 outcome.timed_out = True
                 task.cancel()
+
+    def _sweep_tries(self, now: float) -> None:
+        """Abandon the tries past their per-try limit that can be retried; the others go on waiting
+        (the last try is never cut short by its limit: a slow answer is late, not failed)."""
+        overdue = [(conn, info) for conn, info in self._tries.items() if info[0] <= now]
+        for conn, (_, entry, ep, tried, attempts, limit_s) in overdue:
+            del self._tries[conn]
+            if attempts >= self.max_attempts:
+                continue
+            pool, _ = health.candidates(entry.routable, now, self.panic_percent, tried + (ep,))
+            if not pool or not self._grant_retry(entry, attempts, FIRST_BYTE_TIMEOUT):
+                continue
+            log.warning("event=per_try_timeout model=%s replica=%s limit_s=%.2f attempt=%d", entry.name,
+                        ep.replica_id, limit_s, attempts)
+            conn.abort(upstream.UpstreamError(
+                FIRST_BYTE_TIMEOUT, f"nothing received from {ep.authority} within the per-try limit of {limit_s:.2f} s"))
+
+    def _try_limit_s(self, entry, parsed) -> float | None:
+        """This request's per-try limit (router.pertry), or None for none."""
+        if not self.per_try_enabled:
+            return None
+        return pertry.limit_s(entry.first_byte_s, entry.token_s, stream=parsed.stream,
+                              max_new_tokens=parsed.max_new_tokens(), context_length=entry.context_length,
+                              prompt_tokens=parsed.prompt_tokens_estimate,
+                              embedding=parsed.kind is Kind.EMBEDDING or entry.is_embedding)
 
     def handler(self, kind: Kind):
         async def handle(request: web.Request) -> web.StreamResponse:
@@ -164,6 +187,7 @@ class Proxy:
         region = self._client_region(request)
         model = ""
         headers = request.headers
+        stream_key = None
         try:
             key = None
             if self.keys is not None:
@@ -177,10 +201,12 @@ class Proxy:
             except web.HTTPRequestEntityTooLarge:
                 raise errors.too_large(self.max_body_bytes) from None
             parsed = validation.parse(kind, body, headers.get("Content-Type"), self.state.model_names)
-            model = parsed.model
-            entry = self.state.models.get(model)
+            entry = self.state.models.get(parsed.model)
             if entry is None:
-                raise errors.model_not_found(model, self.state.model_names)
+                # Not a served model: metrics label it "" (a client's made-up names must not grow
+                # the label sets without bound).
+                raise errors.model_not_found(parsed.model, self.state.model_names)
+            model = parsed.model
             if key is not None:
                 if not key.allows(model):
                     raise errors.forbidden(f"This API key may not use model {model!r}")
@@ -188,22 +214,13 @@ class Proxy:
                     wait_s = await self.limiter.check(key)
                     if wait_s > 0:
                         raise errors.rate_limited(wait_s)
-            if not entry.endpoints and self.cold_start_wait_s > 0:
-                # No replica at all: scaled to zero or not placed yet. The traffic report counts this
-                # request, the autoscaler wakes the model, and the request waits for the replica.
-                self.metrics.cold_start_waits[model] += 1
-                waiting = self.traffic.in_flight
-                waiting[(model, region)] = waiting.get((model, region), 0) + 1
-                self.traffic.urgent.set()
-                try:
-                    entry = await self.state.wait_for_replica(model, min(self.cold_start_wait_s, timeout_s))
-                finally:
-                    waiting[(model, region)] -= 1
-                if entry is None:
-                    raise errors.no_replica(model)
-            gate = entry.admission
-            if not gate.try_enter():
-                await gate.enter()
+                if parsed.stream:
+                    stream_key = self._open_stream(key)
+            try:
+                entry = await self._admit(entry, model, region, timeout_s)
+            except BaseException:
+                self._close_stream(stream_key)
+                raise
         except errors.ApiError as err:
             self.metrics.rejected[(model, err.code or str(err.status))] += 1
             self.metrics.observe_request(model, region, "", err.status, time.monotonic() - started, None)
@@ -239,13 +256,58 @@ class Proxy:
             return outcome.response
         finally:
             self._deadlines.pop(task, None)  # type: ignore[arg-type]
-            gate.leave()
+            entry.admission.leave()
+            if stream_key is not None:
+                self._close_stream(stream_key)
             in_flight[flight_key] -= 1
             self.metrics.observe_request(model, region, outcome.replica, outcome.status,
                                          time.monotonic() - started, outcome.ttft_s)
             self.traffic.record(model, region, outcome.prompt_tokens or parsed.prompt_tokens_estimate,
                                 outcome.completion_tokens, outcome.status >= 500 or outcome.status == 0,
                                 outcome.ttft_s * 1000.0 if outcome.ttft_s is not None else None, outcome.revision)
+
+    async def _admit(self, entry, model: str, region: str, timeout_s: float):
+        """Wait for a replica if the model has none yet (cold start), then take an admission slot;
+        the entry to serve from. Raises ApiError (503 no replica, 429 queue full)."""
+        if not entry.endpoints and self.cold_start_wait_s > 0:
+            # No replica at all: scaled to zero or not placed yet. The traffic report counts this
+            # request, the autoscaler wakes the model, and the request waits for the replica.
+            self.metrics.cold_start_waits[model] += 1
+            waiting = self.traffic.in_flight
+            waiting[(model, region)] = waiting.get((model, region), 0) + 1
+            self.traffic.urgent.set()
+            try:
+                entry = await self.state.wait_for_replica(model, min(self.cold_start_wait_s, timeout_s))
+            finally:
+                waiting[(model, region)] -= 1
+            if entry is None:
+                raise errors.no_replica(model)
+        gate = entry.admission
+        if not gate.try_enter():
+            await gate.enter()
+        return entry
+
+    def _open_stream(self, key) -> str | None:
+        """Count one more open stream for ``key``; its hash (to close it with), or None when the key
+        has no limit. Raises ApiError 429 when the key already holds its limit."""
+        limit = key.max_concurrent_streams if key.max_concurrent_streams is not None else self.default_max_streams
+        if not limit:
+            return None
+        streams = self._streams
+        open_now = streams.get(key.key_hash, 0)
+        if open_now >= limit:
+            raise errors.too_many_streams(limit)
+        streams[key.key_hash] = open_now + 1
+        return key.key_hash
+
+    def _close_stream(self, key_hash: str | None) -> None:
+        if key_hash is None:
+            return
+        left = self._streams[key_hash] - 1
+        if left:
+            self._streams[key_hash] = left
+        else:
+            del self._streams[key_hash]
 
     # ------------------------------------------------------------ choosing and failing
 
@@ -281,6 +343,11 @@ class Proxy:
             self.outlier.on_success(ep, now)
 
     def _may_retry(self, entry, attempts: int, reason: str) -> bool:
+        if reason == FIRST_BYTE_TIMEOUT:
+            return True  # granted (budget taken) when the sweeper abandoned the try
+        return self._grant_retry(entry, attempts, reason)
+
+    def _grant_retry(self, entry, attempts: int, reason: str) -> bool:
         if attempts >= self.max_attempts:
             return False
         if not self.budget.try_withdraw():
@@ -304,29 +371,38 @@ class Proxy:
                          b"\r\nContent-Type: application/json\r\nContent-Length: ", str(len(body)).encode(),
                          b"\r\nX-Request-Id: ", rid, b"\r\n", region_line, self.upstream_auth, b"\r\n", body))
 
-    async def _open(self, ep, data: bytes) -> upstream.Connection:
+    async def _open(self, ep, data: bytes, try_info: tuple | None) -> upstream.Connection:
         """Send the request on a pooled connection (or a new one) and wait for the response head.
-        A pooled connection the replica had closed meanwhile is replaced once, transparently."""
+        A pooled connection the replica had closed meanwhile is replaced once, transparently.
+        ``try_info`` (per-try limit, see ``_sweep_tries``) arms the try's first-byte limit on the
+        connection; the caller disarms it (``self._tries.pop``)."""
         pool = ep.pool
         conn = pool.take_idle()
         if conn is not None:
             conn.send(data)
+            if try_info is not None:
+                self._tries[conn] = try_info
             try:
                 await conn.read_head()
                 return conn
             except upstream.UpstreamError as exc:
                 conn.close()
+                self._tries.pop(conn, None)
                 if exc.kind != "reset" or conn.received_any:
                     raise
             except BaseException:
                 conn.close()
+                self._tries.pop(conn, None)
                 raise
         conn = await pool.connect()
         conn.send(data)
+        if try_info is not None:
+            self._tries[conn] = try_info
         try:
             await conn.read_head()
         except BaseException:
             conn.close()
+            self._tries.pop(conn, None)
             raise
         return conn
 
@@ -349,6 +425,7 @@ class Proxy:
         last_response: tuple[int, bytes, bytes] | None = None
         last_error: upstream.UpstreamError | None = None
         attempts = 0
+        limit_s = self._try_limit_s(entry, parsed)
         while True:
             ep = self._choose(entry, parsed, tried)
             if ep is None:
@@ -359,9 +436,10 @@ class Proxy:
             data = self._request_bytes(ep, path, parsed.body, rid_b, region_line)
             ep.pending += 1
             t0 = time.monotonic()
+            try_info = None if limit_s is None else (t0 + limit_s, entry, ep, tried, attempts, limit_s)
             conn = None
             try:
-                conn = await self._open(ep, data)
+                conn = await self._open(ep, data, try_info)
                 body = await conn.read_all()
             except upstream.UpstreamError as exc:
                 last_error, reason = exc, exc.kind
@@ -372,7 +450,7 @@ class Proxy:
                     self._succeeded(ep, time.monotonic() - t0)
                     outcome.status = status
                     outcome.ttft_s = None
-                    usage = _usage(body) if status == 200 else None
+                    usage = sse.usage(body) if status == 200 else None
                     if usage is not None:
                         outcome.prompt_tokens, outcome.completion_tokens = usage
                     return web.Response(body=body, status=status, headers={
@@ -383,6 +461,8 @@ class Proxy:
             finally:
                 ep.pending -= 1
                 if conn is not None:
+                    if try_info is not None:
+                        self._tries.pop(conn, None)
                     conn.pool.release(conn) if conn.complete else conn.close()
             if not self._may_retry(entry, attempts, reason):
                 break
@@ -411,6 +491,7 @@ class Proxy:
         last_response: tuple[int, bytes, bytes] | None = None
         last_error: upstream.UpstreamError | None = None
         attempts = 0
+        limit_s = self._try_limit_s(entry, parsed)
         while True:
             ep = self._choose(entry, parsed, tried)
             if ep is None:
@@ -421,9 +502,10 @@ class Proxy:
             data = self._request_bytes(ep, parsed.path, parsed.body, rid_b, region_line)
             ep.pending += 1
             t0 = time.monotonic()
+            try_info = None if limit_s is None else (t0 + limit_s, entry, ep, tried, attempts, limit_s)
             conn = None
             try:
-                conn = await self._open(ep, data)
+                conn = await self._open(ep, data, try_info)
                 status = conn.status
                 if status != 200:
                     body = await conn.read_all()
@@ -436,6 +518,8 @@ class Proxy:
                     last_response = (status, conn.content_type, body)
                 else:
                     first = await conn.read_chunk()
+                    if try_info is not None:
+                        self._tries.pop(conn, None)  # the first byte came: committed, never retried
                     self._succeeded(ep, time.monotonic() - t0)
                     return await self._relay(request, entry, ep, conn, first, rid, started, outcome)
             except upstream.UpstreamError as exc:
@@ -444,6 +528,8 @@ class Proxy:
             finally:
                 ep.pending -= 1
                 if conn is not None:
+                    if try_info is not None:
+                        self._tries.pop(conn, None)
                     conn.pool.release(conn) if conn.complete else conn.close()
             if not self._may_retry(entry, attempts, reason):
                 break
@@ -452,40 +538,51 @@ class Proxy:
 
     async def _relay(self, request: web.Request, entry, ep, conn: upstream.Connection, first: bytes, rid: str,
                      started: float, outcome: _Outcome) -> web.StreamResponse:
-        """Relay an SSE body chunk by chunk; the replica is committed to (no retry past this point)."""
+        """Relay an SSE body chunk by chunk; the replica is committed to (no retry past this point).
+
+        A client that goes away is normal (mid-stream, or right after ``[DONE]`` before the end
+        of the response was written): it is counted, never raised, so aiohttp logs no error."""
         resp = web.StreamResponse(status=200)
         resp.headers.extend(_SSE_HEADERS)
         resp.headers["X-Request-Id"] = rid
         outcome.status = 200
         outcome.response = resp
-        await resp.prepare(request)
-        outcome.ttft_s = time.monotonic() - started
-        before_last = last = b""
-        events = first.count(b"data:")
+        tally = sse.Tally()
         chunk = first
         try:
-            while chunk:
-                await resp.write(chunk)
-                before_last, last = last, chunk
-                chunk = await conn.read_chunk()
-                events += chunk.count(b"data:")
-        except upstream.UpstreamError as exc:
-            self._failed(entry, ep, exc.kind)
-            outcome.status = 502
-            log.warning("event=stream_broken model=%s replica=%s request_id=%s error=%s", entry.name,
-                        ep.replica_id, rid, exc)
-            err = errors.upstream_failed(entry.name, f"replica stream broke: {exc}")
-            await resp.write(b"data: " + err.body() + b"\n\n")
+            await resp.prepare(request)
+            outcome.ttft_s = time.monotonic() - started
+            try:
+                while chunk:
+                    await resp.write(chunk)
+                    tally.feed(chunk)
+                    chunk = await conn.read_chunk()
+            except upstream.UpstreamError as exc:
+                self._failed(entry, ep, exc.kind)
+                outcome.status = 502
+                log.warning("event=stream_broken model=%s replica=%s request_id=%s error=%s", entry.name,
+                            ep.replica_id, rid, exc)
+                err = errors.upstream_failed(entry.name, f"replica stream broke: {exc}")
+                await resp.write(b"data: " + err.body() + b"\n\n")
+            self._account_stream(outcome, tally)
+            await resp.write_eof()
         except ConnectionError:
+            if conn.complete and outcome.status == 200:
+                # Everything the replica sent was written; the client left before the end of the
+                # response was: it has its answer.
+                self._account_stream(outcome, tally)
+                log.debug("event=client_closed_after_stream model=%s request_id=%s", entry.name, rid)
+                return resp
             # The client went away mid-stream; closing the upstream connection (finally, in the
             # caller) tells the replica to abort.
             self.metrics.disconnects[entry.name] += 1
             outcome.status = 499
-            return resp
-        usage = _usage(before_last + last)
+        return resp
+
+    @staticmethod
+    def _account_stream(outcome: _Outcome, tally: sse.Tally) -> None:
+        usage = tally.usage()
         if usage is not None:
             outcome.prompt_tokens, outcome.completion_tokens = usage
         else:
-            outcome.completion_tokens = max(0, events - 3)  # less role, finish and [DONE] events
-        await resp.write_eof()
-        return resp
+            outcome.completion_tokens = max(0, tally.events - 3)  # less role, finish and [DONE] events

@@ -39,7 +39,7 @@ class StaticReplica(_Frozen):
     @pydantic.field_validator("endpoint")
     @classmethod
     def _endpoint(cls, value: str) -> str:
-        endpoints.split_endpoint(value)
+        endpoints.parse_endpoint(value)
         return value
 
 
@@ -51,6 +51,10 @@ class StaticModel(_Frozen):
     context_length: int = pydantic.Field(default=0, ge=0)
     max_rtt_ms: float = pydantic.Field(default=0.0, ge=0, description="0: none; else clients go farther only "
                                                                       "when no healthy replica is within it")
+    ttft_p99_ms: float = pydantic.Field(default=0.0, ge=0, le=600_000,
+                                        description="The deployment's TTFT target; 0: unknown (per-try limit = cap)")
+    tpot_p99_ms: float = pydantic.Field(default=0.0, ge=0, le=10_000,
+                                        description="The deployment's time per output token target; 0: unknown")
     replicas: list[StaticReplica] = pydantic.Field(default_factory=list)
 
     @pydantic.field_validator("policy")
@@ -83,6 +87,7 @@ class StaticRoutes(_Frozen):
             models=tuple(fm.ModelRoutes(
                 served_model_name=m.served_model_name, deployment=m.deployment or m.served_model_name,
                 policy=m.policy, is_embedding=m.is_embedding, context_length=m.context_length, max_rtt_ms=m.max_rtt_ms,
+                ttft_p99_ms=m.ttft_p99_ms, tpot_p99_ms=m.tpot_p99_ms,
                 replicas=tuple(fm.RouteReplica(
                     replica_id=r.replica_id, endpoint=r.endpoint, cloud=r.cloud, region=r.region, zone=r.zone,
                     state=r.state, weight=r.weight, gpu_type=r.gpu_type) for r in m.replicas))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from meridian import latency
 from meridian.fleet import models as fm
-from router import admission, endpoints, policies, upstream
+from router import admission, endpoints, pertry, policies, upstream
 
 log = logging.getLogger("meridian.router.table")
 
@@ -25,10 +25,10 @@ class RoutingState:
     def __init__(self, *, default_policy: str = policies.DEFAULT, policy_args: dict | None = None,
                  latency_map: latency.LatencyMap | None = None, unknown_rtt_ms: float = 150.0,
                  ewma_decay_s: float = 10.0, default_cost_ms: float = 30.0,
-                 make_pool: Callable[[str, int], upstream.Pool] | None = None,
+                 make_pool: Callable[[str, int, bool], upstream.Pool] | None = None,
                  max_in_flight_per_replica: int = 256, queue_size_per_model: int = 1024,
                  queue_timeout_s: float = 30.0, rng: random.Random | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, per_try: pertry.PerTrySettings | None = None):
         self.default_policy = default_policy
         self.policy_args = policy_args or {}
         self.latency_map = latency_map or latency.default()
@@ -41,6 +41,7 @@ class RoutingState:
         self.queue_timeout_s = queue_timeout_s
         self.rng = rng or random.Random()
         self.clock = clock
+        self.per_try = per_try or pertry.PerTrySettings()
         self.table: fm.RoutingTable | None = None
         self.source = "none"
         self.models: dict[str, endpoints.ModelEntry] = {}
@@ -94,7 +95,7 @@ class RoutingState:
             eps = []
             for route in routes.replicas:
                 try:
-                    endpoints.split_endpoint(route.endpoint)
+                    endpoints.parse_endpoint(route.endpoint)
                 except ValueError as exc:
                     log.error("event=bad_replica_endpoint model=%s replica=%s error=%s",
                               routes.served_model_name, route.replica_id, exc)
@@ -108,7 +109,7 @@ class RoutingState:
                     ep = endpoints.Endpoint(route, routes.served_model_name, ewma_decay_s=self.ewma_decay_s,
                                             default_cost_ms=self.default_cost_ms, now=now)
                     if self.make_pool is not None:
-                        ep.pool = self.make_pool(ep.host, ep.port)
+                        ep.pool = self.make_pool(ep.host, ep.port, ep.tls)
                 else:
                     ep.update(route)
                 new_endpoints[ep.replica_id] = ep
@@ -132,6 +133,8 @@ class RoutingState:
             else:
                 gate.limit = self._limit_fn(entry_ref)
             entry = endpoints.ModelEntry(routes, eps, policy_name, policy, gate)
+            entry.first_byte_s = pertry.first_byte_s(self.per_try, routes.ttft_p99_ms)
+            entry.token_s = pertry.per_token_s(self.per_try, routes.tpot_p99_ms)
             entry_ref[0] = entry
             new_models[entry.name] = entry
         gone = set(self.endpoints) - set(new_endpoints)

@@ -30,17 +30,19 @@ from meridian.v1 import routing_pb2, routing_pb2_grpc
 
 def replica(replica_id: str, port: int, region: str = "us-east-1", *, cloud: fm.Cloud = fm.Cloud.AWS,
             state: fm.ReplicaState = fm.ReplicaState.READY, weight: float = 1.0, queued: int = 0,
-            gpu_type: str = "H100", host: str = "127.0.0.1", ttft_p50_ms: float = 0.0) -> fm.RouteReplica:
+            gpu_type: str = "H100", host: str = "127.0.0.1", ttft_p50_ms: float = 0.0,
+            scheme: str = "http") -> fm.RouteReplica:
     load = fm.ReplicaLoad(queued_requests=queued, ttft=fm.LatencyPercentiles(p50_ms=ttft_p50_ms))
-    return fm.RouteReplica(replica_id=replica_id, endpoint=f"http://{host}:{port}", cloud=cloud, region=region,
+    return fm.RouteReplica(replica_id=replica_id, endpoint=f"{scheme}://{host}:{port}", cloud=cloud, region=region,
                            state=state, weight=weight, load=load, gpu_type=gpu_type)
 
 
 def table(version: int, models: dict[str, list[fm.RouteReplica]], policy: str = "",
-          is_embedding: bool = False) -> fm.RoutingTable:
+          is_embedding: bool = False, ttft_p99_ms: float = 0.0, tpot_p99_ms: float = 0.0) -> fm.RoutingTable:
     return fm.RoutingTable(version=version, generated_at=time.time(), scheduler_id="fake", models=tuple(
         fm.ModelRoutes(served_model_name=name, deployment=name, replicas=tuple(reps), policy=policy,
-                       is_embedding=is_embedding) for name, reps in models.items()))
+                       is_embedding=is_embedding, ttft_p99_ms=ttft_p99_ms, tpot_p99_ms=tpot_p99_ms)
+        for name, reps in models.items()))
 
 
 def _sse(obj: dict) -> bytes:
@@ -51,8 +53,9 @@ class FakeReplica:
     """An SGLang-shaped OpenAI server on 127.0.0.1 (run it inside the test's event loop)."""
 
     def __init__(self, name: str = "replica", *, model: str = "test-model", tokens: int = 8,
-                 token_delay_s: float = 0.0, port: int = 0):
+                 token_delay_s: float = 0.0, port: int = 0, ssl_context=None):
         self.name = name
+        self.ssl_context = ssl_context  # an ssl.SSLContext: serve HTTPS
         self.model = model
         self.tokens = tokens
         self.token_delay_s = token_delay_s
@@ -72,7 +75,7 @@ class FakeReplica:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}"
 
     def _app(self) -> web.Application:
         app = web.Application()
@@ -87,7 +90,7 @@ class FakeReplica:
     async def start(self) -> FakeReplica:
         self._runner = web.AppRunner(self._app(), access_log=None, handler_cancellation=True)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.ssl_context)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self

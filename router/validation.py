@@ -51,6 +51,17 @@ class ParsedRequest:
     def prompt_tokens_estimate(self) -> int:
         return len(self.body) // CHARS_PER_TOKEN
 
+    def max_new_tokens(self) -> int | None:
+        """The request's bound on its answer's tokens, if it gives one (``max_completion_tokens``,
+        ``max_tokens``, or ``sampling_params.max_new_tokens`` for /generate)."""
+        doc = self.doc
+        if self.kind is Kind.GENERATE:
+            params = doc.get("sampling_params")
+            value = params.get("max_new_tokens") if isinstance(params, dict) else None
+        else:
+            value = doc.get("max_completion_tokens") or doc.get("max_tokens")
+        return value if type(value) is int and value > 0 else None
+
     def prompt_text(self) -> str:
         """The prompt as one string (chat messages joined), for prefix-cache affinity."""
         if self._prompt is None:

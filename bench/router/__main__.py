@@ -7,6 +7,10 @@ One run, same backends, same load generator (wrk), on this machine:
   uvloop backends (bench/router/sse_backend.py);
 - prefix: Mooncake's trace replayed against 4 emulator replicas through Meridian's prefix_cache
   policy and sglang-router's cache_aware, beside an offline ideal router (bench/router/prefix.py).
+- short-tls: the short scenario with TLS on both hops: wrk to Meridian over HTTPS (its
+  --tls-cert-file listener), Meridian to nginx over HTTPS (https:// replicas, --upstream-tls-ca-file),
+  direct is wrk to nginx over HTTPS; a throwaway CA made with the openssl CLI. Compare its Meridian
+  row with the short scenario's (same run, same machine).
 For each scenario and target: throughput and p50/p99 latency under load (``--connections``), and
 p50/p99 with a single connection (the per-request overhead, "added latency" against direct).
 Targets run interleaved, ``--repeats`` times each; best and median throughput are printed, since
@@ -58,10 +62,34 @@ def nginx_binary() -> str:
     return shutil.which("nginx") or "/usr/sbin/nginx"
 
 
-def nginx_conf(workdir: str, ports: list[int]) -> str:
+def make_certs(workdir: str) -> dict[str, str]:
+    """A throwaway CA and a server certificate for 127.0.0.1 (openssl CLI), as PEM paths."""
+    out = {name: os.path.join(workdir, f"{name}.pem") for name in ("ca", "ca-key", "cert", "key")}
+    ext = os.path.join(workdir, "san.ext")
+    with open(ext, "w") as fh:
+        fh.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+        "-subj", "/CN=bench-ca", "-keyout", out["ca-key"], "-out", out["ca"])
+    csr = os.path.join(workdir, "server.csr")
+    run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=127.0.0.1",
+        "-keyout", out["key"], "-out", csr)
+    run("x509", "-req", "-in", csr, "-CA", out["ca"], "-CAkey", out["ca-key"], "-CAcreateserial", "-days", "1",
+        "-extfile", ext, "-out", out["cert"])
+    return out
+
+
+def nginx_conf(workdir: str, ports: list[int], tls_ports: list[int] = (), certs: dict[str, str] | None = None) -> str:
     servers = "\n".join(
         f"  server {{ listen 127.0.0.1:{p}; location / {{ default_type application/json; return 200 '{SHORT_JSON}'; }} }}"
         for p in ports)
+    if tls_ports and certs:
+        servers += "\n" + "\n".join(
+            f"  server {{ listen 127.0.0.1:{p} ssl; ssl_certificate {certs['cert']}; ssl_certificate_key {certs['key']};"
+            f" location / {{ default_type application/json; return 200 '{SHORT_JSON}'; }} }}" for p in tls_ports)
     path = os.path.join(workdir, "nginx.conf")
     with open(path, "w") as fh:
         fh.write(f"""worker_processes 1;
@@ -122,7 +150,7 @@ def main() -> None:
     parser.add_argument("--token-delay-ms", type=float, default=0.0, help="pause between SSE chunks")
     parser.add_argument("--meridian-workers", default="1,2", help="comma list of --workers values to bench")
     parser.add_argument("--policy", default="latency", help="Meridian routing policy")
-    parser.add_argument("--scenarios", default="short,stream,prefix")
+    parser.add_argument("--scenarios", default="short,stream,short-tls,prefix")
     prefix.add_arguments(parser)
     args = parser.parse_args()
     scenarios = [s for s in args.scenarios.split(",") if s and s != "prefix"]
@@ -136,20 +164,28 @@ def main() -> None:
     stack = common.Stack(workdir)
     try:
         short_ports, stream_ports = [common.free_port(), common.free_port()], [common.free_port(), common.free_port()]
-        stack.start("nginx", [nginx_binary(), "-c", nginx_conf(workdir, short_ports)], short_ports[0])
-        common.wait_port(short_ports[1])
+        tls_ports = [common.free_port(), common.free_port()] if "short-tls" in scenarios else []
+        certs = make_certs(workdir) if tls_ports else None
+        stack.start("nginx", [nginx_binary(), "-c", nginx_conf(workdir, short_ports, tls_ports, certs)], short_ports[0])
+        for p in short_ports[1:] + tls_ports:
+            common.wait_port(p)
         for i, p in enumerate(stream_ports):
             stack.start(f"sse{i}", [py, "-m", "bench.router.sse_backend", "--port", str(p), "--chunks", str(args.chunks),
                                     "--token-delay-ms", str(args.token_delay_ms)], p)
         routes = os.path.join(workdir, "routes.yaml")
         with open(routes, "w") as fh:
             fh.write("models:\n")
-            for name, ports in (("m-short", short_ports), ("m-stream", stream_ports)):
+            for name, ports, scheme in (("m-short", short_ports, "http"), ("m-stream", stream_ports, "http"),
+                                        ("m-short-tls", tls_ports, "https")):
+                if not ports:
+                    continue
                 fh.write(f"  - served_model_name: {name}\n    replicas:\n")
                 for i, p in enumerate(ports):
-                    fh.write(f"      - {{replica_id: {name}-{i}, endpoint: 'http://127.0.0.1:{p}', region: us-east-1}}\n")
+                    fh.write(f"      - {{replica_id: {name}-{i}, endpoint: '{scheme}://127.0.0.1:{p}', region: us-east-1}}\n")
         targets: dict[str, dict[str, str]] = {s: {} for s in scenarios}
-        for s in scenarios:
+        if "short-tls" in scenarios:
+            targets["short-tls"]["direct"] = f"https://127.0.0.1:{tls_ports[0]}"
+        for s in [s for s in scenarios if s != "short-tls"]:
             ports = short_ports if s == "short" else stream_ports
             targets[s]["direct"] = f"http://127.0.0.1:{ports[0]}"
             sp = common.free_port()
@@ -166,7 +202,17 @@ def main() -> None:
                                            "--workers", str(w), "--policy", args.policy, "--log-level", "warning"], mp)
             time.sleep(1.0 if w > 1 else 0.2)  # let every worker bind
             for s in scenarios:
-                targets[s][f"meridian-w{w}"] = f"http://127.0.0.1:{mp}"
+                if s != "short-tls":
+                    targets[s][f"meridian-w{w}"] = f"http://127.0.0.1:{mp}"
+            if "short-tls" in scenarios:
+                tp = common.free_port()
+                stack.start(f"meridian-tls-w{w}", [
+                    py, "-m", "meridian.cli.main", "router", "--listen", f"127.0.0.1:{tp}", "--routes-file", routes,
+                    "--lkg-store", "none", "--region", "na-east", "--workers", str(w), "--policy", args.policy,
+                    "--log-level", "warning", "--tls-cert-file", certs["cert"], "--tls-key-file", certs["key"],
+                    "--upstream-tls-ca-file", certs["ca"]], tp)
+                time.sleep(1.0 if w > 1 else 0.2)
+                targets["short-tls"][f"meridian-w{w}"] = f"https://127.0.0.1:{tp}"
         print(f"machine: {common.machine()}")
         print(f"load: wrk -t1, {args.duration_s:g} s runs x {args.repeats} repeats, interleaved; "
               f"short: {args.connections} connections, nginx static JSON; stream: {args.stream_connections} "
@@ -182,11 +228,11 @@ def main() -> None:
 
 
 def run_scenario(scenario: str, targets: dict[str, str], workdir: str, args) -> None:
-    model = "m-short" if scenario == "short" else "m-stream"
+    model = {"short": "m-short", "stream": "m-stream", "short-tls": "m-short-tls"}[scenario]
     script = os.path.join(workdir, f"{scenario}.lua")
     with open(script, "w") as fh:
         fh.write(LUA % (model, ',"stream":true' if scenario == "stream" else ""))
-    conns = args.connections if scenario == "short" else args.stream_connections
+    conns = args.stream_connections if scenario == "stream" else args.connections
     for url in targets.values():  # warm up connections and caches
         wrk(url + "/v1/chat/completions", script, conns, 1)
     loaded: dict[str, list[dict]] = {t: [] for t in targets}
@@ -195,7 +241,9 @@ def run_scenario(scenario: str, targets: dict[str, str], workdir: str, args) -> 
         for name, url in targets.items():
             loaded[name].append(wrk(url + "/v1/chat/completions", script, conns, args.duration_s))
             single[name].append(wrk(url + "/v1/chat/completions", script, 1, args.latency_duration_s))
-    print(f"\n== {scenario}: {'non-streaming chat (nginx backends)' if scenario == 'short' else 'streaming chat (SSE backends)'}")
+    titles = {"short": "non-streaming chat (nginx backends)", "stream": "streaming chat (SSE backends)",
+              "short-tls": "non-streaming chat, TLS on both hops (HTTPS to the router, HTTPS to nginx)"}
+    print(f"\n== {scenario}: {titles[scenario]}")
     print(f"{'target':<16}{'best rps':>10}{'median rps':>12}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
           f"{'1-conn p50':>12}{'1-conn p99':>12}{'added p50':>11}{'added p99':>11}")
     med = {}

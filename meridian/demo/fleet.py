@@ -1,5 +1,7 @@
 """A whole Meridian on one machine, on loopback: a scheduler, one agent per cluster (``sim``
-provider, emulator replicas), a router. Used by ``meridian demo`` and the end-to-end tests.
+provider, emulator replicas), a router. Used by ``meridian demo``, the end-to-end tests and the
+chaos suite (which runs two scheduler nodes on Redis and puts fault-injecting proxies on the
+links: ``state_url``, ``scheduler_nodes`` and the address attributes set before ``prepare``).
 
 The example specs are the input; this module only rewrites what a local run must change: the
 scheduler address, ports, token files, state directories, the engine command (the SGLang
@@ -49,6 +51,10 @@ class FleetConfig:
     edge_regions: tuple[str, ...] = ()
     router_policy: str = "latency"
     scheduler_settings: tuple[str, ...] = ("heartbeat_interval_s=2",)
+    # Scheduler state: "" keeps it in a SQLite file in the workdir; redis://HOST:PORT/DB shares it
+    # between ``scheduler_nodes`` nodes (one leads, the others stand by).
+    state_url: str = ""
+    scheduler_nodes: int = 1
     emulator_env: tuple[tuple[str, str], ...] = ()
     log_level: str = "INFO"
     # Clusters whose replicas run as pods (kubernetes backend) on a fake Kubernetes per cluster.
@@ -64,8 +70,17 @@ class LocalFleet:
         self.procs = processes.ProcessGroup(self.workdir)
         self.admin_token = secrets.token_urlsafe(16)
         self.router_token = secrets.token_urlsafe(16)
-        self.grpc_port = processes.free_port()
-        self.admin_port = processes.free_port()
+        if config.scheduler_nodes > 1 and not config.state_url.startswith("redis://"):
+            raise ValueError("scheduler_nodes > 1 needs a shared state_url (redis://...)")
+        self.grpc_ports = [processes.free_port() for _ in range(config.scheduler_nodes)]
+        self.admin_ports = [processes.free_port() for _ in range(config.scheduler_nodes)]
+        self.grpc_port, self.admin_port = self.grpc_ports[0], self.admin_ports[0]
+        # Where agents and routers reach the scheduler, and what each node advertises to agents
+        # as its address when it leads; set before prepare() to route them through proxies.
+        self.agent_scheduler_address = f"127.0.0.1:{self.grpc_port}"
+        self.agent_scheduler_addresses: dict[str, str] = {}  # per cluster, over the one above
+        self.router_scheduler_address = f"127.0.0.1:{self.grpc_port}"
+        self.advertise_addresses: list[str] = [f"127.0.0.1:{p}" for p in self.grpc_ports]
         regions = config.edge_regions or (config.router_region,)
         self.router_ports: dict[str, int] = {region: processes.free_port() for region in regions}
         self.cluster_docs: dict[str, dict] = {}
@@ -77,7 +92,12 @@ class LocalFleet:
 
     @property
     def admin_url(self) -> str:
-        return f"http://127.0.0.1:{self.admin_port}"
+        return self.admin_urls[0]
+
+    @property
+    def admin_urls(self) -> list[str]:
+        """Every scheduler node's admin API (any node takes writes; the leader's status has the fleet)."""
+        return [f"http://127.0.0.1:{p}" for p in self.admin_ports]
 
     @property
     def router_url(self) -> str:
@@ -109,7 +129,7 @@ class LocalFleet:
             token_file.chmod(0o600)
             tokens[name] = token
             s = doc["spec"]
-            s["scheduler"] = {"address": f"127.0.0.1:{self.grpc_port}"}
+            s["scheduler"] = {"address": self.agent_scheduler_addresses.get(name, self.agent_scheduler_address)}
             s["auth"] = {"token_file": str(token_file)}
             sim = s.setdefault("sim", {})
             sim["provisioning_delay_s"] = self.config.provisioning_delay_s
@@ -134,6 +154,10 @@ class LocalFleet:
         (self.workdir / "scheduler-tokens.yaml").write_text(
             yaml.safe_dump({"clusters": tokens, "routers": [self.router_token]}))
         (self.workdir / "admin.token").write_text(self.admin_token)
+        router_token_file = self.workdir / "tokens" / "router.token"
+        router_token_file.parent.mkdir(parents=True, exist_ok=True)
+        router_token_file.write_text(self.router_token)
+        router_token_file.chmod(0o600)
         self._prepared = True
 
     def kubeconfig(self, name: str) -> pathlib.Path:
@@ -145,18 +169,29 @@ class LocalFleet:
 
     # ------------------------------------------------------------------ processes
 
-    async def start_scheduler(self) -> None:
+    @staticmethod
+    def scheduler_name(node: int) -> str:
+        return "scheduler" if node == 0 else f"scheduler-{node + 1}"
+
+    async def start_scheduler(self, node: int = 0) -> None:
+        """Start scheduler node ``node`` (0: the first; the others need a shared state_url)."""
+        state = self.config.state_url or f"sqlite://{self.workdir / 'scheduler.db'}"
         argv = processes.meridian_argv(
-            "scheduler", "--grpc-address", f"127.0.0.1:{self.grpc_port}",
-            "--admin-address", f"127.0.0.1:{self.admin_port}",
-            "--state", f"sqlite://{self.workdir / 'scheduler.db'}",
-            "--tokens-file", str(self.workdir / "scheduler-tokens.yaml"),
-            "--id", "scheduler-1", "--log-level", self.config.log_level)
+            "scheduler", "--grpc-address", f"127.0.0.1:{self.grpc_ports[node]}",
+            "--admin-address", f"127.0.0.1:{self.admin_ports[node]}",
+            "--state", state, "--tokens-file", str(self.workdir / "scheduler-tokens.yaml"),
+            "--id", f"scheduler-{node + 1}", "--log-level", self.config.log_level,
+            "--set", f"advertise_grpc_address={self.advertise_addresses[node]}")
         for setting in self.config.scheduler_settings:
             argv += ["--set", setting]
-        child = self.procs.start("scheduler", argv, env=self._env())
-        await self.procs.wait_port(child, self.admin_port)
-        await self.procs.wait_port(child, self.grpc_port)
+        child = self.procs.start(self.scheduler_name(node), argv, env=self._env())
+        await self.procs.wait_port(child, self.admin_ports[node])
+        await self.procs.wait_port(child, self.grpc_ports[node])
+
+    async def start_schedulers(self) -> None:
+        """Every scheduler node, the first first (it takes the lease)."""
+        for node in range(self.config.scheduler_nodes):
+            await self.start_scheduler(node)
 
     async def start_kube(self, name: str) -> None:
         """The cluster's fake Kubernetes, before its agent (killed with the cluster: it runs its pods)."""
@@ -209,8 +244,9 @@ class LocalFleet:
         name = "router" if first else f"router-{region}"
         argv = processes.meridian_argv(
             "router", "--listen", f"127.0.0.1:{port}", "--region", region,
-            "--trusted-region-header", REGION_HEADER, "--scheduler", f"127.0.0.1:{self.grpc_port}",
-            "--scheduler-token", self.router_token, "--lkg-path", str(self.workdir / f"{name}-lkg.json"),
+            "--trusted-region-header", REGION_HEADER, "--scheduler", self.router_scheduler_address,
+            "--scheduler-token-file", str(self.workdir / "tokens" / "router.token"),
+            "--lkg-path", str(self.workdir / f"{name}-lkg.json"),
             "--policy", self.config.router_policy, "--log-level", self.config.log_level.lower())
         for path in self._latency_files():
             argv += ["--latency-map", str(path)]
@@ -220,7 +256,7 @@ class LocalFleet:
     async def start(self) -> None:
         if not self._prepared:
             self.prepare()
-        await self.start_scheduler()
+        await self.start_schedulers()
         await self.start_agents()
         await self.start_router()
 
@@ -258,21 +294,42 @@ class LocalFleet:
 
     # ------------------------------------------------------------------ admin API
 
-    async def admin(self, session: aiohttp.ClientSession, method: str, path: str, body: dict | None = None) -> dict:
+    async def admin(self, session: aiohttp.ClientSession, method: str, path: str, body: dict | None = None,
+                    url: str | None = None) -> dict:
+        """An admin API call to ``url`` (default: the first node that answers)."""
         headers = {"Authorization": f"Bearer {self.admin_token}"}
-        async with session.request(method, f"{self.admin_url}{path}", json=body, headers=headers,
-                                   timeout=aiohttp.ClientTimeout(total=30)) as resp:
-            data = await resp.json(content_type=None)
+        urls = [url] if url else self.admin_urls
+        for i, base in enumerate(urls):
+            try:
+                async with session.request(method, f"{base}{path}", json=body, headers=headers,
+                                           timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                    data = await resp.json(content_type=None)
+            except aiohttp.ClientConnectionError:
+                if i == len(urls) - 1:
+                    raise
+                continue  # that node is down: another one answers
             if resp.status >= 400 and resp.status != 422:
                 raise RuntimeError(f"admin {method} {path}: HTTP {resp.status}: {json.dumps(data)[:300]}")
             return {"status": resp.status, **(data if isinstance(data, dict) else {"data": data})}
+        raise RuntimeError("no scheduler node configured")
 
     async def apply(self, session: aiohttp.ClientSession, files: Sequence[pathlib.Path]) -> dict:
         body = {"files": [{"name": str(p), "text": pathlib.Path(p).read_text()} for p in files]}
         return await self.admin(session, "POST", "/v1/apply", body)
 
     async def status(self, session: aiohttp.ClientSession) -> dict:
-        return await self.admin(session, "GET", "/v1/status")
+        """The scheduler's status; with several nodes, the leader's (it alone has the fleet's view)."""
+        if len(self.admin_urls) == 1:
+            return await self.admin(session, "GET", "/v1/status")
+        answers = []
+        for url in self.admin_urls:
+            try:
+                answers.append(await self.admin(session, "GET", "/v1/status", url=url))
+            except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError):
+                continue
+        if not answers:
+            raise RuntimeError("no scheduler node answers")
+        return next((a for a in answers if a.get("leader")), answers[0])
 
     async def router_status(self, session: aiohttp.ClientSession, url: str | None = None) -> dict:
         """A router's status document (default: the first router's)."""

@@ -227,6 +227,8 @@ class ModelRoutes:
     is_embedding: bool = False
     context_length: int = 0
     max_rtt_ms: float = 0.0  # the SLA's max_rtt_ms; 0: none
+    ttft_p99_ms: float = 0.0  # the SLA's targets (routers derive per-try timeouts); 0: not known
+    tpot_p99_ms: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -271,7 +271,8 @@ def table_to_pb(t: m.RoutingTable) -> rt.RoutingTable:
         version=t.version, generated_at=ts(t.generated_at), scheduler_id=t.scheduler_id,
         models=[rt.ModelRoutes(served_model_name=mr.served_model_name, deployment=mr.deployment, policy=mr.policy,
                                replicas=[route_replica_to_pb(r) for r in mr.replicas], is_embedding=mr.is_embedding,
-                               context_length=mr.context_length, max_rtt_ms=mr.max_rtt_ms) for mr in t.models],
+                               context_length=mr.context_length, max_rtt_ms=mr.max_rtt_ms,
+                               ttft_p99_ms=mr.ttft_p99_ms, tpot_p99_ms=mr.tpot_p99_ms) for mr in t.models],
     )
 
 
@@ -281,7 +282,8 @@ def table_from_pb(p: rt.RoutingTable) -> m.RoutingTable:
         models=tuple(m.ModelRoutes(served_model_name=mr.served_model_name, deployment=mr.deployment,
                                    replicas=tuple(route_replica_from_pb(r) for r in mr.replicas), policy=mr.policy,
                                    is_embedding=mr.is_embedding, context_length=mr.context_length,
-                                   max_rtt_ms=mr.max_rtt_ms) for mr in p.models),
+                                   max_rtt_ms=mr.max_rtt_ms, ttft_p99_ms=mr.ttft_p99_ms,
+                                   tpot_p99_ms=mr.tpot_p99_ms) for mr in p.models),
     )
 
 

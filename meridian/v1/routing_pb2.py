@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from meridian.v1 import common_pb2 as meridian_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19meridian/v1/routing.proto\x12\x0bmeridian.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18meridian/v1/common.proto\"|\n\x12WatchRoutesRequest\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x15\n\rrouter_region\x18\x02 \x01(\t\x12\x15\n\rknown_version\x18\x03 \x01(\x04\x12\r\n\x05token\x18\x04 \x01(\t\x12\x16\n\x0erouter_version\x18\x05 \x01(\t\"\xb8\x02\n\x0cRouteReplica\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12!\n\x05\x63loud\x18\x03 \x01(\x0e\x32\x12.meridian.v1.Cloud\x12\x0e\n\x06region\x18\x04 \x01(\t\x12\x0c\n\x04zone\x18\x05 \x01(\t\x12(\n\x05state\x18\x06 \x01(\x0e\x32\x19.meridian.v1.ReplicaState\x12\x0e\n\x06weight\x18\x07 \x01(\x01\x12&\n\x04load\x18\x08 \x01(\x0b\x32\x18.meridian.v1.ReplicaLoad\x12\x10\n\x08gpu_type\x18\t \x01(\t\x12\x12\n\ncluster_id\x18\n \x01(\t\x12\x10\n\x08revision\x18\x0b \x01(\t\x12\'\n\x04tier\x18\x0c \x01(\x0e\x32\x19.meridian.v1.CapacityTier\"\xbb\x01\n\x0bModelRoutes\x12\x19\n\x11served_model_name\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12+\n\x08replicas\x18\x04 \x03(\x0b\x32\x19.meridian.v1.RouteReplica\x12\x14\n\x0cis_embedding\x18\x05 \x01(\x08\x12\x16\n\x0e\x63ontext_length\x18\x06 \x01(\r\x12\x12\n\nmax_rtt_ms\x18\x07 \x01(\x01\"\x91\x01\n\x0cRoutingTable\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x30\n\x0cgenerated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x06models\x18\x03 \x03(\x0b\x32\x18.meridian.v1.ModelRoutes\x12\x14\n\x0cscheduler_id\x18\x04 \x01(\t\"\xc3\x01\n\rTrafficSample\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rclient_region\x18\x02 \x01(\t\x12\x10\n\x08requests\x18\x03 \x01(\x04\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x04\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x04\x12\x0e\n\x06\x65rrors\x18\x06 \x01(\x04\x12\x11\n\tin_flight\x18\x07 \x01(\r\x12\x13\n\x0bttft_p99_ms\x18\x08 \x01(\x01\x12\x10\n\x08revision\x18\t \x01(\t\"\xef\x01\n\rTrafficReport\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x15\n\rrouter_region\x18\x02 \x01(\t\x12\x30\n\x0cwindow_start\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nwindow_end\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07samples\x18\x05 \x03(\x0b\x32\x1a.meridian.v1.TrafficSample\x12\r\n\x05token\x18\x06 \x01(\t\x12\x16\n\x0erouter_version\x18\x07 \x01(\t\",\n\x10TrafficReportAck\x12\x18\n\x10\x61\x63\x63\x65pted_samples\x18\x01 \x01(\x04\x32\xa9\x01\n\x0eRoutingService\x12K\n\x0bWatchRoutes\x12\x1f.meridian.v1.WatchRoutesRequest\x1a\x19.meridian.v1.RoutingTable0\x01\x12J\n\rReportTraffic\x12\x1a.meridian.v1.TrafficReport\x1a\x1d.meridian.v1.TrafficReportAckb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19meridian/v1/routing.proto\x12\x0bmeridian.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18meridian/v1/common.proto\"|\n\x12WatchRoutesRequest\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x15\n\rrouter_region\x18\x02 \x01(\t\x12\x15\n\rknown_version\x18\x03 \x01(\x04\x12\r\n\x05token\x18\x04 \x01(\t\x12\x16\n\x0erouter_version\x18\x05 \x01(\t\"\xb8\x02\n\x0cRouteReplica\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12!\n\x05\x63loud\x18\x03 \x01(\x0e\x32\x12.meridian.v1.Cloud\x12\x0e\n\x06region\x18\x04 \x01(\t\x12\x0c\n\x04zone\x18\x05 \x01(\t\x12(\n\x05state\x18\x06 \x01(\x0e\x32\x19.meridian.v1.ReplicaState\x12\x0e\n\x06weight\x18\x07 \x01(\x01\x12&\n\x04load\x18\x08 \x01(\x0b\x32\x18.meridian.v1.ReplicaLoad\x12\x10\n\x08gpu_type\x18\t \x01(\t\x12\x12\n\ncluster_id\x18\n \x01(\t\x12\x10\n\x08revision\x18\x0b \x01(\t\x12\'\n\x04tier\x18\x0c \x01(\x0e\x32\x19.meridian.v1.CapacityTier\"\xe5\x01\n\x0bModelRoutes\x12\x19\n\x11served_model_name\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12+\n\x08replicas\x18\x04 \x03(\x0b\x32\x19.meridian.v1.RouteReplica\x12\x14\n\x0cis_embedding\x18\x05 \x01(\x08\x12\x16\n\x0e\x63ontext_length\x18\x06 \x01(\r\x12\x12\n\nmax_rtt_ms\x18\x07 \x01(\x01\x12\x13\n\x0bttft_p99_ms\x18\x08 \x01(\x01\x12\x13\n\x0btpot_p99_ms\x18\t \x01(\x01\"\x91\x01\n\x0cRoutingTable\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x30\n\x0cgenerated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x06models\x18\x03 \x03(\x0b\x32\x18.meridian.v1.ModelRoutes\x12\x14\n\x0cscheduler_id\x18\x04 \x01(\t\"\xc3\x01\n\rTrafficSample\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rclient_region\x18\x02 \x01(\t\x12\x10\n\x08requests\x18\x03 \x01(\x04\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x04\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x04\x12\x0e\n\x06\x65rrors\x18\x06 \x01(\x04\x12\x11\n\tin_flight\x18\x07 \x01(\r\x12\x13\n\x0bttft_p99_ms\x18\x08 \x01(\x01\x12\x10\n\x08revision\x18\t \x01(\t\"\xef\x01\n\rTrafficReport\x12\x11\n\trouter_id\x18\x01 \x01(\t\x12\x15\n\rrouter_region\x18\x02 \x01(\t\x12\x30\n\x0cwindow_start\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nwindow_end\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07samples\x18\x05 \x03(\x0b\x32\x1a.meridian.v1.TrafficSample\x12\r\n\x05token\x18\x06 \x01(\t\x12\x16\n\x0erouter_version\x18\x07 \x01(\t\",\n\x10TrafficReportAck\x12\x18\n\x10\x61\x63\x63\x65pted_samples\x18\x01 \x01(\x04\x32\xa9\x01\n\x0eRoutingService\x12K\n\x0bWatchRoutes\x12\x1f.meridian.v1.WatchRoutesRequest\x1a\x19.meridian.v1.RoutingTable0\x01\x12J\n\rReportTraffic\x12\x1a.meridian.v1.TrafficReport\x1a\x1d.meridian.v1.TrafficReportAckb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,15 +38,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ROUTEREPLICA']._serialized_start=228
   _globals['_ROUTEREPLICA']._serialized_end=540
   _globals['_MODELROUTES']._serialized_start=543
-  _globals['_MODELROUTES']._serialized_end=730
-  _globals['_ROUTINGTABLE']._serialized_start=733
-  _globals['_ROUTINGTABLE']._serialized_end=878
-  _globals['_TRAFFICSAMPLE']._serialized_start=881
-  _globals['_TRAFFICSAMPLE']._serialized_end=1076
-  _globals['_TRAFFICREPORT']._serialized_start=1079
-  _globals['_TRAFFICREPORT']._serialized_end=1318
-  _globals['_TRAFFICREPORTACK']._serialized_start=1320
-  _globals['_TRAFFICREPORTACK']._serialized_end=1364
-  _globals['_ROUTINGSERVICE']._serialized_start=1367
-  _globals['_ROUTINGSERVICE']._serialized_end=1536
+  _globals['_MODELROUTES']._serialized_end=772
+  _globals['_ROUTINGTABLE']._serialized_start=775
+  _globals['_ROUTINGTABLE']._serialized_end=920
+  _globals['_TRAFFICSAMPLE']._serialized_start=923
+  _globals['_TRAFFICSAMPLE']._serialized_end=1118
+  _globals['_TRAFFICREPORT']._serialized_start=1121
+  _globals['_TRAFFICREPORT']._serialized_end=1360
+  _globals['_TRAFFICREPORTACK']._serialized_start=1362
+  _globals['_TRAFFICREPORTACK']._serialized_end=1406
+  _globals['_ROUTINGSERVICE']._serialized_start=1409
+  _globals['_ROUTINGSERVICE']._serialized_end=1578
 # @@protoc_insertion_point(module_scope)

@@ -53,7 +53,7 @@ class RouteReplica(_message.Message):
     def __init__(self, replica_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., cloud: _Optional[_Union[_common_pb2.Cloud, str]] = ..., region: _Optional[str] = ..., zone: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.ReplicaState, str]] = ..., weight: _Optional[float] = ..., load: _Optional[_Union[_common_pb2.ReplicaLoad, _Mapping]] = ..., gpu_type: _Optional[str] = ..., cluster_id: _Optional[str] = ..., revision: _Optional[str] = ..., tier: _Optional[_Union[_common_pb2.CapacityTier, str]] = ...) -> None: ...
 
 class ModelRoutes(_message.Message):
-    __slots__ = ("served_model_name", "deployment", "policy", "replicas", "is_embedding", "context_length", "max_rtt_ms")
+    __slots__ = ("served_model_name", "deployment", "policy", "replicas", "is_embedding", "context_length", "max_rtt_ms", "ttft_p99_ms", "tpot_p99_ms")
     SERVED_MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +61,8 @@ class ModelRoutes(_message.Message):
     IS_EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
     MAX_RTT_MS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    TPOT_P99_MS_FIELD_NUMBER: _ClassVar[int]
     served_model_name: str
     deployment: str
     policy: str
@@ -68,7 +70,9 @@ class ModelRoutes(_message.Message):
     is_embedding: bool
     context_length: int
     max_rtt_ms: float
-    def __init__(self, served_model_name: _Optional[str] = ..., deployment: _Optional[str] = ..., policy: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[RouteReplica, _Mapping]]] = ..., is_embedding: _Optional[bool] = ..., context_length: _Optional[int] = ..., max_rtt_ms: _Optional[float] = ...) -> None: ...
+    ttft_p99_ms: float
+    tpot_p99_ms: float
+    def __init__(self, served_model_name: _Optional[str] = ..., deployment: _Optional[str] = ..., policy: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[RouteReplica, _Mapping]]] = ..., is_embedding: _Optional[bool] = ..., context_length: _Optional[int] = ..., max_rtt_ms: _Optional[float] = ..., ttft_p99_ms: _Optional[float] = ..., tpot_p99_ms: _Optional[float] = ...) -> None: ...
 
 class RoutingTable(_message.Message):
     __slots__ = ("version", "generated_at", "models", "scheduler_id")

@@ -58,6 +58,14 @@ class EmulatorConfig(pydantic.BaseModel):
     schedule_policy: str = "fcfs"
     enable_metrics: bool = False
     api_key: str | None = None
+    # TLS, as SGLang 0.5.23 serves it (uvicorn): a certificate and key; a CA bundle is loaded but
+    # client certificates are not required (SGLang does not do mutual TLS); with
+    # enable_ssl_refresh the files are reloaded when they change. (--ssl-keyfile-password is not
+    # emulated: a password belongs in no command line.)
+    ssl_keyfile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_ca_certs: str | None = None
+    enable_ssl_refresh: bool = False
     quantization: str = ""
     disable_radix_cache: bool = False
     enable_cache_report: bool = False
@@ -80,6 +88,10 @@ class EmulatorConfig(pydantic.BaseModel):
     latency_map_file: str = pydantic.Field(
         default="", description="A LatencyMap spec file (measured RTTs, extra regions) applied over the built-in "
         "map for the simulated distance, as the scheduler and routers apply it; empty: the built-in map.")
+    request_log_dir: str = pydantic.Field(
+        default="", description="Append '<unix time> <X-Request-Id>' for every answered generation request to a file "
+        "in this directory (one per replica process, replica-<pid>-*.log), for tests that count requests served "
+        "twice; empty: none.")
     faults: FaultConfig = FaultConfig()
 
     def latency_map(self) -> latency.LatencyMap:
@@ -91,6 +103,23 @@ class EmulatorConfig(pydantic.BaseModel):
         if not loaded.of_kind("LatencyMap"):
             raise ValueError(f"{self.latency_map_file} has no LatencyMap document")
         return loaded.context.latency_map
+
+    @pydantic.model_validator(mode="after")
+    def _ssl(self) -> EmulatorConfig:
+        # SGLang's own checks (srt/arg_groups/serving_hook.py handle_ssl_validation), same words.
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise ValueError("--ssl-keyfile requires --ssl-certfile to be specified as well.")
+        if self.ssl_certfile and not self.ssl_keyfile:
+            raise ValueError("--ssl-certfile requires --ssl-keyfile to be specified as well.")
+        if self.ssl_ca_certs and not self.ssl_certfile:
+            raise ValueError("--ssl-ca-certs has no effect without --ssl-certfile and --ssl-keyfile.")
+        for flag, path in (("--ssl-keyfile", self.ssl_keyfile), ("--ssl-certfile", self.ssl_certfile),
+                           ("--ssl-ca-certs", self.ssl_ca_certs)):
+            if path and not os.path.isfile(path):
+                raise ValueError(f"SSL file not found: '{path}'. Please check the {flag} path.")
+        if self.enable_ssl_refresh and not self.ssl_certfile:
+            raise ValueError("--enable-ssl-refresh requires --ssl-certfile and --ssl-keyfile to be specified.")
+        return self
 
     @pydantic.model_validator(mode="after")
     def _known_region(self) -> EmulatorConfig:
@@ -157,6 +186,10 @@ _SGLANG_ARGS: tuple[tuple[tuple[str, ...], str, object], ...] = (
     (("--schedule-policy",), "schedule_policy", str),
     (("--enable-metrics",), "enable_metrics", "switch"),
     (("--api-key",), "api_key", str),
+    (("--ssl-keyfile",), "ssl_keyfile", str),
+    (("--ssl-certfile",), "ssl_certfile", str),
+    (("--ssl-ca-certs",), "ssl_ca_certs", str),
+    (("--enable-ssl-refresh",), "enable_ssl_refresh", "switch"),
     (("--quantization",), "quantization", str),
     (("--disable-radix-cache",), "disable_radix_cache", "switch"),
     (("--enable-cache-report",), "enable_cache_report", "switch"),
@@ -179,6 +212,7 @@ _EMULATOR_ARGS: tuple[tuple[str, str, object], ...] = (
     ("--health-timeout-s", "health_timeout_s", float),
     ("--region", "region", str),
     ("--latency-map-file", "latency_map_file", str),
+    ("--request-log-dir", "request_log_dir", str),
 )
 _FAULT_ARGS: tuple[tuple[str, str, object], ...] = (
     ("--crash-after-requests", "crash_after_requests", int),

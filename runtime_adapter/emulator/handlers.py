@@ -60,6 +60,7 @@ class Handlers:
     def __init__(self, server: EmulatorServer) -> None:
         self.s = server
         self._latency = server.config.latency_map()
+        self._request_log = server.request_log
 
     # ----- shared ---------------------------------------------------------------------------------
     async def _body(self, request: web.Request, model: type[pydantic.BaseModel], *, openai: bool) -> Any:
@@ -133,7 +134,12 @@ class Handlers:
             self._admit(req)
         except engine_mod.QueueFull:
             return _openai_error(QUEUE_FULL, "503", 503)
-        await self._wait(req)
+        try:
+            await self._wait(req)
+        except asyncio.CancelledError:
+            # The client closed the connection: SGLang aborts the request rather than finish it.
+            self.s.engine.abort(req, "client disconnected")
+            raise
         return None
 
     async def _sse(self, request: web.Request, req: engine_mod.GenRequest, queue_full: str,
@@ -151,6 +157,7 @@ class Handlers:
         try:
             await body(resp)
             await resp.write_eof()
+            self._completed(request)
         except ConnectionError:
             # The client went away mid-stream: the engine drops the request (counted as aborted).
             log.debug("event=client_disconnected rid=%s", req.rid)
@@ -161,12 +168,21 @@ class Handlers:
     def _usage(self, req: engine_mod.GenRequest) -> dict[str, Any]:
         return protocol.usage(req.prompt_tokens, req.generated, req.cached_tokens, self.s.config.enable_cache_report)
 
+    def _completed(self, request: web.Request) -> None:
+        """Note an answered generation request in the request log (``request_log_dir``), if kept."""
+        out = self._request_log
+        if out is not None:
+            out.write(f"{time.time():.3f} {request.headers.get('X-Request-Id') or '-'}\n")
+
     async def _guarded(self, request: web.Request, run: Any) -> web.StreamResponse:
         """In-flight accounting (graceful exit waits for it) and _Reject handling."""
         self.s.in_flight += 1
         try:
             await self._network_delay(request)
-            return await run(request)
+            resp = await run(request)
+            if type(resp) is web.Response and resp.status == 200:
+                self._completed(request)  # streams note themselves once written to the end
+            return resp
         except _Reject as rej:
             return rej.response
         finally:

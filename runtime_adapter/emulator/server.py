@@ -16,6 +16,7 @@ import os
 import random
 import secrets
 import signal
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -40,6 +41,8 @@ OPEN_PATH_PREFIXES = ("/health", "/ready", "/metrics")
 FATAL_EXIT_CODE = 134
 # Handlers still open at shutdown get this long to finish (their requests are aborted first).
 SHUTDOWN_TIMEOUT_S = 5.0
+# --enable-ssl-refresh: how often the certificate files are checked (SGLang watches them with inotify).
+SSL_REFRESH_INTERVAL_S = 1.0
 
 
 class ConfigError(ValueError):
@@ -86,6 +89,11 @@ class EmulatorServer:
         self.port = config.port
         self._runner: web.AppRunner | None = None
         self._engine_task: asyncio.Task[None] | None = None
+        self._ssl_task: asyncio.Task[None] | None = None
+        # request_log_dir: one line (the X-Request-Id) per answered generation request, written
+        # as it happens (line-buffered) so a killed replica's record survives it.
+        self.request_log = None
+        self.ssl_context: ssl.SSLContext | None = None
         self.idle = asyncio.Event()
 
     @property
@@ -142,23 +150,67 @@ class EmulatorServer:
                  "max_running_requests=%d, context_len=%d", cfg.model_path, self.perf.weights_gib,
                  self.perf.kv_budget_tokens, self.max_running_requests, self.context_len)
         self._engine_task = asyncio.create_task(self.engine.run(), name="emulator-engine")
+        if cfg.request_log_dir:
+            os.makedirs(cfg.request_log_dir, exist_ok=True)
+            self.request_log = open(os.path.join(cfg.request_log_dir, f"replica-{os.getpid()}-{id(self):x}.log"),
+                                    "a", buffering=1)
+        # Handler cancellation: a client that closes its connection aborts its request, as in SGLang.
         self._runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False,
-                                      shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+                                      shutdown_timeout=SHUTDOWN_TIMEOUT_S, handler_cancellation=True)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
+        if cfg.ssl_certfile:
+            self.ssl_context = self._ssl_context()
+            log.info("SSL enabled: certfile=%s, keyfile=%s", cfg.ssl_certfile, cfg.ssl_keyfile)
+            if cfg.enable_ssl_refresh:
+                self._ssl_task = asyncio.create_task(self._refresh_ssl(), name="emulator-ssl-refresh")
+                log.info("SSL certificate auto-refresh enabled.")
+        site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True, ssl_context=self.ssl_context)
         await site.start()
         server = site._server
         if server is not None and getattr(server, "sockets", None):
             self.port = server.sockets[0].getsockname()[1]
         host = "127.0.0.1" if cfg.host in ("0.0.0.0", "") else cfg.host
-        self.url = f"http://{host}:{self.port}"
-        log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", cfg.host, self.port)
+        scheme = "https" if self.ssl_context is not None else "http"
+        self.url = f"{scheme}://{host}:{self.port}"
+        log.info("Uvicorn running on %s://%s:%d (Press CTRL+C to quit)", scheme, cfg.host, self.port)
         t1 = time.monotonic()
         if not cfg.skip_server_warmup:
             await self._warmup()
         self.metrics.set_startup_phase("tokenizer_e2e", time.monotonic() - t1)
         self.status = "Up"
         log.info("The server is fired up and ready to roll!")
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        """As uvicorn builds it for SGLang: the server pair, the CA bundle loaded, no client certificate
+        required."""
+        cfg = self.config
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cfg.ssl_certfile, cfg.ssl_keyfile)
+        if cfg.ssl_ca_certs:
+            ctx.load_verify_locations(cfg.ssl_ca_certs)
+        return ctx
+
+    async def _refresh_ssl(self) -> None:
+        """--enable-ssl-refresh: reload the pair in place when the files change (new connections get it)."""
+        cfg = self.config
+
+        def signature() -> tuple:
+            return tuple((st.st_ino, st.st_size, st.st_mtime_ns)
+                         for st in (os.stat(p) for p in (cfg.ssl_certfile, cfg.ssl_keyfile) if p))
+
+        last = signature()
+        while True:
+            await asyncio.sleep(SSL_REFRESH_INTERVAL_S)
+            try:
+                now = signature()
+                if now == last or self.ssl_context is None:
+                    continue
+                self.ssl_context.load_cert_chain(cfg.ssl_certfile, cfg.ssl_keyfile)
+            except (OSError, ssl.SSLError) as exc:
+                log.warning("SSL certificate refresh failed (will retry): %r", exc)
+                continue
+            last = now
+            log.info("SSL certificate and key reloaded.")
 
     async def _warmup(self) -> None:
         req = engine_mod.GenRequest(rid="warmup", prompt=["The", " capital", " city", " of", " France", " is"],
@@ -170,6 +222,10 @@ class EmulatorServer:
             req.progress.clear()
 
     async def close(self) -> None:
+        if self._ssl_task is not None:
+            self._ssl_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ssl_task
         self.engine.close()
         if self._engine_task is not None:
             self._engine_task.cancel()
@@ -177,6 +233,9 @@ class EmulatorServer:
                 await self._engine_task
         if self._runner is not None:
             await self._runner.cleanup()
+        if self.request_log is not None:
+            self.request_log.close()
+            self.request_log = None
 
     def begin_graceful_exit(self) -> None:
         """SIGTERM: stop answering health/ready 200, keep serving, exit when idle."""

@@ -17,7 +17,7 @@ def environment(*, gpu_type: str | None = None, speedup: float | None = None, st
                 health_timeout_s: float | None = None, region: str | None = None,
                 latency_map_file: str | None = None, crash_after_requests: int | None = None,
                 hang: bool | None = None, slowdown_factor: float | None = None, error_rate: float | None = None,
-                fail_startup: bool | None = None) -> dict[str, str]:
+                fail_startup: bool | None = None, request_log_dir: str | None = None) -> dict[str, str]:
     """The environment variables for the given emulator settings (None: the emulator's default).
     Values are validated here, so a bad one fails at the caller, naming the setting."""
     settings = {k: v for k, v in locals().items() if v is not None}

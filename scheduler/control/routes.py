@@ -51,7 +51,8 @@ def build_models(snapshot: fleet_mod.FleetSnapshot, deployments: Mapping[str, de
             models.append(fm.ModelRoutes(served_model_name=s.model.served_name, deployment=name, replicas=replicas,
                                          is_embedding=s.runtime.is_embedding,
                                          context_length=s.runtime.context_length or 0,
-                                         max_rtt_ms=s.sla.max_rtt_ms or 0.0))
+                                         max_rtt_ms=s.sla.max_rtt_ms or 0.0, ttft_p99_ms=s.sla.ttft_p99_ms,
+                                         tpot_p99_ms=s.sla.tpot_p99_ms or 0.0))
         elif served_name.get(name):
             # Replicas of a deleted deployment keep serving until drained.
             models.append(fm.ModelRoutes(served_model_name=served_name[name], deployment=name, replicas=replicas))

@@ -42,17 +42,25 @@ async def tls_scheduler(pki, tmp_path):
         await svc.stop(grace_s=0.5)
 
 
+@pytest.fixture
+def token_file(tmp_path) -> str:
+    """The router's scheduler token, in a file (never a command-line value)."""
+    path = tmp_path / "router.token"
+    path.write_text(ROUTER_TOKEN + "\n")
+    return str(path)
+
+
 def chat() -> dict:
     return {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 
 
 async def test_router_gets_tables_and_reports_traffic_over_mutual_tls(pki, tls_scheduler, replicas, make_router,
-                                                                       http):
+                                                                       http, token_file):
     """With the CA and a client certificate the router receives the scheduler's routing table over
     mutual TLS, serves from it, and its traffic report is accepted by the scheduler."""
     (rep,) = await replicas(1)
     tls_scheduler.route_hub.publish(testing.table(VERSION, {"m": [testing.replica("a", rep.port)]}))
-    router = await make_router(scheduler_address=f"127.0.0.1:{tls_scheduler.grpc_port}", scheduler_token=ROUTER_TOKEN,
+    router = await make_router(scheduler_address=f"127.0.0.1:{tls_scheduler.grpc_port}", scheduler_token_file=token_file,
                                scheduler_tls_ca_file=pki.ca, scheduler_tls_cert_file=pki.client_cert,
                                scheduler_tls_key_file=pki.client_key, region="na-east", traffic_report_interval_s=0.2)
     await scheduler_testing.wait_for(lambda: router.state.version == VERSION, what="the table over TLS")
@@ -63,11 +71,11 @@ async def test_router_gets_tables_and_reports_traffic_over_mutual_tls(pki, tls_s
     assert router.metrics.scheduler_connected == 1
 
 
-async def test_router_without_client_certificate_gets_nothing(pki, tls_scheduler, make_router):
+async def test_router_without_client_certificate_gets_nothing(pki, tls_scheduler, make_router, token_file):
     """Trusting the right CA but holding no client certificate, the router is refused at the handshake
     by a mutual-TLS scheduler: no table, errors counted, never connected."""
     tls_scheduler.route_hub.publish(testing.table(VERSION, {"m": [testing.replica("a", 1)]}))
-    router = await make_router(scheduler_address=f"127.0.0.1:{tls_scheduler.grpc_port}", scheduler_token=ROUTER_TOKEN,
+    router = await make_router(scheduler_address=f"127.0.0.1:{tls_scheduler.grpc_port}", scheduler_token_file=token_file,
                                scheduler_tls_ca_file=pki.ca)
     await scheduler_testing.wait_for(lambda: router.metrics.background_errors["route_stream"] >= 2,
                                      what="two refused stream attempts")

@@ -259,6 +259,38 @@ async def test_fault_admin_endpoint(http):
             assert resp.status == 200
 
 
+async def test_request_log_records_each_answered_request_by_its_id(http, tmp_path):
+    """With request_log_dir, each answered generation request (streamed or not) leaves one line with
+    its X-Request-Id; a refused one (500) leaves none."""
+    async with running_emulator(request_log_dir=str(tmp_path)) as srv:
+        for rid, body in (("a-1", CHAT), ("a-2", {**CHAT, "stream": True})):
+            async with http.post(srv.url + "/v1/chat/completions", json=body, headers={"X-Request-Id": rid}) as resp:
+                assert resp.status == 200
+                await resp.read()
+        async with http.post(srv.url + "/_emulator/faults", json={"error_rate": 1.0}) as resp:
+            assert resp.status == 200
+        async with http.post(srv.url + "/v1/chat/completions", json=CHAT, headers={"X-Request-Id": "a-3"}) as resp:
+            assert resp.status == 500
+    (log,) = tmp_path.glob("replica-*.log")
+    assert [line.split(" ", 1)[1] for line in log.read_text().splitlines()] == ["a-1", "a-2"]
+
+
+async def test_a_client_leaving_a_non_streaming_request_aborts_it(http):
+    """As SGLang does, closing the connection of a waiting non-streaming request aborts it: the
+    engine stops working on it and nothing is logged as answered."""
+    async with running_emulator(speedup=1.0) as srv:
+        body = {**CHAT, "max_tokens": 2000, "ignore_eos": True}
+        with pytest.raises(asyncio.TimeoutError):
+            async with http.post(srv.url + "/v1/chat/completions", json=body,
+                                 timeout=aiohttp.ClientTimeout(total=0.5)) as resp:
+                await resp.read()
+        for _ in range(50):
+            if srv.engine.outstanding == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert srv.engine.outstanding == 0
+
+
 async def test_openai_sdk_chat_and_stream():
     """The official openai SDK talks to the emulator: chat, streaming with usage, models, completions."""
     async with running_emulator(api_key="k") as srv:

@@ -37,10 +37,11 @@ def test_reports_pools_events_round_trip():
 
 
 def test_routing_table_and_traffic_round_trip():
-    """Routing tables (with each model's max_rtt_ms) and traffic reports keep every replica and sample."""
+    """Routing tables (with each model's max_rtt_ms and TTFT/TPOT targets) and traffic reports keep every
+    replica and sample."""
     table = fleet.RoutingTable(9, (fleet.ModelRoutes("llama", "chat", (fleet.RouteReplica(
         "r1", "http://127.0.0.1:1", fleet.Cloud.GCP, "us-central1", "us-central1-a", fleet.ReplicaState.DRAINING,
-        0.5, LOAD, "L4", "gcp-usc1", "abc", fleet.Tier.SPOT),), "latency", False, 8192, 90.0),), 1_764_000_000.0, "s1")
+        0.5, LOAD, "L4", "gcp-usc1", "abc", fleet.Tier.SPOT),), "latency", False, 8192, 90.0, 800.0, 100.0),), 1_764_000_000.0, "s1")
     assert wire.table_from_pb(wire.table_to_pb(table)) == table
     report = fleet.TrafficReport("rt1", "eu-west", 1.0, 11.0, (fleet.TrafficSample("llama", "eu-west", 10, 100, 50, 1, 2, 300.0),
                                                                 fleet.TrafficSample("llama", "eu-west", 3, 30, 9, 2, 0,

@@ -43,7 +43,9 @@ def test_routes_file(tmp_path):
     t = routes_file.load(path)
     assert t.models[0].policy == "round_robin" and t.models[0].replicas[0].cloud is fm.Cloud.AWS
     path.write_text("models:\n  - served_model_name: m\n    replicas:\n      - {replica_id: r1, endpoint: 'https://x:1'}\n")
-    with pytest.raises(pydantic.ValidationError, match="only http://"):
+    assert routes_file.load(path).models[0].replicas[0].endpoint == "https://x:1"
+    path.write_text("models:\n  - served_model_name: m\n    replicas:\n      - {replica_id: r1, endpoint: 'ftp://x:1'}\n")
+    with pytest.raises(pydantic.ValidationError, match="use http:// or https://"):
         routes_file.load(path)
 
 
@@ -92,3 +94,45 @@ def test_traffic_window_and_restore():
     acc.restore(report)
     acc.record("m", "na-east", 1, 1, False, None)
     assert acc.take("r", "na-east").samples[0].requests == 3
+
+
+def test_per_try_floor_above_cap_is_refused():
+    """A per-try floor above its cap cannot be met: refused naming both settings."""
+    with pytest.raises(pydantic.ValidationError, match="per_try_floor_s .* must be <= per_try_cap_s"):
+        config.RouterConfig.model_validate({"retry": {"per_try_floor_s": 40, "per_try_cap_s": 30}})
+
+
+def test_secrets_come_from_their_files_or_the_environment(tmp_path, monkeypatch):
+    """The scheduler token and upstream key are read from their files (file over environment), or
+    from MERIDIAN_ROUTER_SCHEDULER_TOKEN / MERIDIAN_UPSTREAM_API_KEY."""
+    monkeypatch.setenv("MERIDIAN_ROUTER_SCHEDULER_TOKEN", "from-env")
+    monkeypatch.setenv("MERIDIAN_UPSTREAM_API_KEY", "key-from-env")
+    assert config.RouterConfig().scheduler_token() == "from-env"
+    assert config.RouterConfig().upstream_api_key() == "key-from-env"
+    token = tmp_path / "t"
+    token.write_text("from-file\n")
+    assert config.RouterConfig(scheduler_token_file=str(token)).scheduler_token() == "from-file"
+
+
+@pytest.mark.parametrize("content,needle", [(None, "cannot read"), ("", "the file is empty"),
+                                            ("a\nb", "more than one line"), ("two words", "printable ASCII")])
+def test_bad_secret_file_is_refused_naming_setting_flag_and_path_not_the_value(tmp_path, content, needle):
+    """A missing, empty, multi-line or header-unsafe secret file stops the router at start; the error
+    names the setting, its flag and the path, and never shows the secret."""
+    path = tmp_path / "key"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(pydantic.ValidationError, match=needle) as info:
+        config.RouterConfig(upstream_api_key_file=str(path))
+    text = str(info.value)
+    assert "upstream_api_key_file (--upstream-api-key-file)" in text and str(path) in text
+    assert content is None or not content.strip() or content not in text
+
+
+def test_static_routes_carry_the_sla_targets(tmp_path):
+    """ttft_p99_ms and tpot_p99_ms of a static routes file reach the routing table."""
+    path = tmp_path / "routes.yaml"
+    path.write_text("models:\n  - served_model_name: m\n    ttft_p99_ms: 500\n    tpot_p99_ms: 40\n"
+                    "    replicas: [{replica_id: a, endpoint: 'http://127.0.0.1:1'}]\n")
+    model = routes_file.load(path).models[0]
+    assert (model.ttft_p99_ms, model.tpot_p99_ms) == (500, 40)

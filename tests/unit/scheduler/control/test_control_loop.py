@@ -360,6 +360,8 @@ async def test_published_routes_carry_the_deployments_max_rtt_ms(store):
     await converge(h, [c1, c2])
     table = await records.RoutingStore(store).load()
     assert table.model("chat").max_rtt_ms == 40.0
+    # The TTFT target rides along too: routers derive each try's first-byte limit from it.
+    assert table.model("chat").ttft_p99_ms > 0
     await apply_specs(store)
     CLOCK.advance(2.0)
     await h.loop.tick()
