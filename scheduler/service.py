@@ -44,7 +44,8 @@ class SchedulerService:
         self.metrics = metrics_mod.SchedulerMetrics()
         tokens_file = auth.TokensFile.load(config.tokens_file) if config.tokens_file else None
         self.tokens = tokens or auth.TokenBook(tokens_file, env=env)
-        self.admin_auth = admin_auth or auth.AdminAuth.load(token_file=config.admin_token_file, env=env)
+        self.admin_auth = admin_auth or auth.AdminAuth.load(token_file=config.admin_token_file, env=env,
+                                                            tokens_file=tokens_file)
         self.store = store or state.open_store(config.state_url, namespace=config.namespace, clock=self.clock)
         self.spec_store = records.SpecStore(self.store)
         self.traffic = records.TrafficLog(self.store)
