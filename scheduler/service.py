@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import grpc
 from aiohttp import web
 
+from meridian import limits
 from meridian.v1 import capacity_pb2_grpc, routing_pb2_grpc
 from scheduler import clock as clock_mod
 from scheduler import config as config_mod
@@ -128,9 +129,13 @@ class SchedulerService:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        # Messages in are bounded as every agent and router message is small; out, a routing table
+        # of a large fleet may be bigger (routers receive up to the same bound).
         self._grpc = grpc.aio.server(options=[("grpc.keepalive_time_ms", 20_000),
                                               ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
-                                              ("grpc.keepalive_permit_without_calls", 1)])
+                                              ("grpc.keepalive_permit_without_calls", 1),
+                                              *limits.grpc_options(limits.GRPC_MAX_MESSAGE_BYTES,
+                                                                   limits.GRPC_MAX_ROUTING_TABLE_BYTES)])
         capacity_pb2_grpc.add_CapacityServiceServicer_to_server(capacity.CapacityServicer(
             scheduler_id=self.config.scheduler_id, leadership=self, tokens=self.tokens, hub=self.hub,
             sink=self.intake, metrics=self.metrics, clock=self.clock,

@@ -20,6 +20,7 @@ loader's per-file limits); an oversized or malformed body gets a 4xx JSON answer
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -126,7 +127,8 @@ async def _authorized_files(request: web.Request, verb: str, files: list[tuple[s
     """A 403 when the principal may not ``verb`` a document the files declare (read before
     validation, so a refusal does not depend on the document being valid), else None."""
     # Unknown kinds are left to validation, which names the valid ones.
-    headers = [(h.kind, h.name, h.team) for h in specs.declared(files) if h.kind in spec.KINDS]
+    headers = [(h.kind, h.name, h.team) for h in await asyncio.to_thread(specs.declared, files)
+               if h.kind in spec.KINDS]
     refusals = _refusals(_principal(request), verb, headers, stored)
     return _forbidden(request, verb, refusals) if refusals else None
 
@@ -142,12 +144,15 @@ async def _files(request: web.Request) -> list[tuple[str, str]] | web.Response:
     try:
         body = await request.json()
     except web.HTTPRequestEntityTooLarge:
+        request.app[CTX].metrics.limit_refusals.labels("admin", "body_bytes").inc()
         return _error(413, f"the body is larger than {MAX_BODY_BYTES} bytes; apply fewer or smaller files at once")
     except RecursionError:
         return _error(400, "body JSON is nested too deeply")
     except ValueError:
         return _error(400, 'body must be JSON: {"files": [{"name": "...", "text": "..."}]}')
     files = body.get("files") if isinstance(body, dict) else None
+    if isinstance(files, list) and len(files) > MAX_FILES:
+        request.app[CTX].metrics.limit_refusals.labels("admin", "files").inc()
     if not isinstance(files, list) or len(files) > MAX_FILES or not all(
             isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("text"), str) for f in files):
         return _error(400, f'"files" must be a list (at most {MAX_FILES}) of {{"name": str, "text": str}}')
@@ -174,7 +179,7 @@ async def apply(request: web.Request) -> web.Response:
     if refused is not None:
         return refused
     try:
-        proposal = specs.propose(stored, files)
+        proposal = await asyncio.to_thread(specs.propose, stored, files)
     except spec.SpecError as exc:
         log.info("event=apply_rejected principal=%s files=%s issues=%d", _principal(request).name,
                  [n for n, _ in files], len(exc.issues))
@@ -248,7 +253,7 @@ async def delete_spec(request: web.Request) -> web.Response:
     if refusals:
         return _forbidden(request, access.DELETE, refusals)
     try:
-        specs.propose(stored, [], removed=frozenset({(kind, name)}))
+        await asyncio.to_thread(specs.propose, stored, [], frozenset({(kind, name)}))
     except spec.SpecError as exc:
         return _issues(exc)
     await ctx.spec_store.delete(kind, name)
@@ -268,7 +273,7 @@ async def plan(request: web.Request) -> web.Response:
     if refused is not None:
         return refused
     try:
-        proposal = specs.propose(stored, files)
+        proposal = await asyncio.to_thread(specs.propose, stored, files)
     except spec.SpecError as exc:
         return _issues(exc)
     refused = _authorized_docs(request, access.PLAN, proposal.submitted, stored)
