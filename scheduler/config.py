@@ -12,7 +12,7 @@ import socket
 import pydantic
 
 ADDRESS = r"^[^\s:]+:\d{1,5}$"
-STATE_SCHEMES = ("sqlite", "redis", "rediss")
+STATE_SCHEMES = ("sqlite", "redis", "rediss", "redis+sentinel", "rediss+sentinel")
 
 
 def default_scheduler_id() -> str:
@@ -31,7 +31,12 @@ class SchedulerConfig(pydantic.BaseModel):
     advertise_grpc_address: str | None = pydantic.Field(
         default=None, pattern=ADDRESS, description="gRPC address other nodes name when redirecting agents.")
     state_url: str = pydantic.Field(default="sqlite://~/.local/state/meridian/scheduler.db", min_length=1,
-                                    description="sqlite://PATH (one node) or redis://HOST:PORT/DB (HA).")
+                                    description="sqlite://PATH (one node), redis://HOST:PORT/DB (HA) or "
+                                                "redis+sentinel://H:P[,H:P...]/SERVICE[/DB] (HA on replicated Redis).")
+    state_replica_acks: int | None = pydantic.Field(
+        default=None, ge=0, le=10,
+        description="Redis replicas that must confirm each state write (WAIT) before it counts; default 1 with "
+                    "redis+sentinel:// (a write a failover could lose is never acted on), 0 otherwise.")
     namespace: str = pydantic.Field(default="default", pattern=r"^[a-zA-Z0-9_.-]{1,64}$",
                                     description="Key prefix in a shared store; one fleet per namespace.")
     tokens_file: str | None = pydantic.Field(default=None, description="YAML/JSON file of cluster and router tokens.")
@@ -98,7 +103,8 @@ class SchedulerConfig(pydantic.BaseModel):
     def _state_scheme(cls, value: str) -> str:
         scheme = value.split("://", 1)[0] if "://" in value else ""
         if scheme not in STATE_SCHEMES:
-            raise ValueError(f"{value!r}: use sqlite://PATH (one node) or redis://HOST:PORT/DB (HA)")
+            raise ValueError(f"{value!r}: use sqlite://PATH (one node), redis://HOST:PORT/DB (HA) or "
+                             "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB] (HA on replicated Redis)")
         return value
 
     @pydantic.model_validator(mode="after")

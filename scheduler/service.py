@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import grpc
 from aiohttp import web
 
-from meridian import limits
+from meridian import limits, redisconn
 from meridian.v1 import capacity_pb2_grpc, routing_pb2_grpc
 from scheduler import clock as clock_mod
 from scheduler import config as config_mod
@@ -47,7 +47,8 @@ class SchedulerService:
         self.tokens = tokens or auth.TokenBook(tokens_file, env=env)
         self.admin_auth = admin_auth or auth.AdminAuth.load(token_file=config.admin_token_file, env=env,
                                                             tokens_file=tokens_file)
-        self.store = store or state.open_store(config.state_url, namespace=config.namespace, clock=self.clock)
+        self.store = store or state.open_store(config.state_url, namespace=config.namespace, clock=self.clock,
+                                               replica_acks=config.state_replica_acks)
         self.spec_store = records.SpecStore(self.store)
         self.traffic = records.TrafficLog(self.store)
         self.routing_store = records.RoutingStore(self.store)
@@ -173,7 +174,8 @@ class SchedulerService:
                        asyncio.create_task(self.loop.run(), name="control-loop"),
                        asyncio.create_task(self._standby_duties(), name="standby")]
         log.info("event=started scheduler=%s grpc_port=%d admin_port=%d state=%s", self.config.scheduler_id,
-                 self.grpc_port, self.admin_port, self.config.state_url.split("@")[-1])
+                 self.grpc_port, self.admin_port, redisconn.parse(self.config.state_url).describe()
+                 if "redis" in self.config.state_url.split("://", 1)[0] else self.config.state_url)
 
     async def _standby_duties(self) -> None:
         """Learn who leads (for redirects and status) and, while standing by, follow the routing
