@@ -40,7 +40,7 @@ class SentinelCluster:
         work.mkdir()
         self.procs[name] = subprocess.Popen(
             [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(work), "--protected-mode", "yes", *extra],
+             "--dir", str(work), "--protected-mode", "yes", "--repl-diskless-sync-delay", "0", *extra],
             stdout=open(work / "log", "w"), stderr=subprocess.STDOUT)
         wait_for_port(port)
 
@@ -86,8 +86,12 @@ class SentinelCluster:
         name = "primary" if port == self.primary_port else "replica"
         shutil.rmtree(self.dir / name, ignore_errors=True)
         self._redis(name, port, "--replicaof", "127.0.0.1", str(self.primary()))
-        self._wait(lambda: redis.Redis(port=port).info("replication").get("master_link_status") == "up",
-                   "restarted node in sync")
+        try:
+            self._wait(lambda: redis.Redis(port=port).info("replication").get("master_link_status") == "up",
+                       "restarted node in sync", 40.0)
+        except TimeoutError as exc:
+            tail = (self.dir / name / "log").read_text()[-2000:]
+            raise TimeoutError(f"{exc}; its log ends:\n{tail}") from None
 
     def wait_failover(self, old_port: int, timeout_s: float = 30.0) -> int:
         """Wait until every sentinel names a new primary, and it accepts writes; its port."""
