@@ -64,7 +64,13 @@ return redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3])
 _ACQUIRE = """
 local v = redis.call('GET', KEYS[1])
 if v then
-  if cjson.decode(v)['holder'] == ARGV[1] then return {v, redis.call('PTTL', KEYS[1])} end
+  if cjson.decode(v)['holder'] == ARGV[1] then
+    -- Held already (an earlier acquire whose replication was not confirmed): rewrite its expiry
+    -- unchanged, a write after the lease's, so WAIT on this connection confirms the lease itself.
+    local pttl = redis.call('PTTL', KEYS[1])
+    if pttl > 0 then redis.call('PEXPIRE', KEYS[1], pttl) end
+    return {v, pttl}
+  end
   return false
 end
 local token = redis.call('INCR', KEYS[2])
@@ -141,10 +147,11 @@ class RedisStore(base.StateStore):
         except redis.exceptions.RedisError as exc:
             raise base.StateError(f"Redis: {exc}") from exc
 
-    async def _mutate(self, queue) -> object:
+    async def _mutate(self, queue, wrote=lambda result: True) -> object:
         """Run the write ``queue(client)`` issues: directly, or with ``replica_acks`` in a pipeline
         followed by ``WAIT`` on the same connection (WAIT counts the replicas that have this
-        connection's writes). Its result, or StateError when too few replicas confirmed it."""
+        connection's writes). Its result; StateError when it wrote (``wrote(result)``: a refused
+        fenced write wrote nothing) and too few replicas confirmed it."""
         if not self.replica_acks:
             return await self._call(queue(self._r))
         async with self._r.pipeline(transaction=False) as pipe:
@@ -153,7 +160,7 @@ class RedisStore(base.StateStore):
                 await queued
             pipe.wait(self.replica_acks, self._ack_timeout_ms)
             results = await self._call(pipe.execute())
-        if int(results[-1]) < self.replica_acks:
+        if wrote(results[0]) and int(results[-1]) < self.replica_acks:
             raise base.StateError(f"Redis: the write reached {int(results[-1])} of the {self.replica_acks} replica(s) "
                                   f"required within {self._ack_timeout_ms} ms; treated as not done")
         return results[0]
@@ -173,14 +180,16 @@ class RedisStore(base.StateStore):
                 args += ["put", op.key, op.value]
             else:
                 args += ["del", op.key, ""]
-        result = await self._mutate(lambda pipe: self._write(keys=keys, args=args, client=pipe))
+        result = await self._mutate(lambda pipe: self._write(keys=keys, args=args, client=pipe),
+                                    wrote=lambda r: int(r) != -1)
         if int(result) == -1:
             raise base.FencedOut(f"lease not held with fencing token {fence}")
 
     async def insert(self, collection: str, key: str, value: str, *, fence: int | None = None) -> bool:
         args = ["" if fence is None else str(fence), key, value]
         result = int(await self._mutate(
-            lambda pipe: self._insert(keys=[self._lease_key, self._hash(collection)], args=args, client=pipe)))
+            lambda pipe: self._insert(keys=[self._lease_key, self._hash(collection)], args=args, client=pipe),
+            wrote=lambda r: int(r) == 1))
         if result == -1:
             raise base.FencedOut(f"lease not held with fencing token {fence}")
         return result == 1
@@ -219,7 +228,8 @@ class RedisStore(base.StateStore):
         got = await self._mutate(lambda pipe: self._acquire(keys=[self._lease_key, f"{self._prefix}n:lease_token"],
                                                             args=[holder, str(ttl_ms), json.dumps(dict(meta)),
                                                                   str(base.token_floor(time.time()))],
-                                                            client=pipe))
+                                                            client=pipe),
+                                 wrote=bool)
         if not got:
             return None
         raw, pttl_ms = got
@@ -228,10 +238,13 @@ class RedisStore(base.StateStore):
     async def renew_lease(self, holder: str, token: int, ttl_s: float) -> bool:
         ttl_ms = max(1, int(ttl_s * 1000))
         return int(await self._mutate(
-            lambda pipe: self._renew(keys=[self._lease_key], args=[holder, str(token), str(ttl_ms)], client=pipe))) == 1
+            lambda pipe: self._renew(keys=[self._lease_key], args=[holder, str(token), str(ttl_ms)], client=pipe),
+            wrote=lambda r: int(r) == 1)) == 1
 
     async def release_lease(self, holder: str, token: int) -> None:
-        await self._mutate(lambda pipe: self._release(keys=[self._lease_key], args=[holder, str(token)], client=pipe))
+        # Best effort: an unconfirmed release only means a standby waits out the TTL.
+        await self._mutate(lambda pipe: self._release(keys=[self._lease_key], args=[holder, str(token)], client=pipe),
+                           wrote=lambda r: False)
 
     async def lease(self) -> base.Lease | None:
         async with self._r.pipeline(transaction=True) as pipe:

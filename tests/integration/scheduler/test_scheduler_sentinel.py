@@ -80,12 +80,17 @@ async def test_lease_fencing_survives_killing_the_primary(sentinel):
 
         old = sentinel.kill_primary()
         sentinel.wait_failover(old)
-        # One data node left: no replica can confirm a write, so no lease is taken or renewed.
-        with pytest.raises(state.StateError, match="replica"):
-            await b.acquire_lease("b", 2.0, {})
-        sentinel.restart_as_replica(old)
 
-        # a stopped renewing (it crashed, say); its lease lapses on the new primary and b takes it.
+        async def lapsed() -> bool:
+            return await b.lease() is None
+
+        # a stopped renewing (it crashed, say): its lease lapses on the new primary (replicated expiry).
+        await until(lapsed, "a's lease to lapse")
+        # One data node left: no replica can confirm a write, so b does not lead on the lease it took.
+        with pytest.raises(state.StateError, match="replica"):
+            await b.acquire_lease("b", 5.0, {})
+        sentinel.restart_as_replica(old)
+        # With a replica back, b's next try confirms the lease it holds (same term) and leads.
         got = await until(lambda: b.acquire_lease("b", 5.0, {}), "lease for b")
         assert got.holder == "b" and got.token > t1, (t1, got.token)
         with pytest.raises(state.FencedOut):
