@@ -280,7 +280,7 @@ class Replica:
                 if reason is None:
                     reason = await self._await_ready()
                 if reason is None:
-                    self._on_ready()
+                    await self._on_ready()
                     reason = await self._watch()
                 if not await self._on_crash(reason):
                     return
@@ -321,7 +321,7 @@ class Replica:
             self._engine.follow_stream(stream)
         elif log_path:
             self._engine.follow_file(log_path, self.config.probe_interval_s, self.config.log_max_bytes, from_end=False)
-        self._save_record()
+        await self._save_record()
         log.info("event=replica_spawned replica=%s pid=%d argv=%r", self.replica_id, proc.pid, plan.redacted_argv())
         return None
 
@@ -350,7 +350,7 @@ class Replica:
                     return None
             await self._guard(self._clock.sleep(cfg.probe_interval_s), exit_task=engine.exit_task)
 
-    def _on_ready(self) -> None:
+    async def _on_ready(self) -> None:
         now = self._clock.monotonic()
         if self._adopted is None or self._was_ready or self.time_to_ready_s == 0.0:
             assert self._engine is not None
@@ -363,7 +363,7 @@ class Replica:
         self._was_ready = True
         self.message = ""
         self._set_state(fleet.ReplicaState.READY)
-        self._save_record()
+        await self._save_record()
 
     async def _watch(self) -> str:
         """While READY: scrape, probe health; returns the reason supervision must restart."""
@@ -511,11 +511,13 @@ class Replica:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def _save_record(self) -> None:
+    async def _save_record(self) -> None:
+        """Write the adoption record (atomic, fsync'd) off the event loop: a slow disk must not stall
+        the supervision of every other replica."""
         if not (self.config.survive_supervisor_exit and self._state_dir and self._engine is not None):
             return
         proc = self._engine.proc
-        records.save(self._state_dir, records.ReplicaRecord(
+        await asyncio.to_thread(records.save, self._state_dir, records.ReplicaRecord(
             replica_id=self.replica_id, pid=proc.pid, start_ticks=proc.start_ticks or 0,
             host=self.host, port=self.port, spec=self.spec, gpu_ids=self.gpu_ids,
             argv=self.plan.redacted_argv(), started_at=self.started_at,

@@ -14,6 +14,7 @@ from meridian import limits
 from meridian.fleet import models as fm
 from meridian.v1 import routing_pb2, routing_pb2_grpc
 from scheduler import testing
+from scheduler.server import agents as agents_mod
 
 
 def addr(svc) -> str:
@@ -145,3 +146,15 @@ async def test_a_traffic_report_with_too_many_samples_is_refused(make_service):
     assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT and f"at most {n - 1}" in err.value.details()
     assert await svc.traffic.demand(1e12, 1e13) == []
     assert sample(svc, "limit_refusals_total", {"surface": "router", "limit": "traffic_samples"}) == 1
+
+
+async def test_an_agent_that_stops_reading_is_disconnected_not_buffered():
+    """Directives for a session whose agent reads none pile up only to the outbox bound; the next one
+    closes the session (the agent reconnects) and is reported undelivered."""
+    hub = agents_mod.AgentHub()
+    session = hub.attach("c1", "peer")
+    directive = fm.Directive("d", fm.DrainReplica("r1", 1))
+    for _ in range(agents_mod.OUTBOX_LIMIT):
+        assert await hub.send("c1", directive)
+    assert not await hub.send("c1", directive)
+    assert session.closed and "unread" in session.close_reason
