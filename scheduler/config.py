@@ -49,6 +49,13 @@ class SchedulerConfig(pydantic.BaseModel):
     tls_client_ca_file: str | None = pydantic.Field(
         default=None, min_length=1,
         description="PEM CA bundle: clients must present a certificate it signed (mutual TLS).")
+    admin_tls_cert_file: str | None = pydantic.Field(
+        default=None, min_length=1,
+        description="PEM certificate chain the admin API presents; with admin_tls_key_file it serves HTTPS.")
+    admin_tls_key_file: str | None = pydantic.Field(default=None, min_length=1,
+                                                    description="Unencrypted PEM private key of admin_tls_cert_file.")
+    admin_tls_reload_interval_s: float = pydantic.Field(
+        default=10.0, gt=0, le=3600, description="How often the admin certificate files are checked for a change.")
 
     heartbeat_interval_s: int = pydantic.Field(
         default=5, ge=1, le=300, description="Told to agents in Welcome, in whole seconds as the wire carries it "
@@ -120,6 +127,11 @@ class SchedulerConfig(pydantic.BaseModel):
                               if self.tls_cert_file else
                               ("tls_key_file (--tls-key-file)", "tls_cert_file (--tls-cert-file)"))
             raise ValueError(f"{given} is set but {missing} is not: TLS needs both the certificate and its key")
+        if bool(self.admin_tls_cert_file) != bool(self.admin_tls_key_file):
+            given, missing = (("admin_tls_cert_file (--admin-tls-cert-file)", "admin_tls_key_file (--admin-tls-key-file)")
+                              if self.admin_tls_cert_file else
+                              ("admin_tls_key_file (--admin-tls-key-file)", "admin_tls_cert_file (--admin-tls-cert-file)"))
+            raise ValueError(f"{given} is set but {missing} is not: HTTPS needs both the certificate and its key")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ValueError("tls_client_ca_file (--tls-client-ca-file) needs tls_cert_file (--tls-cert-file) and "
                              "tls_key_file (--tls-key-file): mutual TLS is server TLS plus client certificates")
