@@ -8,13 +8,16 @@ An agent may only speak for its own cluster (every refusal is logged and counted
   directive started on another cluster) is dropped (``foreign_replica``), so no agent can take over,
   or doom with a spot notice, another cluster's replica;
 - an inventory pool whose id could name another cluster's pool (empty, with a ``/``, too long) is
-  dropped (``bad_pool_id``): pools are keyed ``cluster/pool``;
+  dropped (``bad_pool_id``): pools are keyed ``cluster/pool``; so is one whose figures no plan can
+  use (a price that is negative, NaN or infinite; no GPUs per node) (``bad_pool``), which would
+  otherwise stop every plan of the fleet;
 - an ack, or a Hello's completed id, of another cluster's directive is ignored (``foreign_ack``,
   see the executor)."""
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 
 from meridian import limits
@@ -79,6 +82,12 @@ class Intake:
             if not pid or "/" in pid or len(pid) > limits.MAX_ID_CHARS:
                 self._refuse("bad_pool_id", cluster_id, f"pool={pid[:64]!r}",
                              f"a pool id is 1-{limits.MAX_ID_CHARS} characters without '/'")
+                continue
+            price = pool.price_per_node_hour_usd
+            if not math.isfinite(price) or price < 0 or pool.gpus_per_node <= 0:
+                self._refuse("bad_pool", cluster_id, f"pool={pid}",
+                             f"price_per_node_hour_usd {price!r} (a finite number >= 0) and gpus_per_node "
+                             f"{pool.gpus_per_node} (> 0) are needed to plan with a pool")
                 continue
             good.append(pool)
         pools = good

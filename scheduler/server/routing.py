@@ -110,7 +110,10 @@ class RoutingServicer(routing_pb2_grpc.RoutingServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"TrafficReport: {len(request.samples)} samples in one report; the scheduler accepts "
                                 f"at most {limits.MAX_TRAFFIC_SAMPLES_PER_REPORT} (send several reports)")
-        report = wire.traffic_from_pb(request)
+        try:
+            report = wire.traffic_from_pb(request)
+        except wire.WireError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"TrafficReport: {exc}")
         good = tuple(s for s in report.samples if s.model and s.client_region)
         if len(good) != len(report.samples):
             log.warning("event=traffic_samples_skipped router=%s skipped=%d reason='model and client_region needed'",
