@@ -299,6 +299,9 @@ def _header(raw: _Raw) -> tuple[type[pydantic.BaseModel] | None, list[SpecIssue]
         msg = "missing apiVersion" if api is None else f"unsupported apiVersion {api!r}"
         issues.append(_issue(raw, ("apiVersion",), f"{msg}; use {base.API_VERSION!r}"))
     kind = data.get("kind")
+    if kind is not None and not isinstance(kind, str):
+        issues.append(_issue(raw, ("kind",), f"kind must be a string, one of: {', '.join(KINDS)} (got {kind!r})"))
+        return None, issues
     if kind not in KINDS:
         msg = "missing kind" if kind is None else base.unknown_name("kind", str(kind), list(KINDS))
         if kind is None:
