@@ -83,7 +83,7 @@ def test_well_formed_expositions_read_back_exactly(counts, running, usage):
     assert snap.total(scraper.RUNNING) == running and snap.mean(scraper.TOKEN_USAGE) == usage
     hist = snap.histograms[scraper.TTFT]
     qs = [hist.quantile(q) for q in (0.0, 0.5, 0.9, 0.99, 1.0)]
-    assert qs == sorted(qs) and all(0.0 <= v <= bounds[-1] for v in qs)
+    assert qs == sorted(qs) and all(0.0 <= v <= bounds[-1] * (1 + 1e-9) for v in qs)  # float rounding
 
 
 def test_regressions_found_by_fuzzing():
