@@ -431,7 +431,8 @@ def create(cluster: spec.Cluster, *, clock: Callable[[], float] = time.time, rng
             return container_v1.ClusterManagerClient(transport=transport)
         return container_v1.ClusterManagerClient(credentials=source.get())
 
-    return GcpProvider(cluster, clock=clock, client_factory=factory, compute=ComputeApi(source.get, backoff=compute_backoff),
+    return GcpProvider(cluster, clock=clock, client_factory=factory,
+                       compute=ComputeApi(source.get, backoff=compute_backoff),
                        compute_url=compute_url,
                        metadata_url=notices.resolve("gcp", metadata_url, notices.GCE_METADATA_URL),
                        operation_poll_s=operation_poll_s)
