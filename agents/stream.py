@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
+from meridian import limits
 from meridian import tls as meridian_tls
 from meridian.fleet import models, wire
 from meridian.spec import cluster as cluster_spec
@@ -56,7 +57,10 @@ def leader_hint(metadata) -> str:
 
 def make_channel(address: str, tls: cluster_spec.Tls | None,
                  options: tuple[tuple[str, object], ...] = ()) -> grpc.aio.Channel:
-    """An aio channel to the scheduler: TLS (server-verified, optionally mutual) when configured."""
+    """An aio channel to the scheduler: TLS (server-verified, optionally mutual) when configured.
+    Messages are bounded both ways by ``meridian.limits`` (the scheduler enforces the same bound
+    on what it receives, so an over-large report fails here, with gRPC's RESOURCE_EXHAUSTED)."""
+    options = (*limits.grpc_options(limits.GRPC_MAX_MESSAGE_BYTES, limits.GRPC_MAX_MESSAGE_BYTES), *options)
     if tls is None:
         return grpc.aio.insecure_channel(address, options=options)
     return grpc.aio.secure_channel(address, channel_credentials(tls), options=options)

@@ -14,10 +14,10 @@ import time
 
 import aiohttp
 import orjson
-import redis.asyncio as aioredis
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from meridian import redisconn
 from router import auth, config as config_mod, errors, health, listener, metrics, ratelimit, retry, routes_file
 from router import store, table, tls, traffic, upstream, validation, watch
 from router.proxy import Proxy
@@ -95,7 +95,8 @@ class Router:
         cfg = self.config
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=30))
         if cfg.redis_url:
-            self.redis = aioredis.Redis.from_url(cfg.redis_url)
+            # redis:// or redis+sentinel:// (the kernel's one Redis connection factory)
+            self.redis = redisconn.connect(cfg.redis_url, timeout_s=5.0, retries=3)
         keys = None
         if cfg.api_keys_file or cfg.api_keys_in_redis:
             static = auth.load_keys_file(cfg.api_keys_file) if cfg.api_keys_file else {}

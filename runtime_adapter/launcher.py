@@ -4,6 +4,12 @@ The argv is SGLang 0.5.23's exactly (flag names checked against ``sglang.srt.ser
 tests when it is importable, and always against ``SGLANG_FLAGS``). The engine command is a
 parameter, so the same supervisor runs real SGLang or the emulator (which accepts the same flags;
 its own settings travel as ``MERIDIAN_EMULATOR_*`` environment variables so the argv stays SGLang's).
+
+The API key never goes on the command line (``ps`` would show it to every user of the node):
+SGLang 0.5.23 reads no environment variable for it, but it reads ``--config FILE`` (YAML, keys are
+flag names; ``sglang.srt.utils.server_args_config_parser``), so the plan carries the key in a
+private file (``LaunchPlan.secret_files``, written with mode 0600 before the spawn) named by
+``--config``. The emulator reads the same file the same way.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import dataclasses
 import os
 import sys
 from collections.abc import Mapping, Sequence
+
+import yaml
 
 from meridian import fleet
 
@@ -26,12 +34,16 @@ SGLANG_FLAGS: frozenset[str] = frozenset({
     "--schedule-policy", "--enable-metrics", "--api-key", "--served-model-name", "--log-level",
     "--quantization", "--kv-cache-dtype", "--dtype", "--disable-radix-cache", "--enable-cache-report",
     "--device", "--load-format", "--skip-server-warmup", "--download-dir", "--revision",
-    "--trust-remote-code", "--is-embedding", "--weight-cache-mode",
+    "--trust-remote-code", "--is-embedding", "--weight-cache-mode", "--config",
 })
 SGLANG_SWITCHES: frozenset[str] = frozenset({
     "--enable-metrics", "--disable-radix-cache", "--enable-cache-report", "--skip-server-warmup",
     "--trust-remote-code", "--is-embedding",
 })
+
+
+# Flags whose value is a secret: never accepted in extra_args (they would show in ps).
+SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key", "--ssl-keyfile-password"})
 
 
 class LaunchError(ValueError):
@@ -46,6 +58,9 @@ class LaunchPlan:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     engine_args: tuple[str, ...]
+    # path -> text of files holding secrets (the API key's --config file), to write privately
+    # (mode 0600) before spawning; never logged.
+    secret_files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def full_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """``base`` (default: this process's environment) with the plan's variables laid over it."""
@@ -78,13 +93,16 @@ def build_command(
     cache_dir: str | None = None,
     enable_metrics: bool = True,
     env: Mapping[str, str] | None = None,
+    config_path: str | None = None,
 ) -> LaunchPlan:
     """The engine command line and environment for one replica.
 
     ``gpu_ids`` become ``CUDA_VISIBLE_DEVICES`` (empty: left as inherited, e.g. the emulator);
     when given, ``spec.tp_size`` must divide their number. ``cache_dir`` is the node's shared
     weights cache: ``--download-dir`` plus the Hugging Face cache variables, so the tokenizer and
-    the weights come from the same place. ``env`` adds variables (e.g. ``MERIDIAN_EMULATOR_*``)."""
+    the weights come from the same place. ``env`` adds variables (e.g. ``MERIDIAN_EMULATOR_*``).
+    ``api_key`` needs ``config_path`` (a ``.yaml`` path only the engine's user can read): the key
+    goes in that file, and ``--config config_path`` on the command line."""
     _validate(spec, host=host, port=port, gpu_ids=gpu_ids)
     args: list[str] = [
         "--model-path", spec.model_path,
@@ -108,8 +126,16 @@ def build_command(
         args.append("--is-embedding")
     if enable_metrics:
         args.append("--enable-metrics")
+    secret_files: dict[str, str] = {}
     if api_key:
-        args += ["--api-key", api_key]
+        if not config_path or not config_path.endswith((".yaml", ".yml")):
+            raise LaunchError("api_key needs config_path, a .yaml file for SGLang's --config: the key is never put "
+                              "on the command line")
+        if any(a.split("=", 1)[0] == "--config" for a in spec.extra_args):
+            raise LaunchError("runtime.extra_args sets --config, which carries the replica's API key here "
+                              "(SGLang takes one --config); put those settings in extra_args instead")
+        secret_files[config_path] = yaml.safe_dump({"api-key": api_key})
+        args += ["--config", config_path]
     if cache_dir:
         args += ["--download-dir", cache_dir]
     args += list(spec.extra_args)
@@ -123,7 +149,7 @@ def build_command(
     plan_env.update(spec.env)
     plan_env.update(env or {})
     command = tuple(engine_command) if engine_command else SGLANG_COMMAND
-    return LaunchPlan(argv=command + tuple(args), env=plan_env, engine_args=tuple(args))
+    return LaunchPlan(argv=command + tuple(args), env=plan_env, engine_args=tuple(args), secret_files=secret_files)
 
 
 def _validate(spec: fleet.RuntimeSpec, *, host: str, port: int, gpu_ids: Sequence[int]) -> None:
@@ -152,6 +178,9 @@ def _validate(spec: fleet.RuntimeSpec, *, host: str, port: int, gpu_ids: Sequenc
     owned = {"--model-path", "--model", "--port", "--host", "--tp-size", "--tp", "--served-model-name",
              "--api-key", "--enable-metrics", "--context-length", "--mem-fraction-static", "--download-dir"}
     for arg in spec.extra_args:
+        if arg.split("=", 1)[0] in SECRET_FLAGS:
+            raise LaunchError(f"runtime.extra_args sets {arg.split('=', 1)[0]}: a secret on the engine's command line "
+                              "is visible to every user of the node (ps); Meridian does not pass one")
         if arg.split("=", 1)[0] in owned:
             raise LaunchError(f"runtime.extra_args sets {arg.split('=', 1)[0]}, which Meridian sets from the spec")
 

@@ -3,9 +3,17 @@ supervisor (pid + kernel start time), signal the whole group, and keep a bounded
 
 No orphans: in the default mode the child gets ``PR_SET_PDEATHSIG(SIGKILL)`` so the kernel kills it
 when the supervisor dies, even by SIGKILL. (Linux delivers it when the *thread* that forked exits;
-the supervisor forks from its event-loop thread, which lives as long as the process.) In the
-adoptable mode (``survive_supervisor_exit``) the engine outlives the supervisor on purpose, writes
-its log to a file, and a later supervisor re-attaches with ``Replica.adopt``.
+the supervisor forks from its event-loop thread, which lives as long as the process.) The signal is
+set by ``deathsig.py``, a tiny interpreter exec'd between fork and the engine (no ``preexec_fn``:
+Python code in the child of a threaded process can deadlock on a lock held at the fork), so the
+fork itself runs only CPython's async-signal-safe C path. In the adoptable mode
+(``survive_supervisor_exit``) the engine outlives the supervisor on purpose, writes its log to a
+file, and a later supervisor re-attaches with ``Replica.adopt``.
+
+Secrets: files a launch plan holds secrets in (the API key's ``--config``) are written with mode
+0600 (``write_private_file``), the engine's log file too, and ``LogTail`` replaces each secret it is
+given with ``***`` before a line is kept or logged (SGLang logs its server arguments, the API key
+among them, at start).
 """
 
 from __future__ import annotations
@@ -13,25 +21,46 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
-import signal
+import pathlib
+import shutil
 import sys
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
-PR_SET_PDEATHSIG = 1
 LOG_READ_CHUNK_BYTES = 65536
+DEATHSIG_HELPER = str(pathlib.Path(__file__).with_name("deathsig.py"))
+REDACTED = "***"
 
 
-def _set_pdeathsig() -> None:
-    """preexec_fn: ask the kernel to SIGKILL this child when its parent dies (Linux only)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+def with_death_signal(argv: Sequence[str], parent_pid: int) -> list[str]:
+    """``argv`` run through ``deathsig.py``: killed when ``parent_pid`` dies (see the module doc)."""
+    return [sys.executable, "-I", "-S", DEATHSIG_HELPER, str(parent_pid), *argv]
+
+
+def write_private_file(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` readable by this user only (0600), atomically (temp file + rename)."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".secret-")  # mkstemp creates it 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _open_private_log(path: str):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
 
 
 def proc_start_ticks(pid: int) -> int | None:
@@ -104,22 +133,29 @@ def signal_group(pgid: int, sig: int) -> bool:
 class LogTail:
     """The last ``max_lines`` lines of an engine's output, read from a pipe or a file."""
 
-    def __init__(self, max_lines: int = 200, logger_name: str = "runtime_adapter.engine", replica_id: str = "") -> None:
+    def __init__(self, max_lines: int = 200, logger_name: str = "runtime_adapter.engine", replica_id: str = "",
+                 secrets: Iterable[str] = ()) -> None:
         self._lines: collections.deque[str] = collections.deque(maxlen=max_lines)
         self._partial = ""
         self._log = logging.getLogger(logger_name)
         self._replica_id = replica_id
+        self._secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+
+    def _redact(self, line: str) -> str:
+        for secret in self._secrets:
+            line = line.replace(secret, REDACTED)
+        return line
 
     def feed(self, data: bytes) -> None:
         text = self._partial + data.decode(errors="replace")
         *complete, self._partial = text.split("\n")
         for line in complete:
-            line = line.rstrip("\r")
+            line = self._redact(line.rstrip("\r"))
             self._lines.append(line)
             self._log.debug("replica=%s engine_log=%r", self._replica_id, line)
 
     def lines(self, n: int | None = None) -> list[str]:
-        out = list(self._lines) + ([self._partial] if self._partial else [])
+        out = list(self._lines) + ([self._redact(self._partial)] if self._partial else [])
         return out[-n:] if n else out
 
     async def follow_stream(self, stream: asyncio.StreamReader) -> None:
@@ -208,14 +244,17 @@ async def spawn(argv: Sequence[str], env: Mapping[str, str], *, survive_supervis
     process's own stdout/stderr (a container's log), nothing to follow."""
     if survive_supervisor_exit and not log_path:
         raise ValueError("survive_supervisor_exit needs a log_path (a state_dir): the engine's output cannot go to a pipe that dies with the supervisor")
-    preexec = None if survive_supervisor_exit or not sys.platform.startswith("linux") else _set_pdeathsig
+    if shutil.which(argv[0]) is None:  # refuse here, as exec would, rather than inside the helper
+        raise FileNotFoundError(2, f"No such file or directory: {argv[0]!r}")
+    command = list(argv)
+    if not survive_supervisor_exit and sys.platform.startswith("linux"):
+        command = with_death_signal(argv, os.getpid())
     if log_path:
-        os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-        out = open(log_path, "ab")
+        out = _open_private_log(log_path)
         try:
             child = await asyncio.create_subprocess_exec(
-                *argv, env=dict(env), cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=out,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
+                *command, env=dict(env), cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=out,
+                stderr=asyncio.subprocess.STDOUT, start_new_session=True)
         finally:
             out.close()
         stream = None
@@ -226,8 +265,8 @@ async def spawn(argv: Sequence[str], env: Mapping[str, str], *, survive_supervis
         stream = None
     else:
         child = await asyncio.create_subprocess_exec(
-            *argv, env=dict(env), cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
+            *command, env=dict(env), cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
         stream = child.stdout
     proc = EngineProcess(child.pid, proc_start_ticks(child.pid), child)
     log.info("event=engine_spawned pid=%d survive_supervisor_exit=%s argv0=%s", child.pid, survive_supervisor_exit, argv[0])

@@ -63,6 +63,11 @@ def log_path(state_dir: str, replica_id: str) -> str:
     return os.path.join(state_dir, f"{replica_id}.log")
 
 
+def engine_config_path(state_dir: str, replica_id: str) -> str:
+    """The engine's private ``--config`` file (it holds the API key; mode 0600)."""
+    return os.path.join(state_dir, f"{replica_id}.engine.yaml")
+
+
 def save(state_dir: str, record: ReplicaRecord) -> str:
     """Write the record atomically (temp file + rename), so a crash never leaves half a record."""
     os.makedirs(state_dir, exist_ok=True)

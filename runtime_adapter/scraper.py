@@ -107,20 +107,44 @@ def parse(text: str) -> Snapshot:
     for family in families:
         if family.type == "histogram":
             for s in family.samples:
+                value = float(s.value)
+                if not math.isfinite(value):
+                    continue  # an engine's NaN must not poison the sums
                 if s.name.endswith("_bucket"):
-                    bucket_acc[family.name][float(s.labels["le"])] += s.value
+                    le = _bound(s.labels.get("le"))
+                    if le is not None:
+                        bucket_acc[family.name][le] += value
                 elif s.name.endswith("_count"):
-                    count_acc[family.name] += s.value
+                    count_acc[family.name] += value
                 elif s.name.endswith("_sum"):
-                    sum_acc[family.name] += s.value
+                    sum_acc[family.name] += value
             continue
         for s in family.samples:
-            samples[s.name].append(float(s.value))
+            if math.isfinite(float(s.value)):
+                samples[s.name].append(float(s.value))
     histograms = {
         name: Histogram(buckets=tuple(sorted(b.items())), count=count_acc.get(name, 0.0), sum=sum_acc.get(name, 0.0))
         for name, b in bucket_acc.items()
     }
     return Snapshot(samples={k: tuple(v) for k, v in samples.items()}, histograms=histograms)
+
+
+def _bound(le: str | None) -> float | None:
+    """A bucket's upper bound, or None for a bucket without a usable one (skipped)."""
+    try:
+        bound = float(le) if le is not None else math.nan
+    except ValueError:
+        return None
+    return bound if not math.isnan(bound) and bound >= 0 else None
+
+
+def _count(value: float) -> int:
+    """A gauge of things (requests) as a count: finite and >= 0 (an odd engine gauge reads 0)."""
+    return int(round(value)) if math.isfinite(value) and value > 0 else 0
+
+
+def _amount(value: float) -> float:
+    return value if math.isfinite(value) and value > 0 else 0.0
 
 
 class LoadWindow:
@@ -155,14 +179,14 @@ class LoadWindow:
         if len(self._history) >= 2 and t_new > t_first:
             requests_per_s = max(0.0, new.total(REQUESTS_TOTAL) - first.total(REQUESTS_TOTAL)) / (t_new - t_first)
         return fleet.ReplicaLoad(
-            running_requests=int(round(new.total(RUNNING))),
-            queued_requests=int(round(new.total(QUEUED))),
-            kv_cache_usage=new.mean(TOKEN_USAGE),
-            prefix_cache_hit_rate=new.mean(CACHE_HIT_RATE),
+            running_requests=_count(new.total(RUNNING)),
+            queued_requests=_count(new.total(QUEUED)),
+            kv_cache_usage=_amount(new.mean(TOKEN_USAGE)),
+            prefix_cache_hit_rate=_amount(new.mean(CACHE_HIT_RATE)),
             ttft=_percentiles(new, base_snap, TTFT),
             inter_token_latency=_percentiles(new, base_snap, ITL),
-            generation_tokens_per_s=new.total(GEN_THROUGHPUT),
-            requests_per_s=requests_per_s,
+            generation_tokens_per_s=_amount(new.total(GEN_THROUGHPUT)),
+            requests_per_s=_amount(requests_per_s),
             observed_at=wall_new,
         )
 
@@ -173,9 +197,9 @@ def _percentiles(new: Snapshot, base: Snapshot | None, name: str) -> fleet.Laten
         return fleet.LatencyPercentiles()
     delta = hist.minus(base.histograms.get(name) if base else None)
     return fleet.LatencyPercentiles(
-        p50_ms=delta.quantile(0.5) * 1000.0,
-        p90_ms=delta.quantile(0.9) * 1000.0,
-        p99_ms=delta.quantile(0.99) * 1000.0,
+        p50_ms=_amount(delta.quantile(0.5) * 1000.0),
+        p90_ms=_amount(delta.quantile(0.9) * 1000.0),
+        p99_ms=_amount(delta.quantile(0.99) * 1000.0),
     )
 
 

@@ -14,6 +14,9 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -89,8 +92,19 @@ class Replica:
         self.config = config or config_mod.SupervisorConfig()
         if self.config.survive_supervisor_exit and not state_dir:
             raise ValueError("config.survive_supervisor_exit needs state_dir (the engine's log and adoption record live there)")
+        # The API key reaches the engine in a private --config file (never its command line): in
+        # state_dir when there is one (the adoptable mode restarts read it again), else in a
+        # private temporary directory of this replica.
+        self._secrets_dir: str | None = None
+        config_path = None
+        if api_key:
+            if state_dir:
+                config_path = records.engine_config_path(state_dir, replica_id)
+            else:
+                self._secrets_dir = tempfile.mkdtemp(prefix=f"meridian-{replica_id}-")
+                config_path = os.path.join(self._secrets_dir, "engine.yaml")
         self._plan_args = dict(host=host, port=port, gpu_ids=self.gpu_ids, engine_command=engine_command,
-                               api_key=api_key, cache_dir=cache_dir, env=dict(env or {}))
+                               api_key=api_key, cache_dir=cache_dir, env=dict(env or {}), config_path=config_path)
         self.plan = launcher.build_command(spec, **self._plan_args)
         self._api_key = api_key
         self._clock = clock or clock_mod.SystemClock()
@@ -108,7 +122,7 @@ class Replica:
         self._stop_waiter: asyncio.Future[Any] | None = None
         self._task: asyncio.Task[None] | None = None
         self._engine: handle.EngineHandle | None = None
-        self._log = process.LogTail(self.config.log_lines, replica_id=replica_id)
+        self._log = process.LogTail(self.config.log_lines, replica_id=replica_id, secrets=(api_key or "",))
         self._scraper: scraper.Scraper | None = None
         self._load = fleet.ReplicaLoad()
         self._crashes = 0
@@ -266,7 +280,7 @@ class Replica:
                 if reason is None:
                     reason = await self._await_ready()
                 if reason is None:
-                    self._on_ready()
+                    await self._on_ready()
                     reason = await self._watch()
                 if not await self._on_crash(reason):
                     return
@@ -294,6 +308,8 @@ class Replica:
         self._metrics.startup_phase.labels(self.replica_id, "prefetch").set(prefetch_s)
         log_path = records.log_path(self._state_dir, self.replica_id) if self.config.survive_supervisor_exit and self._state_dir else None
         try:
+            for path, text in plan.secret_files.items():
+                await asyncio.to_thread(process.write_private_file, path, text)
             proc, stream = await process.spawn(plan.argv, plan.full_env(),
                                                survive_supervisor_exit=self.config.survive_supervisor_exit,
                                                log_path=log_path)
@@ -305,7 +321,7 @@ class Replica:
             self._engine.follow_stream(stream)
         elif log_path:
             self._engine.follow_file(log_path, self.config.probe_interval_s, self.config.log_max_bytes, from_end=False)
-        self._save_record()
+        await self._save_record()
         log.info("event=replica_spawned replica=%s pid=%d argv=%r", self.replica_id, proc.pid, plan.redacted_argv())
         return None
 
@@ -334,7 +350,7 @@ class Replica:
                     return None
             await self._guard(self._clock.sleep(cfg.probe_interval_s), exit_task=engine.exit_task)
 
-    def _on_ready(self) -> None:
+    async def _on_ready(self) -> None:
         now = self._clock.monotonic()
         if self._adopted is None or self._was_ready or self.time_to_ready_s == 0.0:
             assert self._engine is not None
@@ -347,7 +363,7 @@ class Replica:
         self._was_ready = True
         self.message = ""
         self._set_state(fleet.ReplicaState.READY)
-        self._save_record()
+        await self._save_record()
 
     async def _watch(self) -> str:
         """While READY: scrape, probe health; returns the reason supervision must restart."""
@@ -477,6 +493,12 @@ class Replica:
             self._stop_waiter.cancel()
         if remove_record and self._state_dir:
             records.remove(self._state_dir, self.replica_id)
+        if remove_record:  # the engine is gone: so goes the file that handed it its key
+            for path in self.plan.secret_files:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            if self._secrets_dir is not None:
+                shutil.rmtree(self._secrets_dir, ignore_errors=True)
         if self._own_session and self._session is not None and not self._session.closed:
             await self._session.close()
         self._task = None
@@ -489,11 +511,13 @@ class Replica:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def _save_record(self) -> None:
+    async def _save_record(self) -> None:
+        """Write the adoption record (atomic, fsync'd) off the event loop: a slow disk must not stall
+        the supervision of every other replica."""
         if not (self.config.survive_supervisor_exit and self._state_dir and self._engine is not None):
             return
         proc = self._engine.proc
-        records.save(self._state_dir, records.ReplicaRecord(
+        await asyncio.to_thread(records.save, self._state_dir, records.ReplicaRecord(
             replica_id=self.replica_id, pid=proc.pid, start_ticks=proc.start_ticks or 0,
             host=self.host, port=self.port, spec=self.spec, gpu_ids=self.gpu_ids,
             argv=self.plan.redacted_argv(), started_at=self.started_at,

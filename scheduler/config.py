@@ -12,7 +12,7 @@ import socket
 import pydantic
 
 ADDRESS = r"^[^\s:]+:\d{1,5}$"
-STATE_SCHEMES = ("sqlite", "redis", "rediss")
+STATE_SCHEMES = ("sqlite", "redis", "rediss", "redis+sentinel", "rediss+sentinel")
 
 
 def default_scheduler_id() -> str:
@@ -31,7 +31,12 @@ class SchedulerConfig(pydantic.BaseModel):
     advertise_grpc_address: str | None = pydantic.Field(
         default=None, pattern=ADDRESS, description="gRPC address other nodes name when redirecting agents.")
     state_url: str = pydantic.Field(default="sqlite://~/.local/state/meridian/scheduler.db", min_length=1,
-                                    description="sqlite://PATH (one node) or redis://HOST:PORT/DB (HA).")
+                                    description="sqlite://PATH (one node), redis://HOST:PORT/DB (HA) or "
+                                                "redis+sentinel://H:P[,H:P...]/SERVICE[/DB] (HA on replicated Redis).")
+    state_replica_acks: int | None = pydantic.Field(
+        default=None, ge=0, le=10,
+        description="Redis replicas that must confirm each state write (WAIT) before it counts; default 1 with "
+                    "redis+sentinel:// (a write a failover could lose is never acted on), 0 otherwise.")
     namespace: str = pydantic.Field(default="default", pattern=r"^[a-zA-Z0-9_.-]{1,64}$",
                                     description="Key prefix in a shared store; one fleet per namespace.")
     tokens_file: str | None = pydantic.Field(default=None, description="YAML/JSON file of cluster and router tokens.")
@@ -44,6 +49,13 @@ class SchedulerConfig(pydantic.BaseModel):
     tls_client_ca_file: str | None = pydantic.Field(
         default=None, min_length=1,
         description="PEM CA bundle: clients must present a certificate it signed (mutual TLS).")
+    admin_tls_cert_file: str | None = pydantic.Field(
+        default=None, min_length=1,
+        description="PEM certificate chain the admin API presents; with admin_tls_key_file it serves HTTPS.")
+    admin_tls_key_file: str | None = pydantic.Field(default=None, min_length=1,
+                                                    description="Unencrypted PEM private key of admin_tls_cert_file.")
+    admin_tls_reload_interval_s: float = pydantic.Field(
+        default=10.0, gt=0, le=3600, description="How often the admin certificate files are checked for a change.")
 
     heartbeat_interval_s: int = pydantic.Field(
         default=5, ge=1, le=300, description="Told to agents in Welcome, in whole seconds as the wire carries it "
@@ -98,7 +110,8 @@ class SchedulerConfig(pydantic.BaseModel):
     def _state_scheme(cls, value: str) -> str:
         scheme = value.split("://", 1)[0] if "://" in value else ""
         if scheme not in STATE_SCHEMES:
-            raise ValueError(f"{value!r}: use sqlite://PATH (one node) or redis://HOST:PORT/DB (HA)")
+            raise ValueError(f"{value!r}: use sqlite://PATH (one node), redis://HOST:PORT/DB (HA) or "
+                             "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB] (HA on replicated Redis)")
         return value
 
     @pydantic.model_validator(mode="after")
@@ -114,6 +127,11 @@ class SchedulerConfig(pydantic.BaseModel):
                               if self.tls_cert_file else
                               ("tls_key_file (--tls-key-file)", "tls_cert_file (--tls-cert-file)"))
             raise ValueError(f"{given} is set but {missing} is not: TLS needs both the certificate and its key")
+        if bool(self.admin_tls_cert_file) != bool(self.admin_tls_key_file):
+            given, missing = (("admin_tls_cert_file (--admin-tls-cert-file)", "admin_tls_key_file (--admin-tls-key-file)")
+                              if self.admin_tls_cert_file else
+                              ("admin_tls_key_file (--admin-tls-key-file)", "admin_tls_cert_file (--admin-tls-cert-file)"))
+            raise ValueError(f"{given} is set but {missing} is not: HTTPS needs both the certificate and its key")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ValueError("tls_client_ca_file (--tls-client-ca-file) needs tls_cert_file (--tls-cert-file) and "
                              "tls_key_file (--tls-key-file): mutual TLS is server TLS plus client certificates")

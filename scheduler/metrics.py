@@ -39,6 +39,9 @@ class SchedulerMetrics:
         self.version_refusals = prom.Counter(
             f"{PREFIX}_version_refusals_total", "Agents and routers refused for a version outside the skew rule.",
             ["surface"], registry=r)
+        self.limit_refusals = prom.Counter(
+            f"{PREFIX}_limit_refusals_total", "Inputs refused for exceeding a limit (message items, body size, "
+            "YAML bounds), by surface (agent, router, admin) and limit.", ["surface", "limit"], registry=r)
         self.routing_version = prom.Gauge(f"{PREFIX}_routing_table_version", "Version of the published routing table.",
                                           registry=r)
         self.route_watchers = prom.Gauge(f"{PREFIX}_route_watchers", "Open WatchRoutes streams.", registry=r)

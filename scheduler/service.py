@@ -15,12 +15,14 @@ from collections.abc import Mapping
 import grpc
 from aiohttp import web
 
+from meridian import limits, redisconn
 from meridian.v1 import capacity_pb2_grpc, routing_pb2_grpc
 from scheduler import clock as clock_mod
 from scheduler import config as config_mod
 from scheduler import metrics as metrics_mod
 from scheduler import reconciler, state
 from scheduler.admin import api as admin_api
+from scheduler.admin import tls as admin_tls
 from scheduler.control import events as events_mod
 from scheduler.control import fleet as fleet_mod
 from scheduler.control import intake as intake_mod
@@ -39,13 +41,18 @@ class SchedulerService:
         self.config = config
         # TLS files first: a bad certificate stops the process before any state is opened.
         self.grpc_tls = tls.load(config)
+        self.metrics = metrics_mod.SchedulerMetrics()
+        self.admin_tls = (admin_tls.ReloadingTls(config.admin_tls_cert_file, config.admin_tls_key_file,
+                                                 on_error=lambda where: self.metrics.errors.labels(where).inc())
+                          if config.admin_tls_cert_file and config.admin_tls_key_file else None)
         self.clock = clock or clock_mod.SystemClock()
         self.env = env
-        self.metrics = metrics_mod.SchedulerMetrics()
         tokens_file = auth.TokensFile.load(config.tokens_file) if config.tokens_file else None
         self.tokens = tokens or auth.TokenBook(tokens_file, env=env)
-        self.admin_auth = admin_auth or auth.AdminAuth.load(token_file=config.admin_token_file, env=env)
-        self.store = store or state.open_store(config.state_url, namespace=config.namespace, clock=self.clock)
+        self.admin_auth = admin_auth or auth.AdminAuth.load(token_file=config.admin_token_file, env=env,
+                                                            tokens_file=tokens_file)
+        self.store = store or state.open_store(config.state_url, namespace=config.namespace, clock=self.clock,
+                                               replica_acks=config.state_replica_acks)
         self.spec_store = records.SpecStore(self.store)
         self.traffic = records.TrafficLog(self.store)
         self.routing_store = records.RoutingStore(self.store)
@@ -127,9 +134,13 @@ class SchedulerService:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        # Messages in are bounded as every agent and router message is small; out, a routing table
+        # of a large fleet may be bigger (routers receive up to the same bound).
         self._grpc = grpc.aio.server(options=[("grpc.keepalive_time_ms", 20_000),
                                               ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
-                                              ("grpc.keepalive_permit_without_calls", 1)])
+                                              ("grpc.keepalive_permit_without_calls", 1),
+                                              *limits.grpc_options(limits.GRPC_MAX_MESSAGE_BYTES,
+                                                                   limits.GRPC_MAX_ROUTING_TABLE_BYTES)])
         capacity_pb2_grpc.add_CapacityServiceServicer_to_server(capacity.CapacityServicer(
             scheduler_id=self.config.scheduler_id, leadership=self, tokens=self.tokens, hub=self.hub,
             sink=self.intake, metrics=self.metrics, clock=self.clock,
@@ -155,7 +166,8 @@ class SchedulerService:
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         host, port = self.config.admin_address.rsplit(":", 1)
-        site = web.TCPSite(self._runner, host, int(port))
+        site = web.TCPSite(self._runner, host, int(port),
+                           ssl_context=self.admin_tls.front if self.admin_tls is not None else None)
         await site.start()
         self.admin_port = self._runner.addresses[0][1]  # the real port when 0 was asked
         if int(port) == 0:
@@ -163,11 +175,28 @@ class SchedulerService:
         stored = await self.routing_store.load()
         if stored is not None:
             self.route_hub.publish(stored)
+        self._log_admin_mode(host)
         self._tasks = [asyncio.create_task(self.elector.run(), name="elector"),
                        asyncio.create_task(self.loop.run(), name="control-loop"),
                        asyncio.create_task(self._standby_duties(), name="standby")]
+        if self.admin_tls is not None:
+            self._tasks.append(asyncio.create_task(
+                self.admin_tls.watch(self.config.admin_tls_reload_interval_s, self.clock), name="admin-tls-reload"))
         log.info("event=started scheduler=%s grpc_port=%d admin_port=%d state=%s", self.config.scheduler_id,
-                 self.grpc_port, self.admin_port, self.config.state_url.split("@")[-1])
+                 self.grpc_port, self.admin_port, redisconn.parse(self.config.state_url).describe()
+                 if "redis" in self.config.state_url.split("://", 1)[0] else self.config.state_url)
+
+    def _log_admin_mode(self, host: str) -> None:
+        """One line on how the admin API is secured; a warning when plain HTTP is reachable from
+        other machines (admin tokens would cross the network in the clear)."""
+        if self.admin_tls is not None:
+            log.info("event=admin_tls mode=on address=%s port=%d", host, self.admin_port)
+        elif tls.is_loopback(host):
+            log.info("event=admin_tls mode=off address=%s port=%d", host, self.admin_port)
+        else:
+            log.warning("event=admin_insecure address=%s port=%d detail=%r", host, self.admin_port,
+                        "plain HTTP admin API on a non-loopback address: admin tokens cross the network unencrypted; "
+                        "set --admin-tls-cert-file and --admin-tls-key-file")
 
     async def _standby_duties(self) -> None:
         """Learn who leads (for redirects and status) and, while standing by, follow the routing
@@ -218,6 +247,7 @@ class SchedulerService:
             "leader": bool(self.token),
             "fencing_token": self.token,
             "grpc_tls": self.grpc_tls.mode if self.grpc_tls is not None else "off",
+            "admin_tls": "on" if self.admin_tls is not None else "off",
             "current_leader": {"id": lease.holder, "token": lease.token, **dict(lease.meta)} if lease else None,
             "adopting": bool(self.token) and (now < self.loop.adopt_until_s or (tick is not None and tick.stage == "adopting")),
             "spec_generation": self.loop.specs.generation,

@@ -15,11 +15,15 @@
 - Preemption notices: the GCE metadata server's ``instance/preempted`` on the agent's instance.
 
 Retries: transient errors and throttling are retried by google-api-core's ``Retry`` passed to each
-call; blocking calls run in worker threads, Compute REST calls on aiohttp."""
+GKE call, and by ``ComputeApi`` for Compute REST calls (429 and 5xx answers and broken connections,
+with the agent's jittered backoff, honouring ``Retry-After``); blocking calls run in worker threads,
+Compute REST calls on aiohttp. ``listManagedInstances`` is paged (``maxResults``/``pageToken``): a
+large node pool's instances come over several pages, all of them read."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import random
 import time
@@ -41,10 +45,12 @@ from meridian import spec
 from meridian.fleet import models
 from meridian.spec import cluster as cluster_spec
 
+from agents import backoff as backoff_mod
 from agents import providers
 from agents.providers import base, common, notices
 from agents.providers.errors import CloudError, CloudErrorKind, classify_message
 
+log = logging.getLogger(__name__)
 COMPUTE_URL = "https://compute.googleapis.com/compute/v1"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 QUOTA_TTL_S = 300.0
@@ -99,13 +105,26 @@ def _http_kind(status: int, message: str) -> CloudErrorKind:
     return classify_message(message) or CloudErrorKind.INVALID_REQUEST
 
 
-class ComputeApi:
-    """The few Compute Engine REST calls node pools need, on one aiohttp session."""
+_RETRY_KINDS = (CloudErrorKind.UNAVAILABLE, CloudErrorKind.THROTTLED)
+MANAGED_INSTANCES_PAGE_SIZE = 500  # Compute Engine's maximum for listManagedInstances
+MAX_PAGES = 1000  # a server that keeps answering with a next page token is refused past this
 
-    def __init__(self, credentials: Callable[[], google.auth.credentials.Credentials], *, timeout_s: float = 30.0):
+
+class ComputeApi:
+    """The few Compute Engine REST calls node pools need, on one aiohttp session. Transient failures
+    (429, 5xx, a broken connection) are retried ``retries`` times with jittered exponential backoff
+    (``Retry-After`` honoured up to the backoff's cap); anything else raises at once."""
+
+    def __init__(self, credentials: Callable[[], google.auth.credentials.Credentials], *, timeout_s: float = 30.0,
+                 retries: int = 4, backoff: Callable[[], backoff_mod.Backoff] | None = None,
+                 sleep: Callable[[float], Any] = asyncio.sleep):
         self._credentials = credentials
         self._timeout_s = timeout_s
+        self._retries = retries
+        self._backoff = backoff or (lambda: backoff_mod.Backoff(initial_s=0.5, max_s=8.0))
+        self._sleep = sleep
         self._http: aiohttp.ClientSession | None = None
+        self.retried = 0  # transient failures retried (status and tests read it)
 
     async def _headers(self) -> dict[str, str]:
         try:
@@ -118,22 +137,74 @@ class ComputeApi:
             raise classify(exc, "compute_auth") from exc
         return {"Authorization": f"Bearer {creds.token}"}
 
-    async def call(self, method: str, url: str, operation: str) -> dict:
+    async def call(self, method: str, url: str, operation: str, params: dict[str, str] | None = None) -> dict:
+        """One REST call, retried while it fails transiently; the JSON answer or a classified CloudError."""
+        delays = self._backoff()
+        while True:
+            try:
+                return await self._once(method, url, operation, params)
+            except _Transient as exc:
+                if delays.attempts >= self._retries:
+                    raise exc.error from None
+                delay = delays.next_delay_s()
+                if exc.retry_after_s is not None:
+                    delay = min(max(delay, exc.retry_after_s), delays.max_s)
+                self.retried += 1
+                log.warning("event=compute_retry operation=%s attempt=%d delay_s=%.2f error=%r", operation,
+                            delays.attempts, delay, str(exc.error))
+                await self._sleep(delay)
+
+    async def _once(self, method: str, url: str, operation: str, params: dict[str, str] | None) -> dict:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
         try:
-            async with self._http.request(method, url, headers=await self._headers()) as resp:
+            async with self._http.request(method, url, params=params, headers=await self._headers()) as resp:
                 text = await resp.text()
                 if resp.status != 200:
-                    raise CloudError(_http_kind(resp.status, text), f"{method} {url} answered {resp.status}: {text[:300]}",
-                                     code=str(resp.status), operation=operation)
+                    error = CloudError(_http_kind(resp.status, text), f"{method} {url} answered {resp.status}: "
+                                       f"{text[:300]}", code=str(resp.status), operation=operation)
+                    if error.kind in _RETRY_KINDS:
+                        raise _Transient(error, _retry_after_s(resp.headers.get("Retry-After")))
+                    raise error
                 return await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise CloudError(CloudErrorKind.UNAVAILABLE, f"{method} {url}: {exc}", operation=operation) from exc
+            error = CloudError(CloudErrorKind.UNAVAILABLE, f"{method} {url}: {exc}", operation=operation)
+            raise _Transient(error, None) from exc
+
+    async def managed_instances(self, group_url: str) -> list[dict]:
+        """Every managed instance of an instance group manager, over as many pages as it takes."""
+        out: list[dict] = []
+        token = ""
+        for _ in range(MAX_PAGES):
+            params = {"maxResults": str(MANAGED_INSTANCES_PAGE_SIZE), **({"pageToken": token} if token else {})}
+            page = await self.call("POST", f"{group_url}/listManagedInstances", "list_managed_instances", params)
+            out += page.get("managedInstances", [])
+            token = page.get("nextPageToken") or ""
+            if not token:
+                return out
+        raise CloudError(CloudErrorKind.UNKNOWN, f"{group_url}/listManagedInstances: more than {MAX_PAGES} pages "
+                         "(a page token that never ends?)", operation="list_managed_instances")
 
     async def close(self) -> None:
         if self._http is not None:
             await self._http.close()
+
+
+class _Transient(Exception):
+    """A failure worth retrying: the CloudError to raise when retries run out, and the server's
+    Retry-After in seconds if it sent one."""
+
+    def __init__(self, error: CloudError, retry_after_s: float | None):
+        super().__init__(str(error))
+        self.error = error
+        self.retry_after_s = retry_after_s
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None  # an HTTP date: the backoff decides
 
 
 class GcpProvider(base.Provider):
@@ -228,8 +299,7 @@ class GcpProvider(base.Provider):
         for url in np.instance_group_urls:
             mig = await self._compute.call("GET", url, "get_instance_group_manager")
             target += int(mig.get("targetSize", 0))
-            listed = await self._compute.call("POST", f"{url}/listManagedInstances", "list_managed_instances")
-            for inst in listed.get("managedInstances", []):
+            for inst in await self._compute.managed_instances(url):
                 if inst.get("instanceStatus") == "RUNNING" and inst.get("currentAction", "NONE") == "NONE":
                     name = inst.get("name") or inst.get("instance", "").rsplit("/", 1)[-1]
                     running.append(name)
@@ -338,11 +408,13 @@ class CredentialSource:
 def create(cluster: spec.Cluster, *, clock: Callable[[], float] = time.time, rng: random.Random | None = None,
            client: container_v1.ClusterManagerClient | None = None,
            credentials: google.auth.credentials.Credentials | None = None, compute_url: str | None = "default",
-           metadata_url: str | None = "auto", operation_poll_s: float = 1.0) -> GcpProvider:
+           metadata_url: str | None = "auto", operation_poll_s: float = 1.0,
+           compute_backoff: Callable[[], backoff_mod.Backoff] | None = None) -> GcpProvider:
     """Options: an injected ``client``; ``credentials`` (default: Application Default Credentials,
     resolved on first use); ``compute_url`` (Compute Engine API base; "default": the public one, or
     none when ``gcp.endpoint`` points at a local fake: then quotas come from the declared bounds);
-    ``metadata_url`` ("auto": the metadata server if the agent runs on GCE; None: no notices)."""
+    ``metadata_url`` ("auto": the metadata server if the agent runs on GCE; None: no notices);
+    ``compute_backoff`` (the Compute REST retries' backoff; default 0.5 s doubling to 8 s)."""
     account = cluster.spec.gcp
     endpoint = account.endpoint if account else None
     if endpoint and credentials is None:
@@ -359,7 +431,8 @@ def create(cluster: spec.Cluster, *, clock: Callable[[], float] = time.time, rng
             return container_v1.ClusterManagerClient(transport=transport)
         return container_v1.ClusterManagerClient(credentials=source.get())
 
-    return GcpProvider(cluster, clock=clock, client_factory=factory, compute=ComputeApi(source.get),
+    return GcpProvider(cluster, clock=clock, client_factory=factory,
+                       compute=ComputeApi(source.get, backoff=compute_backoff),
                        compute_url=compute_url,
                        metadata_url=notices.resolve("gcp", metadata_url, notices.GCE_METADATA_URL),
                        operation_poll_s=operation_poll_s)

@@ -5,7 +5,9 @@ the real ``ClusterManagerClient`` and the gcp provider to talk to in tests and d
 It keeps node pools with their accelerators, instance groups whose instances come up after
 ``provisioning_delay_s``, a capacity limit per pool (a resize beyond it ends in an operation error
 with ZONE_RESOURCE_POOL_EXHAUSTED and the pool RUNNING_WITH_ERROR, as GKE reports a stock-out),
-GPU quotas per region, and injected RPC failures (``fail_next``)."""
+GPU quotas per region, injected RPC failures (``fail_next``) and HTTP failures (``fail_http_next``),
+and, as Compute Engine does, ``listManagedInstances`` in pages (``maxResults``, ``pageToken``, at
+most ``page_size`` per page)."""
 
 from __future__ import annotations
 
@@ -75,6 +77,8 @@ class GkeFake:
         self._ops: dict[str, _Operation] = {}
         self._op_ids = itertools.count(1)
         self._faults: dict[str, collections.deque[tuple[grpc.StatusCode, str]]] = collections.defaultdict(collections.deque)
+        self._http_faults: dict[str, collections.deque[int]] = collections.defaultdict(collections.deque)
+        self.page_size = 500  # listManagedInstances' largest page (Compute Engine's maximum)
         self.calls: collections.Counter[str] = collections.Counter()
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
@@ -112,6 +116,19 @@ class GkeFake:
     def fail_next(self, method: str, code: grpc.StatusCode, message: str, times: int = 1) -> None:
         """Make the next ``times`` calls of RPC ``method`` (e.g. "SetNodePoolSize") fail."""
         self._faults[method].extend([(code, message)] * times)
+
+    def fail_http_next(self, call: str, status: int = 503, times: int = 1) -> None:
+        """Make the next ``times`` Compute REST calls of ``call`` ("listManagedInstances",
+        "getInstanceGroupManager" or "getRegion") answer ``status``."""
+        self._http_faults[call].extend([status] * times)
+
+    def _http_fault(self, call: str) -> web.Response | None:
+        self.calls[call] += 1
+        if not self._http_faults[call]:
+            return None
+        status = self._http_faults[call].popleft()
+        return web.json_response({"error": {"code": status, "message": "The service is currently unavailable.",
+                                            "status": "UNAVAILABLE"}}, status=status)
 
     def pool(self, name: str) -> FakeNodePool:
         return next(p for p in self.pools.values() if p.name == name)
@@ -265,6 +282,9 @@ class GkeFake:
                                content_type="application/json")
 
     async def _http_mig(self, request: web.Request) -> web.Response:
+        fault = self._http_fault("getInstanceGroupManager")
+        if fault is not None:
+            return fault
         m = request.match_info
         pool = self._pool_of_mig(m["project"], m["zone"], m["mig"])
         now = self._clock()
@@ -277,16 +297,28 @@ class GkeFake:
             "status": {"isStable": creating == 0}})
 
     async def _http_instances(self, request: web.Request) -> web.Response:
+        fault = self._http_fault("listManagedInstances")
+        if fault is not None:
+            return fault
         m = request.match_info
         pool = self._pool_of_mig(m["project"], m["zone"], m["mig"])
         now = self._clock()
         base = f"{self.http_url}/compute/v1/projects/{pool.project}/zones/{pool.zone}/instances"
-        return web.json_response({"managedInstances": [
+        size = min(self.page_size, int(request.query.get("maxResults", "500")))
+        start = int(request.query.get("pageToken") or 0)
+        page = pool.instances[start:start + size]
+        body: dict = {"managedInstances": [
             {"instance": f"{base}/{i.name}", "name": i.name, "id": str(abs(hash(i.name)) % 10**18),
              "instanceStatus": "RUNNING" if i.ready_at <= now else "PROVISIONING",
-             "currentAction": "NONE" if i.ready_at <= now else "CREATING"} for i in pool.instances]})
+             "currentAction": "NONE" if i.ready_at <= now else "CREATING"} for i in page]}
+        if start + size < len(pool.instances):
+            body["nextPageToken"] = str(start + size)
+        return web.json_response(body)
 
     async def _http_region(self, request: web.Request) -> web.Response:
+        fault = self._http_fault("getRegion")
+        if fault is not None:
+            return fault
         project, region = request.match_info["project"], request.match_info["region"]
         usage: dict[str, float] = collections.Counter()
         for pool in self.pools.values():

@@ -16,11 +16,16 @@ def add_connection_arguments(parser: argparse.ArgumentParser, outputs: tuple[str
     parser.add_argument("--server", help=f"admin API URL (default ${admin_client.URL_ENV} or "
                                          f"{admin_client.DEFAULT_URL})")
     parser.add_argument("--token-file", help=f"admin token file (default ${admin_client.TOKEN_ENV})")
+    parser.add_argument("--ca-file", help=f"CA bundle that signed an https:// scheduler's certificate (default "
+                                          f"${admin_client.CA_ENV}, else the system's)")
     parser.add_argument("-o", "--output", choices=list(outputs), default=default)
 
 
 def connect(args: argparse.Namespace) -> admin_client.AdminClient:
-    return admin_client.AdminClient.from_args(args.server, args.token_file)
+    client = admin_client.AdminClient.from_args(args.server, args.token_file, getattr(args, "ca_file", None))
+    if client.warning:
+        print(f"warning: {client.warning}", file=sys.stderr)
+    return client
 
 
 def report_error(exc: admin_client.AdminError, output: str) -> int:

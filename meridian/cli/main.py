@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "delete": ("meridian.cli.delete", "delete an applied spec (delete KIND NAME)"),
     "plan": ("meridian.cli.plan", "dry run: placement, diff, cost before/after, SLA risks (-f FILE)"),
     "state": ("meridian.cli.state", "back up or restore the scheduler's state store (state export|import FILE)"),
+    "whoami": ("meridian.cli.whoami", "the admin token's principal, role and what it may do"),
+    "token": ("meridian.cli.token", "make a token (new) or print its stored form (hash, from stdin)"),
     "demo": ("meridian.cli.demo", "run the whole system on this machine: clusters, traffic, failures, report"),
     "simulate": ("meridian.cli.simulate", "simulate a day of traffic and compare Meridian with baselines"),
 }

@@ -43,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key-file", metavar="PEM", help="unencrypted private key of --tls-cert-file")
     parser.add_argument("--tls-client-ca-file", metavar="PEM",
                         help="CA bundle that signs agents' and routers' certificates: requires them (mutual TLS)")
+    parser.add_argument("--admin-tls-cert-file", metavar="PEM",
+                        help="certificate chain of the admin API; with --admin-tls-key-file serves HTTPS, reloaded "
+                             "when the files change (default: plain HTTP)")
+    parser.add_argument("--admin-tls-key-file", metavar="PEM", help="unencrypted private key of --admin-tls-cert-file")
     parser.add_argument("-f", "--apply", dest="apply_files", action="append", default=[], metavar="FILE",
                         help="spec file or directory to apply at start (validated first; repeatable)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -63,7 +67,8 @@ def build_config(args: argparse.Namespace) -> config_mod.SchedulerConfig:
     if not getattr(args, "state_url", None) and os.environ.get(STATE_URL_ENV):
         values["state_url"] = os.environ[STATE_URL_ENV]
     for key in ("grpc_address", "admin_address", "state_url", "namespace", "scheduler_id", "tokens_file",
-                "admin_token_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+                "admin_token_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "admin_tls_cert_file",
+                "admin_tls_key_file"):
         if getattr(args, key, None):
             values[key] = getattr(args, key)
     return config_mod.SchedulerConfig(**values)

@@ -6,6 +6,7 @@ gRPC edge and keep protobuf out of their domain code."""
 from __future__ import annotations
 
 import enum
+import math
 from typing import Any
 
 from google.protobuf import timestamp_pb2
@@ -39,6 +40,14 @@ def _back(table: dict[Any, Any], value: int, what: str) -> Any:
         return table[value]
     except KeyError:
         raise WireError(f"unknown or unset {what} ({value})") from None
+
+
+def _number(value: float, what: str) -> float:
+    """A measured quantity from the wire (a load, a rate, a latency, a weight) as a finite number
+    >= 0: NaN, an infinity or a negative value (an engine's odd gauge, a hostile peer) would poison
+    every sum, plan and policy it reaches, so it reads as 0 (nothing measured). Quantities a
+    decision rests on (a pool's price) are checked where they are used, and refused there."""
+    return value if math.isfinite(value) and value >= 0 else 0.0
 
 
 def ts(seconds: float | None) -> timestamp_pb2.Timestamp:
@@ -87,7 +96,7 @@ def percentiles_to_pb(p: m.LatencyPercentiles) -> common.LatencyPercentiles:
 
 
 def percentiles_from_pb(p: common.LatencyPercentiles) -> m.LatencyPercentiles:
-    return m.LatencyPercentiles(p.p50_ms, p.p90_ms, p.p99_ms)
+    return m.LatencyPercentiles(_number(p.p50_ms, "p50_ms"), _number(p.p90_ms, "p90_ms"), _number(p.p99_ms, "p99_ms"))
 
 
 def load_to_pb(load: m.ReplicaLoad) -> common.ReplicaLoad:
@@ -108,12 +117,12 @@ def load_from_pb(p: common.ReplicaLoad) -> m.ReplicaLoad:
     return m.ReplicaLoad(
         running_requests=p.running_requests,
         queued_requests=p.queued_requests,
-        kv_cache_usage=p.kv_cache_usage,
-        prefix_cache_hit_rate=p.prefix_cache_hit_rate,
+        kv_cache_usage=_number(p.kv_cache_usage, "kv_cache_usage"),
+        prefix_cache_hit_rate=_number(p.prefix_cache_hit_rate, "prefix_cache_hit_rate"),
         ttft=percentiles_from_pb(p.ttft),
         inter_token_latency=percentiles_from_pb(p.inter_token_latency),
-        generation_tokens_per_s=p.generation_tokens_per_s,
-        requests_per_s=p.requests_per_s,
+        generation_tokens_per_s=_number(p.generation_tokens_per_s, "generation_tokens_per_s"),
+        requests_per_s=_number(p.requests_per_s, "requests_per_s"),
         observed_at=from_ts(p.observed_at),
     )
 
@@ -147,7 +156,8 @@ def pool_from_pb(p: cap.GpuPool) -> m.GpuPool:
     return m.GpuPool(
         pool_id=p.pool_id, gpu_type=p.gpu_type, gpu_memory_gib=p.gpu_memory_gib, gpus_per_node=p.gpus_per_node,
         instance_type=p.instance_type, nodes_current=p.nodes_current, nodes_min=p.nodes_min, nodes_max=p.nodes_max,
-        gpus_free=p.gpus_free, tier=tier_from_pb(p.tier), price_per_node_hour_usd=p.price_per_node_hour_usd,
+        gpus_free=p.gpus_free, tier=tier_from_pb(p.tier),
+        price_per_node_hour_usd=p.price_per_node_hour_usd,
         quota_headroom_gpus=p.quota_headroom_gpus,
         provisioning_state=_PROV_BACK.get(p.provisioning_state, m.ProvisioningState.STEADY),
         zone=p.zone, nodes_pending=p.nodes_pending,
@@ -167,7 +177,7 @@ def report_from_pb(p: cap.ReplicaReport) -> m.ReplicaReport:
     return m.ReplicaReport(
         replica_id=p.replica_id, deployment=p.deployment, revision=p.revision, endpoint=p.endpoint,
         state=state_from_pb(p.state), load=load_from_pb(p.load), pool_id=p.pool_id, gpu_count=p.gpu_count,
-        time_to_ready_s=p.time_to_ready_s, restarts=p.restarts, message=p.message,
+        time_to_ready_s=_number(p.time_to_ready_s, "time_to_ready_s"), restarts=p.restarts, message=p.message,
         served_model_name=p.served_model_name, started_at=from_ts(p.started_at),
     )
 
@@ -261,7 +271,8 @@ def route_replica_to_pb(r: m.RouteReplica) -> rt.RouteReplica:
 def route_replica_from_pb(p: rt.RouteReplica) -> m.RouteReplica:
     return m.RouteReplica(
         replica_id=p.replica_id, endpoint=p.endpoint, cloud=cloud_from_pb(p.cloud), region=p.region, zone=p.zone,
-        state=state_from_pb(p.state), weight=p.weight, load=load_from_pb(p.load), gpu_type=p.gpu_type,
+        state=state_from_pb(p.state), weight=_number(p.weight, "weight"), load=load_from_pb(p.load),
+        gpu_type=p.gpu_type,
         cluster_id=p.cluster_id, revision=p.revision, tier=_TIER_BACK.get(p.tier, m.Tier.ON_DEMAND),
     )
 
@@ -311,5 +322,6 @@ def traffic_from_pb(p: rt.TrafficReport) -> m.TrafficReport:
         router_id=p.router_id, router_region=p.router_region, window_start=from_ts(p.window_start),
         window_end=from_ts(p.window_end),
         samples=tuple(m.TrafficSample(s.model, s.client_region, s.requests, s.prompt_tokens, s.completion_tokens,
-                                      s.errors, s.in_flight, s.ttft_p99_ms, s.revision) for s in p.samples),
+                                      s.errors, s.in_flight, _number(s.ttft_p99_ms, "ttft_p99_ms"), s.revision)
+                      for s in p.samples),
     )

@@ -82,10 +82,113 @@ def _index(node: yaml.Node, path: tuple, out: dict[tuple, int]) -> None:
             _index(item, path + (i,), out)
 
 
+# Limits on what one spec file may be, so that no input exhausts memory or the stack: YAML's
+# anchors and aliases can make a few hundred bytes expand to billions of nodes ("billion laughs"),
+# an alias can point at its own ancestor (a cycle), and nesting is parsed recursively. Real specs
+# are a few levels deep and a few thousand nodes long; these bounds are far above that.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_DOCUMENTS = 1000  # per file
+MAX_DEPTH = 32  # nesting of mappings and sequences, aliases expanded
+MAX_NODES = 200_000  # per file, aliases expanded
+MAX_ALIASES = 1000  # per file
+
+
+def _limit(file: str, line: int | None, message: str) -> tuple[list[_Raw], list[SpecIssue]]:
+    return [], [SpecIssue(file, line, "", message)]
+
+
+def _scan(text: str, file: str) -> list[SpecIssue]:
+    """Check size, documents, nesting and aliases on the event stream (which PyYAML parses without
+    recursion), before anything is composed."""
+    size = len(text.encode("utf-8", errors="replace"))
+    if size > MAX_FILE_BYTES:
+        return [SpecIssue(file, None, "", f"the file is {size} bytes; a spec file may hold at most "
+                                          f"{MAX_FILE_BYTES} bytes (split it into several files)")]
+    depth = documents = aliases = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = event.start_mark.line + 1 if event.start_mark is not None else None
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return [SpecIssue(file, line, "", f"nesting deeper than {MAX_DEPTH} levels; no spec field is "
+                                                  "nested that deep (an unclosed '[' or '{'?)")]
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        elif isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > MAX_DOCUMENTS:
+                return [SpecIssue(file, line, "", f"more than {MAX_DOCUMENTS} documents in one file; split it")]
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                return [SpecIssue(file, line, "", f"more than {MAX_ALIASES} aliases (*name) in one file")]
+    return []
+
+
+def _expanded(node: yaml.Node, file: str, budget: list[int]) -> SpecIssue | None:
+    """Check the composed document with its aliases expanded: at most ``budget[0]`` nodes left in
+    the file, at most MAX_DEPTH deep, no alias inside what it names (a cycle). Iterative, and each
+    shared node is measured once (memo), so checking costs what the YAML text costs, not what it
+    expands to."""
+    memo: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, expanded depth)
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(node, False)]
+    while stack:
+        current, done = stack.pop()
+        key = id(current)
+        if done:
+            open_nodes.discard(key)
+            children = _children(current)
+            count = 1 + sum(memo[id(c)][0] for c in children)
+            depth = 1 + max((memo[id(c)][1] for c in children), default=0)
+            memo[key] = (min(count, MAX_NODES + 1), depth)
+            if depth > MAX_DEPTH:
+                return SpecIssue(file, current.start_mark.line + 1, "",
+                                 f"nesting deeper than {MAX_DEPTH} levels once aliases (*name) are expanded")
+            if count > budget[0]:
+                return SpecIssue(file, current.start_mark.line + 1, "",
+                                 f"the file expands to more than {MAX_NODES} YAML nodes once aliases (*name) are "
+                                 "expanded; anchors and aliases must not multiply the document")
+            continue
+        if key in memo:
+            continue
+        if key in open_nodes:
+            return SpecIssue(file, current.start_mark.line + 1, "",
+                             "an alias (*name) refers to a node that contains it; recursive documents are not specs")
+        open_nodes.add(key)
+        stack.append((current, True))
+        stack.extend((c, False) for c in _children(current) if id(c) not in memo)
+    budget[0] -= memo[id(node)][0]
+    return None
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
 def _read(text: str, file: str) -> tuple[list[_Raw], list[SpecIssue]]:
     try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-        datas = list(yaml.load_all(text, Loader=yaml.SafeLoader))
+        problems = _scan(text, file)
+        if problems:
+            return [], problems
+        loader = yaml.SafeLoader(text)
+        pairs: list[tuple[yaml.Node, Any]] = []
+        budget = [MAX_NODES]
+        try:
+            while loader.check_node():
+                node = loader.get_node()
+                if node is None:
+                    continue
+                problem = _expanded(node, file, budget)
+                if problem is not None:
+                    return [], [problem]
+                pairs.append((node, loader.construct_document(node)))
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -93,14 +196,23 @@ def _read(text: str, file: str) -> tuple[list[_Raw], list[SpecIssue]]:
         return [], [SpecIssue(file, line, "", f"invalid YAML: {problem}")]
     raws = []
     index = 0
-    for node, data in zip(nodes, datas, strict=True):
-        if node is None or data is None:
+    for node, data in pairs:
+        if data is None:
             continue
         lines: dict[tuple, int] = {}
         _index(node, (), lines)
         raws.append(_Raw(file, index, data, lines, node.start_mark.line + 1))
         index += 1
     return raws, []
+
+
+def read_documents(text: str, file: str) -> list[Any]:
+    """The YAML documents of ``text`` as plain data, under the same limits as validation (for code
+    that must look at documents before validating them). Raises SpecError."""
+    raws, issues = _read(text, file)
+    if issues:
+        raise SpecError(issues)
+    return [r.data for r in raws]
 
 
 def _line(raw: _Raw, loc: tuple) -> int:
@@ -187,6 +299,9 @@ def _header(raw: _Raw) -> tuple[type[pydantic.BaseModel] | None, list[SpecIssue]
         msg = "missing apiVersion" if api is None else f"unsupported apiVersion {api!r}"
         issues.append(_issue(raw, ("apiVersion",), f"{msg}; use {base.API_VERSION!r}"))
     kind = data.get("kind")
+    if kind is not None and not isinstance(kind, str):
+        issues.append(_issue(raw, ("kind",), f"kind must be a string, one of: {', '.join(KINDS)} (got {kind!r})"))
+        return None, issues
     if kind not in KINDS:
         msg = "missing kind" if kind is None else base.unknown_name("kind", str(kind), list(KINDS))
         if kind is None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import pathlib
 from collections.abc import Mapping, Sequence
 
 import pydantic
+import yaml
 
 from meridian import capacity, latency, spec
 from meridian.catalog import gpus
@@ -233,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", dest="config", default=None,
+                        help="YAML file of flags (as SGLang's --config: keys are flag names), under the command "
+                             "line's; how Meridian passes --api-key without putting it on the command line")
     for flags, dest, kind in _SGLANG_ARGS:
         if kind == "switch":
             parser.add_argument(*flags, dest=dest, action="store_true", default=None)
@@ -254,10 +259,45 @@ def _env_value(env: Mapping[str, str], dest: str) -> str | None:
     return env.get(ENV_PREFIX + dest.upper())
 
 
+def config_file_args(path: str) -> list[str]:
+    """The flags a ``--config`` YAML file stands for, converted the way SGLang 0.5.23 does
+    (``sglang.srt.utils.server_args_config_parser``): ``key: value`` -> ``--key value``, ``true`` ->
+    the switch, ``false`` -> nothing, a list -> ``--key v1 v2``. ValueError naming the file."""
+    if pathlib.Path(path).suffix.lower() not in (".yaml", ".yml"):
+        raise ValueError(f"--config {path}: the file must be YAML (.yaml or .yml), as SGLang requires")
+    try:
+        data = yaml.safe_load(pathlib.Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"--config {path}: cannot read it: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: expected a mapping of flag names to values")
+    args: list[str] = []
+    for key, value in data.items():
+        flag = f"--{str(key).replace('_', '-')}"
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, list):
+            args += [flag, *map(str, value)] if value else []
+        elif value is not False and value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def _with_config_file(ns: argparse.Namespace) -> argparse.Namespace:
+    """``ns`` with the values of its ``--config`` file filled in where the command line gave none."""
+    path = getattr(ns, "config", None)
+    if not path:
+        return ns
+    from_file, _unknown = build_parser().parse_known_args(config_file_args(path))
+    merged = vars(from_file) | {k: v for k, v in vars(ns).items() if v is not None}
+    return argparse.Namespace(**merged)
+
+
 def from_namespace(ns: argparse.Namespace, env: Mapping[str, str] | None = None) -> EmulatorConfig:
-    """Flags first, then MERIDIAN_EMULATOR_* variables, then defaults. Raises pydantic's
-    ValidationError (with the field named) on bad values."""
+    """Flags first (the ``--config`` file's under the command line's), then MERIDIAN_EMULATOR_*
+    variables, then defaults. Raises pydantic's ValidationError (with the field named) on bad values."""
     env = os.environ if env is None else env
+    ns = _with_config_file(ns)
     values: dict[str, object] = {}
     for _flags, dest, _kind in _SGLANG_ARGS:
         v = getattr(ns, dest, None)

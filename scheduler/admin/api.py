@@ -1,7 +1,9 @@
 """The admin API: authenticated HTTP/JSON on aiohttp.
 
-Every ``/v1/`` route needs ``Authorization: Bearer <token>`` (the admin token; compared as a hash).
-``/healthz`` and ``/metrics`` are open, as a load balancer and Prometheus expect.
+Every ``/v1/`` route needs ``Authorization: Bearer <token>``; the token (compared as a hash) names
+a principal with a role, and ``scheduler.admin.access.authorize`` decides what it may do (401: no
+or unknown token; 403: the role may not, with the reason and what it may do). ``/healthz`` and
+``/metrics`` are open, as a load balancer and Prometheus expect.
 
     POST   /v1/apply                 {"files": [{"name": "x.yaml", "text": "..."}]}
     GET    /v1/specs[?kind=KIND]
@@ -9,13 +11,18 @@ Every ``/v1/`` route needs ``Authorization: Bearer <token>`` (the admin token; c
     DELETE /v1/specs/{kind}/{name}
     POST   /v1/plan                  same body as apply (empty files: plan the stored specs)
     GET    /v1/status
+    GET    /v1/whoami                the caller's principal: name, role, teams, what it may do
 
 A rejected apply or delete answers 422 with every problem (file, line, path, message) and stores
-nothing. Any node (leader or standby) accepts applies; they go to the shared store."""
+nothing; a refused one (403) stores nothing either. Any node (leader or standby) accepts applies;
+they go to the shared store. Bodies are bounded (``MAX_BODY_BYTES``, ``MAX_FILES``, and the spec
+loader's per-file limits); an oversized or malformed body gets a 4xx JSON answer naming the limit."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -26,7 +33,7 @@ from meridian import spec
 from scheduler import clock as clock_mod
 from scheduler import metrics as metrics_mod
 from scheduler import rollout
-from scheduler.admin import dryrun, specs
+from scheduler.admin import access, dryrun, specs
 from scheduler.control import loop as loop_mod
 from scheduler.control import planner
 from scheduler.server import auth
@@ -35,6 +42,7 @@ from scheduler.state import base, records
 log = logging.getLogger("meridian.scheduler.admin")
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_FILES = 200
+PRINCIPAL = web.RequestKey("principal", access.Principal)  # the authenticated caller
 
 
 @dataclasses.dataclass
@@ -64,11 +72,13 @@ async def _auth(request: web.Request, handler):
     if not request.path.startswith("/v1/"):
         return await handler(request)
     ctx = request.app[CTX]
-    if not ctx.admin_auth.check(request.headers.get("Authorization")):
+    principal = ctx.admin_auth.identify(request.headers.get("Authorization"))
+    if principal is None:
         ctx.metrics.auth_failures.labels("admin", "bad_token").inc()
-        log.warning("event=admin_refused path=%s peer=%s", request.path, request.remote)
+        log.warning("event=admin_refused reason=bad_token path=%s peer=%s", request.path, request.remote)
         return web.json_response({"error": "a valid admin bearer token is required"}, status=401,
                                  headers={"WWW-Authenticate": 'Bearer realm="meridian"'})
+    request[PRINCIPAL] = principal
     try:
         return await handler(request)
     except base.StateError as exc:
@@ -77,12 +87,72 @@ async def _auth(request: web.Request, handler):
         return _error(503, f"state store unavailable: {exc}")
 
 
+def _principal(request: web.Request) -> access.Principal:
+    return request[PRINCIPAL]
+
+
+def _forbidden(request: web.Request, verb: str, refusals: list[str]) -> web.Response:
+    """403 naming every refused document, the principal and what its role may do; counted and logged."""
+    ctx, who = request.app[CTX], _principal(request)
+    ctx.metrics.auth_failures.labels("admin", "forbidden").inc()
+    log.warning("event=admin_forbidden principal=%s role=%s verb=%s path=%s refused=%d detail=%r", who.name,
+                who.role.value, verb, request.path, len(refusals), refusals[0])
+    return web.json_response({"error": "; ".join(refusals) + "; nothing was changed", "principal": who.name,
+                              "role": who.role.value, "may": access.may(who), "refused": refusals}, status=403)
+
+
+def _refusals(who: access.Principal, verb: str, documents: list[tuple[str, str, str | None]],
+              stored: list[records.StoredSpec]) -> list[str]:
+    """Why ``who`` may not ``verb`` each of ``documents`` (kind, name, team), checked against the
+    document's team and, when it replaces one, the stored document's team."""
+    teams = {(s.kind, s.name): _stored_team(s) for s in stored}
+    out = []
+    for kind, name, team in documents:
+        for side in (team, teams.get((kind, name), team)):
+            decision = access.authorize(who, verb, kind, side)
+            if not decision:
+                where = "" if side == team else f" (the stored {kind}/{name} is team {side!r})"
+                out.append(f"{kind}/{name}: {decision.reason}{where}")
+                break
+    return out
+
+
+def _stored_team(s: records.StoredSpec) -> str | None:
+    metadata = json.loads(s.body).get("metadata") or {}
+    return metadata.get("team")
+
+
+async def _authorized_files(request: web.Request, verb: str, files: list[tuple[str, str]],
+                            stored: list[records.StoredSpec]) -> web.Response | None:
+    """A 403 when the principal may not ``verb`` a document the files declare (read before
+    validation, so a refusal does not depend on the document being valid), else None."""
+    # Unknown kinds are left to validation, which names the valid ones.
+    headers = [(h.kind, h.name, h.team) for h in await asyncio.to_thread(specs.declared, files)
+               if h.kind in spec.KINDS]
+    refusals = _refusals(_principal(request), verb, headers, stored)
+    return _forbidden(request, verb, refusals) if refusals else None
+
+
+def _authorized_docs(request: web.Request, verb: str, docs: tuple[spec.Loaded, ...],
+                     stored: list[records.StoredSpec]) -> web.Response | None:
+    """The same check on the validated documents (what will be stored is what was authorized)."""
+    refusals = _refusals(_principal(request), verb, [(d.kind, d.name, d.doc.metadata.team) for d in docs], stored)
+    return _forbidden(request, verb, refusals) if refusals else None
+
+
 async def _files(request: web.Request) -> list[tuple[str, str]] | web.Response:
     try:
         body = await request.json()
+    except web.HTTPRequestEntityTooLarge:
+        request.app[CTX].metrics.limit_refusals.labels("admin", "body_bytes").inc()
+        return _error(413, f"the body is larger than {MAX_BODY_BYTES} bytes; apply fewer or smaller files at once")
+    except RecursionError:
+        return _error(400, "body JSON is nested too deeply")
     except ValueError:
         return _error(400, 'body must be JSON: {"files": [{"name": "...", "text": "..."}]}')
     files = body.get("files") if isinstance(body, dict) else None
+    if isinstance(files, list) and len(files) > MAX_FILES:
+        request.app[CTX].metrics.limit_refusals.labels("admin", "files").inc()
     if not isinstance(files, list) or len(files) > MAX_FILES or not all(
             isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("text"), str) for f in files):
         return _error(400, f'"files" must be a list (at most {MAX_FILES}) of {{"name": str, "text": str}}')
@@ -105,17 +175,25 @@ async def apply(request: web.Request) -> web.Response:
     if not files:
         return _error(400, "no files given")
     stored = await ctx.spec_store.all()
+    refused = await _authorized_files(request, access.APPLY, files, stored)
+    if refused is not None:
+        return refused
     try:
-        proposal = specs.propose(stored, files)
+        proposal = await asyncio.to_thread(specs.propose, stored, files)
     except spec.SpecError as exc:
-        log.info("event=apply_rejected files=%s issues=%d", [n for n, _ in files], len(exc.issues))
+        log.info("event=apply_rejected principal=%s files=%s issues=%d", _principal(request).name,
+                 [n for n, _ in files], len(exc.issues))
         return _issues(exc)
     if not proposal.submitted:
         return _error(400, "the files contain no documents")
+    refused = _authorized_docs(request, access.APPLY, proposal.submitted, stored)
+    if refused is not None:
+        return refused
     done = await ctx.spec_store.apply(proposal.submitted, ctx.clock.now())
     warnings = await specs.token_warnings(proposal.submitted, ctx.tokens, ctx.env)
     ctx.loop.wake("specs applied")
-    log.info("event=applied documents=%s", [f"{k}/{n}:{a}" for k, n, a in done])
+    log.info("event=applied principal=%s documents=%s", _principal(request).name,
+             [f"{k}/{n}:{a}" for k, n, a in done])
     return web.json_response({"applied": [{"kind": k, "name": n, "action": a} for k, n, a in done],
                               "generation": await ctx.spec_store.generation(), "warnings": warnings})
 
@@ -168,15 +246,19 @@ async def delete_spec(request: web.Request) -> web.Response:
         return _error(400, str(exc))
     name = request.match_info["name"]
     stored = await ctx.spec_store.all()
-    if not any((s.kind, s.name) == (kind, name) for s in stored):
+    target = next((s for s in stored if (s.kind, s.name) == (kind, name)), None)
+    if target is None:
         return _error(404, f"no {kind} named {name!r}")
+    refusals = _refusals(_principal(request), access.DELETE, [(kind, name, _stored_team(target))], stored)
+    if refusals:
+        return _forbidden(request, access.DELETE, refusals)
     try:
-        specs.propose(stored, [], removed=frozenset({(kind, name)}))
+        await asyncio.to_thread(specs.propose, stored, [], frozenset({(kind, name)}))
     except spec.SpecError as exc:
         return _issues(exc)
     await ctx.spec_store.delete(kind, name)
     ctx.loop.wake("spec deleted")
-    log.info("event=deleted kind=%s name=%s", kind, name)
+    log.info("event=deleted principal=%s kind=%s name=%s", _principal(request).name, kind, name)
     return web.json_response({"deleted": {"kind": kind, "name": name},
                               "generation": await ctx.spec_store.generation()})
 
@@ -187,10 +269,16 @@ async def plan(request: web.Request) -> web.Response:
     if isinstance(files, web.Response):
         return files
     stored = await ctx.spec_store.all()
+    refused = await _authorized_files(request, access.PLAN, files, stored)
+    if refused is not None:
+        return refused
     try:
-        proposal = specs.propose(stored, files)
+        proposal = await asyncio.to_thread(specs.propose, stored, files)
     except spec.SpecError as exc:
         return _issues(exc)
+    refused = _authorized_docs(request, access.PLAN, proposal.submitted, stored)
+    if refused is not None:
+        return refused
     hypothetical = planner.SpecView.of(proposal.merged, -1)
     report = await dryrun.plan_report(ctx.loop, hypothetical, traffic=ctx.traffic, now_s=ctx.clock.now(),
                                       leader=ctx.is_leader(), time_limit_s=ctx.solve_time_limit_s)
@@ -200,6 +288,11 @@ async def plan(request: web.Request) -> web.Response:
 
 async def status(request: web.Request) -> web.Response:
     return web.json_response(await request.app[CTX].status())
+
+
+async def whoami(request: web.Request) -> web.Response:
+    """The caller's principal and what its role may do (the CLI and the dashboard show it)."""
+    return web.json_response(_principal(request).to_dict())
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -220,6 +313,7 @@ def build_app(ctx: AdminContext) -> web.Application:
     app.router.add_delete("/v1/specs/{kind}/{name}", delete_spec)
     app.router.add_post("/v1/plan", plan)
     app.router.add_get("/v1/status", status)
+    app.router.add_get("/v1/whoami", whoami)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     return app

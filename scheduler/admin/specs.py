@@ -12,8 +12,6 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 
-import yaml
-
 from meridian import spec
 from scheduler.server import auth
 from scheduler.state import records
@@ -46,18 +44,35 @@ class Proposal:
     merged: spec.SpecSet
 
 
-def _declared(files: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-    """(kind, name) pairs the files declare, read leniently (validation reports what is wrong)."""
-    out = set()
-    for _name, text in files:
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """What a document says it is, read before validation: enough to authorize and to know which
+    stored document it replaces."""
+
+    kind: str
+    name: str
+    team: str | None
+
+
+def declared(files: Sequence[tuple[str, str]]) -> list[Header]:
+    """The documents the files declare, read leniently (validation reports what is wrong), under the
+    loader's limits (a file over them declares nothing here and fails validation)."""
+    out = []
+    for name, text in files:
         try:
-            docs = list(yaml.safe_load_all(text))
-        except yaml.YAMLError:
+            docs = spec.loader.read_documents(text, name)
+        except spec.SpecError:
             continue
         for d in docs:
             if isinstance(d, dict) and isinstance(d.get("metadata"), dict):
-                out.add((str(d.get("kind")), str(d["metadata"].get("name"))))
+                team = d["metadata"].get("team")
+                out.append(Header(str(d.get("kind")), str(d["metadata"].get("name")),
+                                  team.strip() if isinstance(team, str) else None))
     return out
+
+
+def _declared(files: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+    return {(h.kind, h.name) for h in declared(files)}
 
 
 def propose(stored: Sequence[records.StoredSpec], files: Sequence[tuple[str, str]],

@@ -2,15 +2,25 @@
 fleet view, the directive log and the event tracker, and wake the control loop when something calls
 for action now.
 
-An agent may only speak for its own cluster: a replica report naming a replica that another
-cluster holds (or that an open directive started on another cluster) is dropped, logged and
-counted; so is an ack for another cluster's directive (see the executor)."""
+An agent may only speak for its own cluster (every refusal is logged and counted in
+``auth_failures_total{surface="agent"}`` by reason):
+- a replica report or an event naming a replica that another cluster holds (or that an open
+  directive started on another cluster) is dropped (``foreign_replica``), so no agent can take over,
+  or doom with a spot notice, another cluster's replica;
+- an inventory pool whose id could name another cluster's pool (empty, with a ``/``, too long) is
+  dropped (``bad_pool_id``): pools are keyed ``cluster/pool``; so is one whose figures no plan can
+  use (a price that is negative, NaN or infinite; no GPUs per node) (``bad_pool``), which would
+  otherwise stop every plan of the fleet;
+- an ack, or a Hello's completed id, of another cluster's directive is ignored (``foreign_ack``,
+  see the executor)."""
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 
+from meridian import limits
 from meridian.fleet import models as fm
 from scheduler import metrics as metrics_mod
 from scheduler.control import events as events_mod
@@ -50,7 +60,37 @@ class Intake:
             await self._guard(self._executor.on_completed(identity.cluster_id, completed_ids, self._fence()))
         self._wake(f"agent {identity.cluster_id} connected")
 
+    def _foreign_owner(self, cluster_id: str, replica_id: str) -> str | None:
+        """The other cluster that holds ``replica_id`` (or that an open directive starts it on), or None."""
+        owner = self._fleet.cluster_of_replica(replica_id)
+        if owner not in (None, cluster_id):
+            return owner
+        for od in self._executor.open_directives():
+            if (isinstance(od.directive.action, fm.StartReplica) and od.cluster_id != cluster_id
+                    and od.directive.action.replica_id == replica_id):
+                return od.cluster_id
+        return None
+
+    def _refuse(self, reason: str, cluster_id: str, what: str, detail: str) -> None:
+        self._metrics.auth_failures.labels("agent", reason).inc()
+        log.warning("event=report_refused reason=%s cluster=%s %s detail=%r", reason, cluster_id, what, detail)
+
     async def on_inventory(self, cluster_id: str, pools: list[fm.GpuPool], complete: bool, now_s: float) -> None:
+        good = []
+        for pool in pools:
+            pid = pool.pool_id
+            if not pid or "/" in pid or len(pid) > limits.MAX_ID_CHARS:
+                self._refuse("bad_pool_id", cluster_id, f"pool={pid[:64]!r}",
+                             f"a pool id is 1-{limits.MAX_ID_CHARS} characters without '/'")
+                continue
+            price = pool.price_per_node_hour_usd
+            if not math.isfinite(price) or price < 0 or pool.gpus_per_node <= 0:
+                self._refuse("bad_pool", cluster_id, f"pool={pid}",
+                             f"price_per_node_hour_usd {price!r} (a finite number >= 0) and gpus_per_node "
+                             f"{pool.gpus_per_node} (> 0) are needed to plan with a pool")
+                continue
+            good.append(pool)
+        pools = good
         old = self._fleet.pools_of(cluster_id)
         for pool in pools:
             key = problem.pool_key(cluster_id, pool.pool_id)
@@ -75,9 +115,8 @@ class Intake:
             owner = self._fleet.cluster_of_replica(r.replica_id)
             if owner not in (None, cluster_id) or r.replica_id in starts_elsewhere:
                 owner = owner if owner not in (None, cluster_id) else starts_elsewhere[r.replica_id]
-                self._metrics.auth_failures.labels("agent", "foreign_replica").inc()
-                log.warning("event=report_refused cluster=%s replica=%s owner=%s: an agent cannot report for another "
-                            "cluster", cluster_id, r.replica_id, owner)
+                self._refuse("foreign_replica", cluster_id, f"replica={r.replica_id}",
+                             f"replica {r.replica_id!r} belongs to cluster {owner!r}; an agent reports only its own")
                 continue
             mine.append(r)
         version = self._fleet.version
@@ -93,6 +132,16 @@ class Intake:
 
     async def on_event(self, cluster_id: str, event: fm.Event, now_s: float) -> None:
         self._fleet.seen(cluster_id, now_s)
+        owner = self._foreign_owner(cluster_id, event.replica_id) if event.replica_id else None
+        if owner is not None:
+            self._refuse("foreign_replica", cluster_id, f"event={event.kind.value} replica={event.replica_id}",
+                         f"replica {event.replica_id!r} belongs to cluster {owner!r}; an agent's events name only "
+                         "its own replicas")
+            return
+        if event.pool_id and ("/" in event.pool_id or len(event.pool_id) > limits.MAX_ID_CHARS):
+            self._refuse("bad_pool_id", cluster_id, f"event={event.kind.value} pool={event.pool_id[:64]!r}",
+                         f"a pool id is 1-{limits.MAX_ID_CHARS} characters without '/'")
+            return
         if self._events.on_event(cluster_id, event, now_s):
             self._wake(f"{event.kind.value} on {cluster_id}")
 

@@ -144,8 +144,13 @@ def pool_offers(snapshot: fleet_mod.FleetSnapshot, specs: SpecView, *, held_gpus
             if pool.gpus_per_node <= 0:
                 log.warning("event=pool_skipped pool=%s reason='gpus_per_node is 0'", key)
                 continue
-            po = problem.PoolOffer.of(c.cluster_id, ident.cloud.value, ident.region, pool,
-                                      gpus_held_by_current=held_gpus.get(key, 0), price_per_node_hour_usd=price)
+            try:
+                po = problem.PoolOffer.of(c.cluster_id, ident.cloud.value, ident.region, pool,
+                                          gpus_held_by_current=held_gpus.get(key, 0), price_per_node_hour_usd=price)
+            except ValueError as exc:  # one pool's bad figures must not stop the whole fleet's plan
+                log.warning("event=pool_skipped pool=%s reason=%r", key, str(exc))
+                excluded[key] = str(exc)
+                continue
             po = inputs.within_commitment(po, specs.policy)
             if key in no_growth:
                 room = max(0, pool.gpus_free) + held_gpus.get(key, 0)

@@ -114,7 +114,12 @@ class Executor:
         treat those still open as accepted (their effect shows in the reports that follow)."""
         for directive_id in directive_ids:
             rec = self._open.get(directive_id)
-            if rec is not None and rec.cluster_id == cluster_id and rec.status is not S.ACCEPTED:
+            if rec is not None and rec.cluster_id != cluster_id:
+                self._metrics.auth_failures.labels("agent", "foreign_ack").inc()
+                log.warning("event=ack_refused id=%s cluster=%s owner=%s: a Hello cannot report another cluster's "
+                            "directive done", directive_id, cluster_id, rec.cluster_id)
+                continue
+            if rec is not None and rec.status is not S.ACCEPTED:
                 await self._store(rec.with_status(S.ACCEPTED, self._clock.now(), "agent reports it done"), fence)
 
     async def resolve(self, observed: tracking.Observed, fence: int) -> list[records.DirectiveRecord]:

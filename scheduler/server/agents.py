@@ -2,7 +2,10 @@
 ``AgentHub`` that finds a cluster's session to send it a directive (the reconciler's transport).
 
 A cluster has at most one session: a new authenticated stream for the same cluster (the agent
-restarted or reconnected) replaces the old one, which is closed."""
+restarted or reconnected) replaces the old one, which is closed. A session's outbox is bounded
+(``OUTBOX_LIMIT``): an agent that stops reading while directives keep coming is disconnected
+(it reconnects and reports; the undelivered directives expire and are decided afresh) rather than
+letting directives pile up in the scheduler's memory."""
 
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ class AgentSink(Protocol):
 
 
 _CLOSE = object()
+OUTBOX_LIMIT = 1000
 
 
 class AgentSession:
@@ -82,9 +86,15 @@ class AgentHub:
         return {cid for cid, s in self._sessions.items() if not s.closed}
 
     async def send(self, cluster_id: str, directive: fm.Directive) -> bool:
-        """Queue ``directive`` on the cluster's stream; False when no stream is open."""
+        """Queue ``directive`` on the cluster's stream; False when no stream is open, or when the
+        agent has left ``OUTBOX_LIMIT`` directives unread (the stream is then closed)."""
         session = self._sessions.get(cluster_id)
         if session is None or session.closed:
+            return False
+        if session.outbox.qsize() >= OUTBOX_LIMIT:
+            log.warning("event=agent_outbox_full cluster=%s peer=%s queued=%d", cluster_id, session.peer,
+                        session.outbox.qsize())
+            session.close(f"the agent left {OUTBOX_LIMIT} directives unread; reconnect")
             return False
         session.outbox.put_nowait(directive)
         return True

@@ -11,7 +11,10 @@ Protocol, as the scheduler enforces it:
   one minor apart) is refused with FAILED_PRECONDITION, after its token was accepted;
 - the scheduler answers Welcome (its id, the fencing token of its term, the heartbeat interval),
   then writes Directives as the reconciler sends them, while every agent message counts as a sign
-  of life for liveness."""
+  of life for liveness;
+- a message over a limit (``meridian.limits``: bytes per message, pools, replicas or completed ids
+  per message) ends the stream with INVALID_ARGUMENT (RESOURCE_EXHAUSTED from gRPC itself for bytes)
+  naming the limit, counted in ``limit_refusals_total{surface="agent"}``."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from typing import Protocol
 
 import grpc
 
-from meridian import compat
+from meridian import compat, limits
 from meridian.fleet import models as fm
 from meridian.fleet import wire
 from meridian.v1 import capacity_pb2, capacity_pb2_grpc
@@ -88,6 +91,10 @@ class CapacityServicer(capacity_pb2_grpc.CapacityServiceServicer):
             identity, token, completed = wire.hello_from_pb(first.hello)
         except wire.WireError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Hello: {exc}")
+        over = _over_limit("hello", len(completed), limits.MAX_COMPLETED_IDS_PER_HELLO, "completed directive ids")
+        if over is not None:
+            self._over_limit(identity.cluster_id, peer, "completed_ids", over)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, over)
         cluster_id = identity.cluster_id
         verdict = self._tokens.verify_cluster(cluster_id, token)
         if not verdict.ok:
@@ -163,6 +170,10 @@ class CapacityServicer(capacity_pb2_grpc.CapacityServiceServicer):
                     raise _Refuse(grpc.StatusCode.PERMISSION_DENIED,
                                   f"this stream belongs to cluster {cluster_id!r}; it cannot report for {other!r}")
                 raise _Refuse(grpc.StatusCode.INVALID_ARGUMENT, "Hello may only be the first message of a stream")
+            over = _message_over_limit(msg, kind)
+            if over is not None:
+                self._over_limit(cluster_id, context.peer(), kind or "unknown", over)
+                raise _Refuse(grpc.StatusCode.INVALID_ARGUMENT, over)
             try:
                 await self._dispatch(cluster_id, msg, kind, now)
             except wire.WireError as exc:
@@ -183,7 +194,27 @@ class CapacityServicer(capacity_pb2_grpc.CapacityServiceServicer):
         else:  # heartbeat, or a payload this version does not know: still a sign of life
             await self._sink.on_heartbeat(cluster_id, now)
 
+    def _over_limit(self, cluster_id: str, peer: str, limit: str, detail: str) -> None:
+        self._metrics.limit_refusals.labels("agent", limit).inc()
+        log.warning("event=agent_message_refused limit=%s cluster=%s peer=%s detail=%r", limit, cluster_id or "-",
+                    peer, detail)
+
     def _refused(self, reason: str, cluster_id: str, peer: str, detail: str) -> None:
         self._metrics.auth_failures.labels("agent", reason).inc()
         log.warning("event=agent_refused reason=%s cluster=%s peer=%s detail=%r", reason, cluster_id or "-", peer,
                     detail)
+
+
+def _over_limit(what: str, count: int, limit: int, items: str) -> str | None:
+    if count <= limit:
+        return None
+    return f"{what}: {count} {items} in one message; the scheduler accepts at most {limit}"
+
+
+def _message_over_limit(msg: capacity_pb2.AgentMessage, kind: str | None) -> str | None:
+    """Why ``msg`` carries too many items (``meridian.limits``), or None."""
+    if kind == "inventory":
+        return _over_limit("Inventory", len(msg.inventory.pools), limits.MAX_POOLS_PER_INVENTORY, "pools")
+    if kind == "replicas":
+        return _over_limit("ReplicaReports", len(msg.replicas.replicas), limits.MAX_REPLICAS_PER_REPORT, "replicas")
+    return None

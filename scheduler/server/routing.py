@@ -14,7 +14,7 @@ from typing import Protocol
 
 import grpc
 
-from meridian import compat
+from meridian import compat, limits
 from meridian.fleet import models as fm
 from meridian.fleet import wire
 from meridian.v1 import routing_pb2, routing_pb2_grpc
@@ -103,7 +103,17 @@ class RoutingServicer(routing_pb2_grpc.RoutingServiceServicer):
     async def ReportTraffic(self, request: routing_pb2.TrafficReport, context):  # noqa: N802 (gRPC name)
         await self._authenticate(request.token, request.router_id, context)
         await self._check_version(request.router_version, request.router_id, context)
-        report = wire.traffic_from_pb(request)
+        if len(request.samples) > limits.MAX_TRAFFIC_SAMPLES_PER_REPORT:
+            self._metrics.limit_refusals.labels("router", "traffic_samples").inc()
+            log.warning("event=traffic_refused router=%s samples=%d limit=%d", request.router_id, len(request.samples),
+                        limits.MAX_TRAFFIC_SAMPLES_PER_REPORT)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"TrafficReport: {len(request.samples)} samples in one report; the scheduler accepts "
+                                f"at most {limits.MAX_TRAFFIC_SAMPLES_PER_REPORT} (send several reports)")
+        try:
+            report = wire.traffic_from_pb(request)
+        except wire.WireError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"TrafficReport: {exc}")
         good = tuple(s for s in report.samples if s.model and s.client_region)
         if len(good) != len(report.samples):
             log.warning("event=traffic_samples_skipped router=%s skipped=%d reason='model and client_region needed'",

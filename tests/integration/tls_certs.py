@@ -82,10 +82,21 @@ def make(directory: pathlib.Path) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     ca = _ca("meridian-test-ca")
     other = _ca("impostor-ca")
-    ca_path, _ = _write(directory, "ca", None, ca[1])
+    ca_path, _ = _write(directory, "ca", ca[0], ca[1])  # the CA key too, for reissue_server
     other_path, _ = _write(directory, "other-ca", None, other[1])
     server_cert, server_key = _write(directory, "scheduler", *_leaf(ca, "scheduler", server=True))
     client_cert, client_key = _write(directory, "client", *_leaf(ca, "client", server=False))
     other_cert, other_key = _write(directory, "other-client", *_leaf(other, "other-client", server=False))
     return Pki(ca=ca_path, server_cert=server_cert, server_key=server_key, client_cert=client_cert,
                client_key=client_key, other_ca=other_path, other_client_cert=other_cert, other_client_key=other_key)
+
+
+def reissue_server(pki: Pki) -> tuple[bytes, bytes, int]:
+    """A new scheduler certificate (new key, new serial) from the same CA, as a rotation would bring:
+    (certificate PEM, key PEM, serial). Written nowhere: the test decides where and when."""
+    ca_cert = x509.load_pem_x509_certificate(pathlib.Path(pki.ca).read_bytes())
+    ca_key = serialization.load_pem_private_key(pathlib.Path(pki.ca).with_suffix(".key").read_bytes(), None)
+    key, cert = _leaf((ca_key, ca_cert), "scheduler-rotated", server=True)
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()), cert.serial_number)

@@ -6,6 +6,7 @@ permission errors as auth failures."""
 from __future__ import annotations
 
 import asyncio
+import random
 
 import grpc
 import pytest
@@ -15,7 +16,7 @@ from google.cloud.container_v1.services.cluster_manager.transports import grpc a
 from meridian import catalog
 from meridian.fleet import models
 
-from agents import providers
+from agents import backoff, providers
 from agents.providers.errors import CloudError, CloudErrorKind
 from agents.testing import gke_fake
 
@@ -137,3 +138,57 @@ async def test_permission_denied_is_an_auth_failure_and_unavailable_is_retried(g
         assert gke.calls["ListNodePools"] - before == 3
     finally:
         await p.close()
+
+
+def fast_backoff() -> backoff.Backoff:
+    """Small, seeded delays: the retries are what is tested, not the waiting."""
+    return backoff.Backoff(initial_s=0.01, max_s=0.05, rng=random.Random(7))
+
+
+async def test_managed_instances_are_read_over_every_page(gke):
+    """A node pool whose instances span several listManagedInstances pages is counted whole: every
+    running instance is a node, the pages read in order."""
+    gke.page_size = 2
+    gke.pool("l4").instances += [gke._new_instance(gke.pool("l4"), ready_at=0.0) for _ in range(5)]  # 7 in all
+    _, p = provider(gke)
+    try:
+        pools = {s.pool.pool_id: s for s in await p.discover()}
+    finally:
+        await p.close()
+    assert pools["l4"].pool.nodes_current == 7 and len(pools["l4"].nodes) == 7
+    assert gke.calls["listManagedInstances"] >= 4 + 1 + 1  # l4: 4 pages; l4-spot and h100: one each
+
+
+async def test_transient_compute_failures_are_retried(gke):
+    """503s (and a 429) from Compute Engine are retried with backoff; discovery then succeeds with
+    the same figures as without faults."""
+    gke.page_size = 1
+    gke.fail_http_next("listManagedInstances", 503, times=2)
+    gke.fail_http_next("getInstanceGroupManager", 429, times=1)
+    gke.fail_http_next("getRegion", 503, times=1)
+    cluster = h.cluster_doc("gcp-it", POOLS.replace("ENDPOINT", gke.grpc_address))
+    p = providers.create("gcp", cluster, metadata_url=None, compute_url=gke.http_url + "/compute/v1",
+                         operation_poll_s=0.1, compute_backoff=fast_backoff)
+    try:
+        pools = {s.pool.pool_id: s for s in await p.discover()}
+        assert p._compute.retried == 4
+    finally:
+        await p.close()
+    assert pools["l4"].pool.nodes_current == 2 and pools["l4"].problem is None
+    assert pools["l4"].pool.quota_headroom_gpus == 4
+
+
+async def test_a_compute_outage_that_outlasts_the_retries_is_an_unavailable_error(gke):
+    """When Compute Engine keeps answering 503, discovery fails with an UNAVAILABLE CloudError naming
+    the call, after the configured retries (not for ever)."""
+    gke.fail_http_next("listManagedInstances", 503, times=50)
+    cluster = h.cluster_doc("gcp-it", POOLS.replace("ENDPOINT", gke.grpc_address))
+    p = providers.create("gcp", cluster, metadata_url=None, compute_url=gke.http_url + "/compute/v1",
+                         operation_poll_s=0.1, compute_backoff=fast_backoff)
+    try:
+        with pytest.raises(CloudError) as err:
+            await p.discover()
+    finally:
+        await p.close()
+    assert err.value.kind is CloudErrorKind.UNAVAILABLE and err.value.operation == "list_managed_instances"
+    assert gke.calls["listManagedInstances"] == 5  # one try and four retries

@@ -1,19 +1,33 @@
 """A stand-alone supervisor process for the no-orphan and adoption tests: starts one emulator
 replica through Replica, prints {"pid": ...} once it is ready, then waits to be killed.
 
-Usage: python supervisor_child.py PORT STATE_DIR survive|die"""
+Usage: python supervisor_child.py PORT STATE_DIR survive|die [busy]
+
+``busy`` keeps threads loading shared libraries and importing while the engine is spawned (a
+threaded supervisor, as the agent is), which a fork must survive."""
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
+import importlib
 import json
 import sys
+import threading
 
 from meridian import fleet
 from runtime_adapter import Replica, SupervisorConfig, emulator
 
 SPEC = fleet.RuntimeSpec(model_path="meta-llama/Llama-3.1-8B-Instruct", served_model_name="llama")
 ENV = {"MERIDIAN_EMULATOR_STARTUP_DELAY_S": "0", "MERIDIAN_EMULATOR_WARMUP_S": "0", "MERIDIAN_EMULATOR_SPEEDUP": "50"}
+
+
+def _busy() -> None:
+    libm = ctypes.util.find_library("m") or "libm.so.6"
+    while True:
+        ctypes.CDLL(libm)  # dlopen: takes the dynamic loader's lock
+        importlib.reload(importlib.import_module("json.decoder"))  # takes the import machinery's locks
 
 
 async def main(port: int, state_dir: str, survive: bool) -> None:
@@ -27,4 +41,7 @@ async def main(port: int, state_dir: str, survive: bool) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[4:] == ["busy"]:
+        for _ in range(4):
+            threading.Thread(target=_busy, daemon=True).start()
     asyncio.run(main(int(sys.argv[1]), sys.argv[2], sys.argv[3] == "survive"))

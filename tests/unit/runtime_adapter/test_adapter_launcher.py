@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from meridian import fleet, spec
 from meridian.fleet import runtime
@@ -40,24 +43,42 @@ def pairs(args: tuple[str, ...]) -> dict[str, str | None]:
 def test_full_spec_maps_to_sglang_flags():
     """Every spec field lands on its SGLang flag; GPUs, cache dir and spec env land in the environment."""
     plan = launcher.build_command(FULL, host="0.0.0.0", port=30001, gpu_ids=[2, 3], api_key="secret",
-                                  cache_dir="/nvme/weights")
+                                  cache_dir="/nvme/weights", config_path="/run/r1.engine.yaml")
     assert plan.argv[:3] == launcher.SGLANG_COMMAND
     assert pairs(plan.engine_args) == {
         "--model-path": "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name": "llama-8b", "--host": "0.0.0.0",
         "--port": "30001", "--tp-size": "2", "--mem-fraction-static": "0.85", "--revision": "abc123",
         "--context-length": "8192", "--max-running-requests": "64", "--max-queued-requests": "256",
-        "--quantization": "fp8", "--enable-metrics": None, "--api-key": "secret", "--download-dir": "/nvme/weights",
+        "--quantization": "fp8", "--enable-metrics": None, "--config": "/run/r1.engine.yaml",
+        "--download-dir": "/nvme/weights",
         "--schedule-policy": "lpm", "--chunked-prefill-size": "4096", "--enable-cache-report": None,
     }
     assert plan.env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert plan.env["HF_HOME"] == "/nvme/weights" and plan.env["HF_HUB_CACHE"] == "/nvme/weights/hub"
     assert plan.env["NCCL_DEBUG"] == "WARN"
-    assert "secret" not in " ".join(plan.redacted_argv()) and "***" in plan.redacted_argv()
+    assert "secret" not in " ".join(plan.argv)  # the key is in the private --config file only
+    assert yaml.safe_load(plan.secret_files["/run/r1.engine.yaml"]) == {"api-key": "secret"}
+
+
+def test_the_api_key_needs_a_private_config_file_and_no_secret_rides_in_extra_args():
+    """Without a .yaml config path the key is refused (it would have to go on argv); a secret flag in
+    extra_args, or a second --config beside the key's, is refused naming it."""
+    with pytest.raises(launcher.LaunchError, match="config_path"):
+        launcher.build_command(FULL, port=30001, api_key="k")
+    for flag in ("--api-key", "--admin-api-key=x"):
+        spec = dataclasses.replace(FULL, extra_args=(flag, "v"))
+        with pytest.raises(launcher.LaunchError, match="visible to every user"):
+            launcher.build_command(spec, port=30001)
+    spec = dataclasses.replace(FULL, extra_args=("--config", "mine.yaml"))
+    assert "--config" in launcher.build_command(spec, port=30001).argv  # no key: the user's own --config
+    with pytest.raises(launcher.LaunchError, match="carries the replica's API key"):
+        launcher.build_command(spec, port=30001, api_key="k", config_path="/run/e.yaml")
 
 
 def test_every_flag_is_a_documented_sglang_flag():
     """The argv uses only flags of SGLang 0.5.23 (reference/sglang.md's list)."""
-    plan = launcher.build_command(FULL, port=30001, gpu_ids=[0, 1], api_key="k", cache_dir="/c")
+    plan = launcher.build_command(FULL, port=30001, gpu_ids=[0, 1], api_key="k", cache_dir="/c",
+                                  config_path="/run/e.yaml")
     flags = [a for a in plan.engine_args if a.startswith("--")]
     assert flags and set(flags) <= launcher.SGLANG_FLAGS
 
@@ -130,9 +151,16 @@ def test_plan_from_the_example_deployments(repo_root):
             assert pairs(plan.engine_args)["--tp-size"] == str(rs.tp_size)
 
 
-def test_emulator_parses_the_same_argv():
-    """The emulator accepts the exact SGLang argv and reads the same values from it."""
-    plan = launcher.build_command(FULL, port=30001, gpu_ids=[0, 1], api_key="k", cache_dir="/c")
+def write_secrets(plan: launcher.LaunchPlan) -> None:
+    for path, text in plan.secret_files.items():
+        pathlib.Path(path).write_text(text)
+
+
+def test_emulator_parses_the_same_argv(tmp_path):
+    """The emulator accepts the exact SGLang argv, --config file included, and reads the same values."""
+    plan = launcher.build_command(FULL, port=30001, gpu_ids=[0, 1], api_key="k", cache_dir="/c",
+                                  config_path=str(tmp_path / "e.yaml"))
+    write_secrets(plan)
     cfg = emulator_config.parse_args(list(plan.engine_args), env={})
     assert (cfg.model_path, cfg.served_model_name, cfg.port, cfg.tp_size) == (FULL.model_path, "llama-8b", 30001, 2)
     assert (cfg.context_length, cfg.max_running_requests, cfg.max_queued_requests) == (8192, 64, 256)
@@ -156,12 +184,14 @@ def _sglang_python() -> str | None:
     return os.environ.get("MERIDIAN_SGLANG_PYTHON") or None
 
 
-def test_sglang_own_parser_accepts_the_argv():
+def test_sglang_own_parser_accepts_the_argv(tmp_path):
     """SGLang's prepare_server_args parses our argv to the intended values (skipped without sglang)."""
     python = _sglang_python()
     if python is None:
         pytest.skip("sglang.srt.server_args not importable; set MERIDIAN_SGLANG_PYTHON to a venv that has it")
-    plan = launcher.build_command(FULL, port=30001, gpu_ids=[0, 1], api_key="k", cache_dir="/c")
+    plan = launcher.build_command(FULL, port=30001, gpu_ids=[0, 1], api_key="k", cache_dir="/c",
+                                  config_path=str(tmp_path / "e.yaml"))
+    write_secrets(plan)
     expected = {"model_path": FULL.model_path, "served_model_name": "llama-8b", "port": 30001, "tp_size": 2,
                 "mem_fraction_static": 0.85, "revision": "abc123", "context_length": 8192,
                 "max_running_requests": 64, "max_queued_requests": 256, "quantization": "fp8",

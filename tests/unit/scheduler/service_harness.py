@@ -17,9 +17,11 @@ MakeService = Callable[..., Awaitable[service.SchedulerService]]
 
 
 @contextlib.asynccontextmanager
-async def service_factory(tmp_path, **defaults) -> AsyncIterator[MakeService]:
+async def service_factory(tmp_path, admin_auth: auth.AdminAuth | None = None,
+                          **defaults) -> AsyncIterator[MakeService]:
     """Yields make(state_url=None, env=None, **overrides): a started node; every node is stopped on exit.
-    ``defaults`` are config settings applied before each call's overrides."""
+    ``defaults`` are config settings applied before each call's overrides; ``admin_auth`` replaces
+    the single ``ADMIN_TOKEN`` admin."""
     made: list[service.SchedulerService] = []
 
     async def make(state_url: str | None = None, env: dict | None = None, **overrides) -> service.SchedulerService:
@@ -28,7 +30,7 @@ async def service_factory(tmp_path, **defaults) -> AsyncIterator[MakeService]:
         tokens = auth.TokenBook(auth.TokensFile({k: auth.digest(v) for k, v in TOKENS.items()},
                                                 (auth.digest(ROUTER_TOKEN),)), env=env or {})
         svc = service.SchedulerService(cfg, env=env or {}, tokens=tokens,
-                                       admin_auth=auth.AdminAuth(auth.digest(ADMIN_TOKEN)))
+                                       admin_auth=admin_auth or auth.AdminAuth(auth.digest(ADMIN_TOKEN)))
         await svc.start()
         made.append(svc)
         return svc

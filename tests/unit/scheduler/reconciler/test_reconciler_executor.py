@@ -150,3 +150,13 @@ def test_resolve_drain_and_resize():
     changed = reconciler.resolve([resize], reconciler.Observed({"c1"}, {}, {"c1/l4": stocked}), 1.0,
                                  reconciler.Timeouts())
     assert [(r.directive_id, r.status) for r in changed] == [("y", S.FAILED)]
+
+
+async def test_a_hello_cannot_mark_another_clusters_directive_done(env):
+    """A Hello from c2 listing c1's open directive as completed changes nothing and is counted."""
+    clock, store, token, transport, ex, metrics = env
+    await ex.execute([start("d1")], token)
+    await ex.on_completed("c2", ["d1"], token)
+    assert ex.open_records()[0].status is S.SENT
+    assert metrics.registry.get_sample_value("meridian_scheduler_auth_failures_total",
+                                             {"surface": "agent", "reason": "foreign_ack"}) == 1
