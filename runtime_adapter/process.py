@@ -260,8 +260,7 @@ async def spawn(argv: Sequence[str], env: Mapping[str, str], *, survive_supervis
         stream = None
     elif inherit_output:
         child = await asyncio.create_subprocess_exec(
-            *argv, env=dict(env), cwd=cwd, stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=preexec)
+            *command, env=dict(env), cwd=cwd, stdin=asyncio.subprocess.DEVNULL, start_new_session=True)
         stream = None
     else:
         child = await asyncio.create_subprocess_exec(
