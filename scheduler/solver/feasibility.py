@@ -24,10 +24,14 @@ import collections
 import dataclasses
 from collections.abc import Iterable, Sequence
 
-from meridian import latency
+from meridian import latency, spec
+from meridian.spec import cluster as cluster_spec
+from meridian.spec import deployment as deployment_spec
 from meridian.spec import policy as policy_spec
 from scheduler.solver import candidates as cand_mod
-from scheduler.solver import framework, problem, throughput
+from scheduler.solver import framework, inputs, problem, throughput
+
+ACCEPT_FLAG = "--allow-unmet-sla"
 
 # The filters that decide whether an SLA can be met with declared capacity: capacity now and
 # stock-outs are the running fleet's state, not the SLA's.
@@ -124,7 +128,7 @@ def assess(cycle: framework.Cycle, view: framework.DeploymentView, pools: Sequen
     beyond = [k for k, codes in sla_only.items() if codes == {"max_rtt"}]
     if beyond:
         best = min((options[k] for k in beyond), key=_rank)
-        text = (f"{region}: best is {_where(best)}: {best.rtt_ms:.0f} ms RTT > max_rtt_ms {sla.max_rtt_ms:g} "
+        text = (f"{region}: best is {_where(best)}: {ms(best.rtt_ms)} ms RTT > max_rtt_ms {sla.max_rtt_ms:g} "
                 f"(its TTFT would hold: {_ttft_terms(best, view, headroom)} <= TTFT {sla.ttft_p99_ms:g} ms)")
         return Verdict(name, region, False, "max_rtt", text, best, beyond_max_rtt=relax_max_rtt)
     tpot_only = [k for k, codes in sla_only.items() if "tpot" in codes]
@@ -135,7 +139,7 @@ def assess(cycle: framework.Cycle, view: framework.DeploymentView, pools: Sequen
         return Verdict(name, region, False, "ttft", text, best)
     if tpot_only:
         best = min((options[k] for k in tpot_only), key=lambda o: (o.tpot_min_ms, o.expected_ttft_ms, o.pool))
-        text = (f"{region}: best is {_where(best)}: TPOT {best.tpot_min_ms:.0f} ms for a lone request > TPOT "
+        text = (f"{region}: best is {_where(best)}: TPOT {ms(best.tpot_min_ms)} ms for a lone request > TPOT "
                 f"{sla.tpot_p99_ms:g} ms")
         return Verdict(name, region, False, "tpot", text, best)
     # Every pool breaks a rule besides the SLA: the most common one binds (SLA misses set aside).
@@ -160,10 +164,27 @@ def _where(o: Option) -> str:
     return f"{o.gpu_type} in {o.region} ({o.pool})"
 
 
+def ms(value: float) -> str:
+    """A duration in ms as reports print it: one decimal under 10 ms (1.6 ms, not 2 ms), whole above."""
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
 def _ttft_terms(o: Option, view: framework.DeploymentView, headroom_ms: float) -> str:
     tokens = view.demand.spec.workload.prompt_tokens_mean
-    text = f"{o.rtt_ms:.0f} ms RTT + {o.prefill_ms:.0f} ms prefill of {tokens:g} tokens"
+    text = f"{ms(o.rtt_ms)} ms RTT + {ms(o.prefill_ms)} ms prefill of {tokens:g} tokens"
     return text + (f" + {headroom_ms:g} ms headroom" if headroom_ms > 0 else "")
+
+
+def summary(v: Verdict, view_sla: deployment_spec.Sla, headroom_ms: float) -> str:
+    """One line for a verdict: the best option and its expected TTFT when the SLA can be met, else
+    the nearest miss."""
+    if not v.ok:
+        return f"UNMET ({v.constraint}): {v.message.split(': ', 1)[-1]}"
+    b = v.best
+    if b is None:
+        return "ok"
+    return (f"ok: best is {_where(b)}: expected TTFT {ms(b.expected_ttft_ms)} ms ({ms(b.rtt_ms)} ms RTT + "
+            f"{ms(b.prefill_ms)} ms prefill) + {headroom_ms:g} ms headroom <= {view_sla.ttft_p99_ms:g} ms")
 
 
 def _tpot_min(view: framework.DeploymentView, gpu_type: str) -> float:
@@ -177,6 +198,31 @@ def _rtt(cycle: framework.Cycle, a: str, b: str) -> float:
         return float("inf")
 
 
-def issues_text(verdicts: Iterable[Verdict]) -> list[str]:
-    """One line per region whose SLA cannot be met: ``deployment: message``."""
-    return [f"{v.deployment}: {v.message}" for v in verdicts if not v.ok]
+def check_documents(deployments: Iterable[deployment_spec.ModelDeployment], clusters: Iterable[cluster_spec.Cluster],
+                    policy: policy_spec.CapacityPolicySpec | None, latency_map: latency.LatencyMap,
+                    settings: problem.SolverSettings | None = None) -> list[Verdict] | None:
+    """``check`` over the pools the Cluster documents declare (catalog prices, at their largest);
+    None when there is no Cluster document (no capacity is declared: nothing can be judged)."""
+    clusters = list(clusters)
+    if not clusters:
+        return None
+    demands = [problem.DeploymentDemand.of(d, {}, policy) for d in deployments]
+    return check(demands, inputs.pools_from_clusters(clusters, policy), policy, latency_map, settings)
+
+
+def issues(verdicts: Iterable[Verdict], documents: Iterable[spec.Loaded]) -> list[spec.SpecIssue]:
+    """A spec issue per region whose SLA no declared capacity can meet, located at that region's
+    entry of the deployment's ``sla.client_regions``."""
+    where = {d.name: d for d in documents if d.kind == "ModelDeployment"}
+    out = []
+    for v in verdicts:
+        doc = where.get(v.deployment)
+        if v.ok or doc is None:
+            continue
+        regions = doc.doc.spec.sla.client_regions
+        i = regions.index(v.client_region) if v.client_region in regions else None
+        path = ("spec", "sla", "client_regions") + ((i,) if i is not None else ())
+        out.append(spec.SpecIssue(doc.file, doc.line_of(*path), ".".join(str(p) for p in path),
+                                  f"no declared capacity meets the SLA from {v.message} ({v.constraint}; "
+                                  f"{ACCEPT_FLAG} accepts it)", doc.index))
+    return out

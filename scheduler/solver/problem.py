@@ -31,8 +31,8 @@ class DeploymentDemand:
     ``spec.resources.gpu_types``, else the compatible type with the most capacity per replica).
 
     ``covered_regions``: the client regions that need a replica within their SLA's reach whatever
-    the demand asks (coverage: the regions sending traffic, as the autoscaler saw them); None: the
-    regions with demand. ``spec.sla.always_served_regions`` are added either way (``coverage``)."""
+    the demand asks (coverage: the regions sending traffic, as the autoscaler saw them). The regions
+    with demand and ``spec.sla.always_served_regions`` are added either way (``coverage``)."""
 
     name: str
     spec: deployment_spec.ModelDeploymentSpec
@@ -59,10 +59,9 @@ class DeploymentDemand:
     @property
     def coverage(self) -> tuple[str, ...]:
         """Client regions that must have a replica within their SLA's reach (sorted): those named in
-        ``covered_regions`` (default: the regions with demand) plus the always-served ones."""
-        named = (self.covered_regions if self.covered_regions is not None
-                 else {r for r, n in self.replicas_by_region.items() if n > 0})
-        return tuple(sorted(set(named) | set(self.spec.sla.always_served_regions)))
+        ``covered_regions``, those with demand and the always-served ones."""
+        named = set(self.covered_regions or ()) | {r for r, n in self.replicas_by_region.items() if n > 0}
+        return tuple(sorted(named | set(self.spec.sla.always_served_regions)))
 
     @classmethod
     def of(cls, deployment: deployment_spec.ModelDeployment, replicas_by_region: Mapping[str, int],

@@ -196,8 +196,8 @@ def violations(prob: solver.PlacementProblem, result: solver.PlacementResult,
 
 def coverage_violations(prob: solver.PlacementProblem, result: solver.PlacementResult,
                         headroom_ms: float = 10.0) -> list[str]:
-    """Every region a deployment must cover (its regions with demand, or those named in
-    covered_regions, plus its always-served ones) has a replica within its SLA's reach (RTT +
+    """Every region a deployment must cover (its regions with demand, those named in
+    covered_regions and its always-served ones) has a replica within its SLA's reach (RTT +
     prefill + headroom within TTFT, RTT within max_rtt_ms unless no pool is), or is reported in
     ``uncovered`` with a reason; what is reported uncovered really is (served beyond max_rtt_ms at
     most)."""
@@ -205,7 +205,7 @@ def coverage_violations(prob: solver.PlacementProblem, result: solver.PlacementR
     offers = {p.key: p for p in prob.pools}
     reported = {(u.deployment, u.client_region): u for u in result.uncovered}
     for d in prob.deployments:
-        named = d.covered_regions if d.covered_regions is not None else {r for r, w in d.replicas_by_region.items() if w > 0}
+        named = set(d.covered_regions or ()) | {r for r, w in d.replicas_by_region.items() if w > 0}
         sla = d.spec.sla
         for region in sorted(set(named) | set(sla.always_served_regions)):
             strict, beyond = [], []
