@@ -125,7 +125,7 @@ async def apply(request: web.Request) -> web.Response:
         return _issues(exc)
     if not proposal.submitted:
         return _error(400, "the files contain no documents")
-    unmet = await asyncio.to_thread(specs.unmet_sla, stored, proposal)
+    unmet = await asyncio.to_thread(specs.unmet_sla, stored, proposal, ctx.loop.solver_settings)
     if unmet and not allow:
         log.info("event=apply_rejected files=%s reason=unmet_sla regions=%d", [n for n, _ in files], len(unmet))
         return web.json_response({"error": f"{len(unmet)} client region(s) whose SLA no declared capacity can meet; "
@@ -186,7 +186,7 @@ async def _sla_view(ctx: AdminContext, name: str) -> dict | None:
     snapshot = ctx.loop.fleet.snapshot(now)
     return sla_mod.status(name, doc, plan=plan.result if plan else None, prob=plan.problem if plan else None,
                           replicas=snapshot.replicas(), demand=demand, latency_map=view.latency_map,
-                          settings=sla_mod.STATUS_SETTINGS, basis="leader" if plan is not None else
+                          settings=sla_mod.status_settings(ctx.loop.solver_settings), basis="leader" if plan is not None else
                           ("leader, before its first plan" if ctx.is_leader() else "standby"))
 
 

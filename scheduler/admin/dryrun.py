@@ -50,7 +50,8 @@ async def plan_report(loop: loop_mod.ControlLoop, hypothetical: planner.SpecView
     decisions = loop.autoscaler.decide(hypothetical, snapshot, demand, now_s, doomed=doomed, commit=False)
     prob = planner.build_problem(hypothetical, decisions, pools, excluded)
     coverage = {d.name: d.coverage for d in prob.deployments}
-    result = await planner.solve_async(prob, time_limit_s=time_limit_s, current=current)
+    result = await planner.solve_async(prob, time_limit_s=time_limit_s, current=current,
+                                       settings=loop.solver_settings)
     before_specs = loop.specs if loop.specs.generation else hypothetical
     before = planner.build_problem(before_specs, {}, pools, excluded)
     cost_before = evaluate.cost_per_hour(before, current)

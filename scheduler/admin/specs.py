@@ -88,12 +88,13 @@ def actions(stored: Sequence[records.StoredSpec], submitted: Sequence[spec.Loade
     return out
 
 
-def unmet_sla(stored: Sequence[records.StoredSpec], proposal: Proposal) -> list[spec.SpecIssue]:
+def unmet_sla(stored: Sequence[records.StoredSpec], proposal: Proposal,
+              settings: feasibility.problem.SolverSettings | None = None) -> list[spec.SpecIssue]:
     """The client regions whose SLA no declared capacity could meet once ``proposal`` is applied
     (``scheduler.solver.feasibility``), among its submitted deployments and the stored ones it
     would break (a stored deployment already unmet before is not held against this apply); empty
     when no Cluster spec declares capacity."""
-    after = _verdicts(proposal.merged)
+    after = _verdicts(proposal.merged, settings)
     unmet = [v for v in after or [] if not v.ok]
     if not unmet:
         return []
@@ -101,7 +102,7 @@ def unmet_sla(stored: Sequence[records.StoredSpec], proposal: Proposal) -> list[
     before_ok: set[tuple[str, str]] = set()
     if any(v.deployment not in submitted for v in unmet):
         try:
-            before = _verdicts(records.spec_set(stored)) or []
+            before = _verdicts(records.spec_set(stored), settings) or []
         except spec.SpecError:
             before = []
         before_ok = {(v.deployment, v.client_region) for v in before if v.ok}
@@ -113,10 +114,11 @@ def unmet_sla(stored: Sequence[records.StoredSpec], proposal: Proposal) -> list[
     return feasibility.issues(held, proposal.merged.documents)
 
 
-def _verdicts(spec_set: spec.SpecSet) -> list[feasibility.Verdict] | None:
+def _verdicts(spec_set: spec.SpecSet, settings: feasibility.problem.SolverSettings | None = None
+              ) -> list[feasibility.Verdict] | None:
     view = planner.SpecView.of(spec_set, 0)
     return feasibility.check_documents(view.deployments.values(), view.clusters.values(), view.policy,
-                                       view.latency_map)
+                                       view.latency_map, settings)
 
 
 async def token_warnings(submitted: Sequence[spec.Loaded], tokens: auth.TokenBook,

@@ -142,6 +142,11 @@ class ControlLoop:
     def wake(self, why: str = "") -> None:
         self._wake.set()
 
+    @property
+    def solver_settings(self) -> problem.SolverSettings:
+        """The settings the loop solves with (dry runs and SLA checks use the same)."""
+        return self._solver_settings or problem.SolverSettings()
+
     # ------------------------------------------------------------ specs
 
     async def refresh_specs(self, force: bool = False) -> bool:

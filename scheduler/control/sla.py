@@ -20,8 +20,12 @@ from scheduler.state import records
 
 # A region whose measured TTFT p99 is above this share of the target is at risk.
 AT_RISK_SHARE = 0.9
-# Replicas that run count where they run: a full or stocked-out pool still holds them.
-STATUS_SETTINGS = problem.SolverSettings().without_filters("capacity", "excluded")
+
+
+def status_settings(settings: problem.SolverSettings) -> problem.SolverSettings:
+    """``settings`` as the status judges coverage: replicas that run count where they run (a full
+    or stocked-out pool still holds them)."""
+    return settings.without_filters("capacity", "excluded")
 
 
 def status(name: str, doc: deployment_spec.ModelDeployment, *, plan: problem.PlacementResult | None,
