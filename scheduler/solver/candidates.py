@@ -318,14 +318,17 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
                       settings.relax_max_rtt, frozenset(chosen))
 
 
-def reachable(memo: dict[tuple[str, str], bool], cycle: framework.Cycle, filters: Sequence[framework.Filter],
+def reachable(memo: dict[tuple, bool], cycle: framework.Cycle, filters: Sequence[framework.Filter],
               view: framework.DeploymentView, pools: Sequence[problem.PoolOffer], region: str) -> bool:
     """Some pool passes every filter, none relaxed, for ``view`` serving ``region`` (memoised in
-    ``memo`` by deployment and region): where this is false, serving beyond max_rtt_ms is valid."""
-    key = (view.name, region)
+    ``memo`` by the deployment facts the filters read, ``plugin_key``, and the region: deployments of
+    one model share the answer): where this is false, serving beyond max_rtt_ms is valid. The
+    per-region filters run first: they reject most pools of a fleet at once."""
+    key = (region, tuple(plugin_key(f, view) for f in filters))
     if key not in memo:
+        ordered = sorted(filters, key=lambda f: not f.per_region)
         memo[key] = any(all(f.filter(framework.Candidate(cycle, view, pool, region if f.per_region else "")).ok
-                            for f in filters) for pool in pools)
+                            for f in ordered) for pool in pools)
     return memo[key]
 
 

@@ -102,6 +102,19 @@ def _higher_priority_holders(c: cand_mod.Candidates, book: ledger.Ledger, d: int
     return sorted(names)
 
 
+def served_beyond(prob: problem.PlacementProblem, name: str, region: str, pool: str) -> problem.Uncovered:
+    """A covered region served from ``pool`` beyond max_rtt_ms because no pool is within it (for a
+    deployment whose candidates were not built: an incremental re-solve kept it)."""
+    dep = next(x for x in prob.deployments if x.name == name)
+    offer = next((p for p in prob.pools if p.key == pool), None)
+    try:
+        rtt = f" at {prob.latency_map.rtt_ms(region, offer.region):g} ms" if offer is not None else ""
+    except KeyError:
+        rtt = ""
+    return problem.Uncovered(name, region, "max_rtt", f"{region} of {name} served from {pool}{rtt} beyond max_rtt_ms "
+                                                      f"{dep.spec.sla.max_rtt_ms:g}: no pool is within it", pool)
+
+
 def uncovered(c: cand_mod.Candidates, book: ledger.Ledger, d: int, region: str, isolation_off: bool,
               served_from: str = "") -> problem.Uncovered:
     """Explain a covered region the plan leaves without a replica within its SLA's reach (or, with

@@ -1,11 +1,11 @@
 """The greedy cheapest-first baseline (what a per-request scheduler would do), for the benchmark and
-as the optimiser's starting point: deployments in turn; first coverage, one replica within reach of
-each covered region no replica reaches yet (the cheapest one replica there, most demanded regions
-first: coverage comes before capacity, as in the model); then each region's demand served first
+as the optimiser's starting point: deployments in turn; first coverage of the covered regions that
+have no demand (the cheapest one replica within reach of each); then each region's demand served first
 from spare capacity of replicas already placed, then by new replicas on the pool with the lowest
-price per unit of capacity that still fits every limit; then isolation is met by adding the
-cheapest replica in another cloud or region, or the deployment is left out. Never violates a hard
-limit."""
+price per unit of capacity that still fits every limit; then a replica within reach of any covered
+region still without one, where a limit allows (the model, not this start, keeps the rule that
+coverage comes before more capacity); then isolation is met by adding the cheapest replica in
+another cloud or region, or the deployment is left out. Never violates a hard limit."""
 
 from __future__ import annotations
 
@@ -61,17 +61,10 @@ def _place_one(c: cand_mod.Candidates, d: int, book: ledger.Ledger, prefer: dict
     view = c.views[d]
     mine = Solution()
     spare: dict[int, int] = {}
-    wanted = view.demand.replicas_by_region
-    for region in sorted(c.cover[d], key=lambda r: (-wanted.get(r, 0), r)):
-        near = c.cover[d][region]
-        if any(mine.counts.get(p, 0) > 0 for p in near):
-            continue
-        ranked = sorted(near, key=lambda p: (prefer.get(p, 0) <= mine.counts.get(p, 0), replica_price(c, p, book), p))
-        p = next((p for p in ranked if book.blocker(p) is None), None)
-        if p is not None:
-            book.add(p)
-            mine.counts[p] = mine.counts.get(p, 0) + 1
-            spare[p] = spare.get(p, 0) + formulation.coverage(c.pairs[p].units)
+    demand = view.demand.replicas_by_region
+    # Regions that only need coverage first (demand serves the others), then whatever demand left
+    # uncovered (blocked, or held by a limit).
+    _cover(c, d, book, mine, spare, prefer, [r for r in sorted(c.cover[d]) if demand.get(r, 0) <= 0])
     for region, wanted in sorted(view.demand.replicas_by_region.items(), key=lambda it: (-it[1], it[0])):
         need = wanted * formulation.SCALE
         arcs = [a for a in c.arcs_by_d[d] if c.arcs[a].region == region]
@@ -100,7 +93,24 @@ def _place_one(c: cand_mod.Candidates, d: int, book: ledger.Ledger, prefer: dict
                 need -= take
             if need <= 0:
                 break
+    _cover(c, d, book, mine, spare, prefer, sorted(c.cover[d], key=lambda r: (-demand.get(r, 0), r)))
     return mine
+
+
+def _cover(c: cand_mod.Candidates, d: int, book: ledger.Ledger, mine: Solution, spare: dict[int, int],
+           prefer: Mapping[int, int], regions: list[str]) -> None:
+    """One replica within reach of each of ``regions`` no replica of ``mine`` reaches yet: the one
+    preferred, else the cheapest one replica there (coverage needs one, not capacity)."""
+    for region in regions:
+        near = c.cover[d][region]
+        if any(mine.counts.get(p, 0) > 0 for p in near):
+            continue
+        ranked = sorted(near, key=lambda p: (prefer.get(p, 0) <= mine.counts.get(p, 0), replica_price(c, p, book), p))
+        p = next((p for p in ranked if book.blocker(p) is None), None)
+        if p is not None:
+            book.add(p)
+            mine.counts[p] = mine.counts.get(p, 0) + 1
+            spare[p] = spare.get(p, 0) + formulation.coverage(c.pairs[p].units)
 
 
 def _marginal_price(c: cand_mod.Candidates, book: ledger.Ledger, a: int) -> float:

@@ -114,7 +114,7 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
     for (d, key), n in current.replicas.items():
         if n > 0:
             replicas.setdefault(d, []).append((key, n))
-    reach: dict[tuple[str, str], bool] = {}
+    reach: dict[tuple, bool] = {}
     out = set()
     for d, demand in enumerate(prob.deployments):
         mine = replicas.get(demand.name, [])
@@ -146,6 +146,7 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
             served_from[key] = served_from.get(key, 0.0) + units * formulation.SCALE
         spare = False
         reaching: dict[str, set[str]] = {}  # covered region -> pools of ``mine`` within its reach
+        beyond: dict[str, set[str]] = {}  # covered region -> pools of ``mine`` beyond its max_rtt_ms only
         for key, n in mine:
             offer = offers.get(key)
             if offer is None or key in prob.excluded_pools or not all(
@@ -156,18 +157,23 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
                 statuses = [plugin.filter(framework.Candidate(cycle, view, offer, region))
                             for plugin in filters if plugin.per_region]
                 failed = [st for st in statuses if not st.ok]
-                if not failed or (settings.relax_max_rtt and all(st.relaxable for st in failed)
-                                  and not cand_mod.reachable(reach, cycle, filters, view, prob.pools, region)):
+                if not failed:
                     reaching.setdefault(region, set()).add(key)
+                elif settings.relax_max_rtt and all(st.relaxable for st in failed):
+                    beyond.setdefault(region, set()).add(key)
             units = view.units_by_type.get(offer.gpu_type, 1.0)
             if offer.tier.value == "spot":
                 units *= settings.spot_capacity_credit
             cov = formulation.coverage(units)
             # A whole replica serving nobody is spare (unless it may be what isolation or the
             # coverage of a region needs).
-            covers = any(key in keys for keys in reaching.values())
+            covers = any(key in keys for keys in (*reaching.values(), *beyond.values()))
             if n * cov - served_from.get(key, 0.0) >= cov and (n > 1 or not (isolated or covers)):
                 spare = True
+        for region, keys in beyond.items():
+            # Beyond max_rtt_ms covers only where no pool is within it (searched only when needed).
+            if region not in reaching and not cand_mod.reachable(reach, cycle, filters, view, prob.pools, region):
+                reaching[region] = keys
         if ok and any(region not in reaching for region in demand.coverage):
             ok = False  # a covered region without a replica within its reach
         total = sum(n for _, n in mine)
@@ -423,13 +429,18 @@ def _uncovered(prob: problem.PlacementProblem, settings: problem.SolverSettings,
     missing = [(name, region, r) for (name, region), r in sorted(reach.items()) if not r.covered]
     if not missing:
         return []
-    unbuilt = sorted({index[name] for name, _, _ in missing if not c.built(index[name])})
+    # Served beyond max_rtt_ms needs no candidates to explain; the rest of a deployment the model
+    # did not build (kept by an incremental re-solve) gets them built here.
+    unbuilt = sorted({index[name] for name, _, r in missing if not c.built(index[name]) and not r.relaxed})
     extra = cand_mod.build(prob, settings, unbuilt) if unbuilt else None
+    extra_book = ledger.Ledger(prob, extra) if extra is not None else None
     out = []
     for name, region, r in missing:
         d = index[name]
-        here = c if c.built(d) else extra
-        ledger_here = book if here is c else ledger.Ledger(prob, here)
+        if r.relaxed and not c.built(d):
+            out.append(explain.served_beyond(prob, name, region, r.relaxed[0]))
+            continue
+        here, ledger_here = (c, book) if c.built(d) else (extra, extra_book)
         out.append(explain.uncovered(here, ledger_here, d, region, d in isolation_off, r.relaxed[0] if r.relaxed else ""))
     return out
 

@@ -153,7 +153,7 @@ class _Plan:
         self.pair_filters = [f for f in plugins if not f.per_region]
         self.region_filters = [f for f in plugins if f.per_region]
         self.memo: dict[tuple, framework.Status] = {}
-        self._reachable: dict[tuple[str, str], bool] = {}
+        self._reachable: dict[tuple, bool] = {}
 
     def known(self, name: str, key: str) -> bool:
         return name in self.deps and name in self.views and key in self.offers
@@ -255,12 +255,20 @@ class _Plan:
         for name, dep in sorted(self.deps.items()):
             if name not in self.views:
                 continue
+            keys = [k for k in sorted(mine.get(name, {}))
+                    if self.known(name, k) and self.verdict(self.pair_filters, name, k, "").ok]
             for region in dep.coverage:
-                strict, relaxed = [], []
-                for key in sorted(mine.get(name, {})):
-                    how = self.within_reach(name, key, region)
-                    (strict if how == "strict" else relaxed if how == "relaxed" else []).append(key)
-                out[(name, region)] = Reach(tuple(strict), tuple(relaxed))
+                statuses = {k: self.verdict(self.region_filters, name, k, region) for k in keys}
+                strict = tuple(k for k, st in statuses.items() if st.ok)
+                relaxed: tuple[str, ...] = ()
+                beyond = [k for k, st in statuses.items() if not st.ok and st.relaxable]
+                # Beyond max_rtt_ms counts only where no pool at all is within it (asked only then:
+                # the whole-fleet search is the costly part).
+                if not strict and beyond and self.settings.relax_max_rtt and not cand_mod.reachable(
+                        self._reachable, self.cycle, self.pair_filters + self.region_filters, self.views[name],
+                        self.prob.pools, region):
+                    relaxed = tuple(beyond)
+                out[(name, region)] = Reach(strict, relaxed)
         return out
 
     def serving_violations(self) -> list[tuple[tuple[str, str, str], Violation]]:
