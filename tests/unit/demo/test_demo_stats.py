@@ -213,3 +213,29 @@ def test_a_region_under_99_percent_gets_a_line_naming_why_from_the_reports_own_d
            in row.why, row.why
     assert "191 ms (191 ms at p99) beyond the network and the prefill: more than the 141 ms left" in row.why
     assert "the median request took 200 ms" in row.why and "on 2 cores at load average 6.5" in row.why
+
+
+def test_cold_start_lasts_per_region_until_a_replica_within_reach_is_ready():
+    """The demo's cold start window of a model in a client region ends when a ready replica within
+    that region's reach first shows (eu-west from the start: none; ap-south only once Mumbai's
+    replica is ready); the fault windows end per model when its capacity is back."""
+    from meridian.demo import run  # noqa: PLC0415
+
+    log = sla.ReachLog(latency.default())
+
+    def status(*regions: str) -> dict:
+        return {"clusters": [{"cluster_id": f"c{i}", "region": r, "pool_details": [{"pool_id": "p", "gpu_type": "L4"}],
+                              "replica_details": [{"deployment": "chat", "served_model_name": "chat", "state": "ready",
+                                                   "pool_id": "p"}]} for i, r in enumerate(regions)]}
+
+    log.add(100.0, status("eu-west-1"), {"chat": ["eu-west", "ap-south"]})
+    log.add(105.0, status("eu-west-1", "ap-south-1"), {"chat": ["eu-west", "ap-south"]})
+    targets = {"chat": sla.Target(ttft_ms=800, tpot_ms=100, max_rtt_ms=90, prefill_ms={"L4": 159.0}, headroom_ms=40)}
+    phases = run.Phases(run.DemoOptions(duration_s=100))
+    windows = run._windows([], phases, 100.0, {"cluster": "c0", "at_wall": 150.0}, None,
+                           {"lost:models": {"chat"}, "lost:chat": 160.0}, 200.0, log, targets,
+                           {"chat": {"eu-west", "ap-south"}})
+    cold = [(sorted(w.regions), w.end_s) for w in windows if w.name == "cold start"]
+    assert cold == [(["ap-south"], 105.0)]
+    lost = [w for w in windows if w.name.startswith("region lost")]
+    assert [(w.start_s, w.end_s, set(w.models)) for w in lost] == [(150.0, 160.0, {"chat"})]
