@@ -95,19 +95,14 @@ class Candidates:
     region_failed: list[dict[str, list[tuple[frozenset[int], Verdicts]]]]
     excluded_failed: list[list[tuple[str, framework.Status]]]
     # d -> covered client region -> pairs whose replicas are within its SLA's reach (coverage; a
-    # region absent has none); d -> regions served beyond max_rtt_ms because no pool is within it.
+    # region absent has none; beyond max_rtt_ms where no pool is within it).
     cover: list[dict[str, list[int]]] = dataclasses.field(default_factory=list)
-    relaxed: list[set[str]] = dataclasses.field(default_factory=list)
     filter_names: tuple[str, ...] = ()  # the filter plugins of the solve, for explanations
     relax_max_rtt: bool = True
     built_for: frozenset[int] = frozenset()  # deployments whose pairs and arcs were built
 
     def built(self, d: int) -> bool:
         return d in self.built_for
-
-    def covering(self, d: int, counts: Mapping[int, int]) -> dict[str, list[int]]:
-        """Covered region -> the pairs of ``counts`` (pair -> replicas) within its reach."""
-        return {r: [p for p in ps if counts.get(p, 0) > 0] for r, ps in self.cover[d].items()}
 
     def uncovered(self, d: int, counts: Mapping[int, int]) -> list[str]:
         """Covered regions of ``d`` some pair could reach but no replica of ``counts`` does."""
@@ -219,7 +214,6 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
     memo: dict[tuple, Verdicts] = {}
     scores: dict[tuple, float] = {}
     cover: list[dict[str, list[int]]] = [{} for _ in views]
-    relaxed_regions: list[set[str]] = [set() for _ in views]
 
     def verdicts(i: int, plugin: framework.Filter, view: framework.DeploymentView, region: str) -> Verdicts:
         key = (i, region, plugin_key(plugin, view))
@@ -294,7 +288,6 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
                     log.info("solver max_rtt=relaxed deployment=%s region=%s pools=%d", view.name, region,
                              len(relaxed))
                     serving = relaxed
-                    relaxed_regions[d].add(region)
             if region in coverage and serving:
                 cover[d][region] = [pair_for(d, g, view) for g in sorted(serving)]
             if region not in demanded:
@@ -314,7 +307,7 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
                 arcs_by_p[p].append(len(arcs))
                 arcs.append(Arc(p, d, region, g, score, _rtt(cycle, region, offer.region)))
     return Candidates(views, groups, arcs, arcs_by_d, pairs, pairs_by_d, arcs_by_p, survivors, cycle, excluded,
-                      pair_failed, region_failed, excluded_failed, cover, relaxed_regions, tuple(settings.filters),
+                      pair_failed, region_failed, excluded_failed, cover, tuple(settings.filters),
                       settings.relax_max_rtt, frozenset(chosen))
 
 
