@@ -342,10 +342,13 @@ def _lose_region(fleet, status: dict, opts: DemoOptions, timeline: Timeline) -> 
         return {}
     details = next((c for c in status.get("clusters", []) if c["cluster_id"] == victim), {})
     lost_replicas = [r for r in details.get("replica_details", []) if r.get("state") == "ready"]
+    # The loss begins as the kill does (killing and sweeping a cluster's processes takes seconds on a
+    # loaded machine, and requests cut meanwhile are the loss's).
+    at, at_wall = time.monotonic(), time.time()
     pids = fleet.kill_cluster(victim)
     timeline.note(f"REGION LOST: cluster {victim} ({details.get('cloud')} {details.get('region')}) killed: agent and "
                   f"{len(pids) - 1} replica processes")
-    return {"cluster": victim, "at": time.monotonic(), "at_wall": time.time(),
+    return {"cluster": victim, "at": at, "at_wall": at_wall,
             "endpoints": {r.get("endpoint") for r in lost_replicas}}
 
 
