@@ -75,6 +75,10 @@ class SchedulerConfig(pydantic.BaseModel):
     plan_interval_s: float = pydantic.Field(default=30.0, gt=0, le=3600, description="Re-plan at least this often.")
     solve_time_limit_s: float = pydantic.Field(default=5.0, gt=0, le=600,
                                               description="Solver time limit; the best plan found is used.")
+    ttft_headroom_ms: float = pydantic.Field(
+        default=10.0, ge=0, le=10_000,
+        description="TTFT p99 the placement keeps free of RTT + prefill (the router's hop, engine scheduling, "
+                    "jitter): a replica covers a client region only when RTT + prefill + this is within ttft_p99_ms.")
 
     ack_timeout_s: float = pydantic.Field(default=30.0, gt=0, le=3600,
                                           description="A directive not acknowledged by then expires.")

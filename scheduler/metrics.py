@@ -27,6 +27,10 @@ class SchedulerMetrics:
         self.unplaced_demand_rps = prom.Gauge(
             f"{PREFIX}_unplaced_demand_rps", "Demand (requests/s) the plan leaves unserved.",
             ["deployment", "client_region"], registry=r)
+        self.unmet_sla = prom.Gauge(
+            f"{PREFIX}_unmet_sla", "1 per deployment, client region and binding constraint where the plan does not "
+            "meet the SLA: a covered region without a replica within reach (or served beyond max_rtt_ms), or demand "
+            "left unplaced.", ["deployment", "client_region", "cause"], registry=r)
         self.directives = prom.Counter(
             f"{PREFIX}_directives_total", "Directives by action and outcome (sent, accepted, succeeded, "
             "refused, failed, duplicate, expired, rate_limited).", ["action", "outcome"], registry=r)
@@ -68,6 +72,7 @@ class SchedulerMetrics:
         self._replica_keys: set[tuple[str, str, str, str]] = set()
         self._unplaced_keys: set[str] = set()
         self._unplaced_demand_keys: set[tuple[str, str]] = set()
+        self._unmet_keys: set[tuple[str, str, str]] = set()
 
     def set_replicas(self, counts: collections.Counter) -> None:
         """Replace the replica gauge with ``counts`` keyed by (state, cloud, region, gpu_type); label sets no
@@ -89,6 +94,14 @@ class SchedulerMetrics:
         for key, v in demand_rps.items():
             self.unplaced_demand_rps.labels(*key).set(v)
         self._unplaced_demand_keys |= set(demand_rps)
+
+    def set_unmet_sla(self, keys: set[tuple[str, str, str]]) -> None:
+        """(deployment, client region, cause) unmet now: 1; label sets no longer unmet drop to 0."""
+        for key in self._unmet_keys - keys:
+            self.unmet_sla.labels(*key).set(0)
+        for key in keys:
+            self.unmet_sla.labels(*key).set(1)
+        self._unmet_keys |= keys
 
     def exposition(self) -> bytes:
         return prom.generate_latest(self.registry)

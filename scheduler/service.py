@@ -29,6 +29,7 @@ from scheduler.control import intake as intake_mod
 from scheduler.control import loop as loop_mod
 from scheduler.control import routes
 from scheduler.server import agents, auth, capacity, routing, tls
+from scheduler.solver import problem
 from scheduler.state import election, records
 
 log = logging.getLogger("meridian.scheduler.service")
@@ -69,7 +70,8 @@ class SchedulerService:
         self.loop = loop_mod.ControlLoop(
             config=config, clock=self.clock, spec_store=self.spec_store, traffic=self.traffic, fleet=self.fleet,
             events=self.events, executor=self.executor, publisher=self.publisher, metrics=self.metrics,
-            tokens=self.tokens, fence=lambda: self.token, on_fenced=self._fenced, env=env)
+            tokens=self.tokens, fence=lambda: self.token, on_fenced=self._fenced, env=env,
+            solver_settings=problem.SolverSettings(ttft_headroom_ms=config.ttft_headroom_ms))
         self.intake = intake_mod.Intake(fleet=self.fleet, executor=self.executor, events=self.events,
                                         metrics=self.metrics, fence=lambda: self.token, wake=self.loop.wake,
                                         on_fenced=self._fenced)
@@ -264,7 +266,10 @@ class SchedulerService:
                 "solve_time_s": round(plan.result.solve_time_s, 4), "placement": plan.result.placement.to_dict(),
                 "unplaced": [{"deployment": u.deployment, "client_region": u.client_region,
                               "replicas": round(u.replicas, 3), "constraint": u.constraint, "reason": u.reason}
-                             for u in plan.result.unplaced]},
+                             for u in plan.result.unplaced],
+                "uncovered": [{"deployment": u.deployment, "client_region": u.client_region,
+                               "constraint": u.constraint, "reason": u.reason, "served_from": u.served_from}
+                              for u in plan.result.uncovered]},
             "open_directives": [{"id": r.directive_id, "cluster_id": r.cluster_id, "status": r.status.value,
                                  "action": records.action_name(r.directive.action), "age_s": round(now - r.created_at, 1)}
                                 for r in self.executor.open_records()[:100]],

@@ -8,7 +8,8 @@ stronger lower bound than the LP's (``bound.py``: Lagrangian relaxation of the s
 column generation, each deployment's own problem integer; ``--bound-s`` seconds per fleet).
 
 Objective = hourly cost + latency/spot scores + unserved-demand penalty (only demand some pool
-could serve counts); the gap is (objective - bound) / objective."""
+could serve counts) + the penalty of covered client regions some pool could reach but no replica
+does; the gap is (objective - bound) / objective."""
 
 from __future__ import annotations
 
@@ -51,8 +52,7 @@ def greedy_baseline(prob: solver.PlacementProblem) -> tuple[float, float, float,
 
 def unplaced_placeable(result: solver.PlacementResult) -> float:
     """Unserved reference replicas the filters did not rule out (capacity, quotas, budgets...)."""
-    structural = {"gpu_type", "placement", "policy", "excluded", "latency", "spot", "isolation", "error"}
-    return sum(u.replicas for u in result.unplaced if u.constraint not in structural)
+    return sum(u.replicas for u in result.unplaced if u.constraint not in solver.problem.STRUCTURAL)
 
 
 def run(size: str, time_limit_s: float, seed: int, bound_s: float = 0.0) -> dict[str, object]:
@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['objective'] / r['g_obj'] - 1 if r['g_obj'] else 0.0:>+9.1%} | {r['incr_mode']:>11} "
               f"{r['incr_s']:>5.2f} {r['incr_changes']:>4}", flush=True)
     print("objective = cost + latency/spot scores + penalty for unserved demand some pool could serve (5000 $/h per "
-          "reference replica x priority weight); gap LP: (objective - LP relaxation bound) / objective; gap: against "
+          "reference replica x priority weight) + for each client region it could cover but does not, that weight x "
+          "(1 + the deployment's demand); gap LP: (objective - LP relaxation bound) / objective; gap: against "
           "the best bound the solve knew (LP or CP-SAT's own on an unrestricted model); L bound: the Lagrangian "
           "bound of bench/solver/bound.py (shared limits relaxed, each deployment's own problem integer; --bound-s "
           "seconds), gap L: against the best of all these bounds (bounds are on the model's objective, whose latency "

@@ -1,6 +1,8 @@
 """``meridian apply -f FILE...``: send spec files to the scheduler's admin API. They are validated
 there as part of the whole stored set; a rejected apply changes nothing and lists every problem
-(file:line: field: message). Exit 0 applied, 1 rejected or unreachable."""
+(file:line: field: message). An SLA that no declared capacity can meet from some client region is
+refused the same way unless ``--allow-unmet-sla`` accepts it (then it is a warning). Exit 0
+applied, 1 rejected or unreachable."""
 
 from __future__ import annotations
 
@@ -45,13 +47,16 @@ def report_error(exc: admin_client.AdminError, output: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="FILE",
                         help="YAML spec file or directory of them (repeatable; several documents per file)")
+    parser.add_argument("--allow-unmet-sla", action="store_true",
+                        help="apply even when no declared capacity can meet a deployment's SLA from some client "
+                             "region (it is reported as a warning)")
     add_connection_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         client = connect(args)
-        result = client.apply(client.read_files(args.files))
+        result = client.apply(client.read_files(args.files), allow_unmet_sla=args.allow_unmet_sla)
     except admin_client.AdminError as exc:
         return report_error(exc, args.output)
     if args.output == "json":

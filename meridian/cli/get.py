@@ -1,7 +1,8 @@
 """``meridian get [KIND [NAME]]``: list applied specs, or print one (YAML by default). A deployment's
-rollout (strategy, step, replicas of each revision, since when, why it rolled back) follows its YAML
-as comment lines, so the output still applies as is; ``-o json`` prints the whole item, rollout
-included."""
+rollout (strategy, step, replicas of each revision, since when, why it rolled back) and its SLA per
+client region (covered by which replicas, expected and measured TTFT p99, why a region is unmet)
+follow its YAML as comment lines, so the output still applies as is; ``-o json`` prints the whole
+item, rollout and SLA included."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
                 print()
             else:
                 print(yaml.safe_dump(item["document"], sort_keys=False), end="")
-                for line in rollout_lines(item.get("rollout")):
+                for line in rollout_lines(item.get("rollout")) + sla_lines(item.get("sla")):
                     print(f"# {line}")
             return 0
         result = client.list(args.kind)
@@ -87,4 +88,36 @@ def rollout_lines(ro: dict | None) -> list[str]:
                  f"TTFT p99 {ro['ttft_p99_ms']:g} ms")
     if ro["rolled_back"]:
         lines.append(f"  rolled back ({ro['rollback_reason']}) at {_when(ro['ended_at'])}: {ro['reason']}")
+    return lines
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f} ms" if value >= 10 else f"{value:.1f} ms"
+
+
+def sla_lines(sla: dict | None) -> list[str]:
+    """A deployment's SLA status (``scheduler.control.sla``) as text: one line per client region."""
+    if not sla:
+        return []
+    if "error" in sla:
+        return [f"sla: {sla['error']}"]
+    targets = f"TTFT p99 {sla['ttft_p99_ms']:g} ms"
+    if sla.get("tpot_p99_ms"):
+        targets += f", TPOT p99 {sla['tpot_p99_ms']:g} ms"
+    if sla.get("max_rtt_ms"):
+        targets += f", max_rtt_ms {sla['max_rtt_ms']:g}"
+    lines = [f"sla: {targets}, per client region (coverage: {sla['basis']}; measured: router reports):"]
+    for r in sla["regions"]:
+        head = f"  {r['client_region']}: {r['status'].upper() if r['status'] == 'unmet' else r['status']}"
+        if r["cause"]:
+            head += f" ({r['cause']})"
+        by = ", ".join(f"{c['replica']} ({c['cluster']}, {c['region']}, {c['gpu_type']}, {c['rtt_ms']:g} ms"
+                       + (", beyond max_rtt_ms" if c["beyond_max_rtt"] else "") + ")" for c in r["covered_by"][:3])
+        more = f" +{len(r['covered_by']) - 3} more" if len(r["covered_by"]) > 3 else ""
+        detail = [f"covered by {by}{more}" if by else "no replica within reach",
+                  f"expected TTFT p99 {_ms(r['expected_ttft_p99_ms'])}", f"measured {_ms(r['measured_ttft_p99_ms'])}",
+                  f"{r['traffic_rps']:g} req/s" + (", always served" if r["always_served"] else "")]
+        lines.append(f"{head}: " + "; ".join(detail))
+        if r["reason"]:
+            lines.append(f"    {r['reason']}")
     return lines

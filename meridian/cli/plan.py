@@ -40,7 +40,9 @@ def render(report: dict) -> str:
     lines.append("SLA risks:")
     lines += [f"  ! {r}" for r in report["risks"]] or ["  (none found)"]
     if report.get("changes"):
-        lines.append("Spec changes: " + ", ".join(f"{c['kind']}/{c['name']} {c['action']}" for c in report["changes"]))
+        # A dry run changes nothing: its actions read "would create" / "would configure" / "unchanged".
+        lines.append("Spec changes (not applied): " + ", ".join(f"{c['kind']}/{c['name']} {c['action']}"
+                                                                for c in report["changes"]))
     return "\n".join(lines)
 
 

@@ -1,6 +1,12 @@
 """``meridian validate FILE...``: check spec files as one set; print every error with its file,
 line, field path and a suggestion. Exit 0 when valid, 1 when not.
 
+With Cluster specs among the files, it also judges every deployment's SLA per client region
+against the capacity they declare (``scheduler.solver.feasibility``: the solver's own filters,
+the capacity model and the latency map): each region gets the best option or the nearest miss,
+and an SLA no declared capacity can meet is an error (``--allow-unmet-sla`` accepts it knowingly:
+a warning, exit 0), as ``meridian apply`` refuses it.
+
 ``--cost-floor`` also prints the least any fleet that keeps the specs' rules can cost per hour, and
 the plan that costs it (``scheduler.control.floor``): what the rules alone commit to, before traffic."""
 
@@ -11,6 +17,9 @@ import json
 import sys
 
 from meridian import spec
+from scheduler.control import floor as floor_mod
+from scheduler.control import planner
+from scheduler.solver import feasibility
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     parser.add_argument("--cost-floor", action="store_true",
                         help="also solve for the cheapest fleet the specs' rules allow (needs the Cluster specs)")
+    parser.add_argument("--allow-unmet-sla", action="store_true",
+                        help="accept an SLA no declared capacity can meet from some client region (a warning, "
+                             "not an error)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,35 +44,51 @@ def run(args: argparse.Namespace) -> int:
                 print(str(issue), file=sys.stderr)
             print(f"{len(exc.issues)} error(s) in {len({i.file for i in exc.issues})} file(s)", file=sys.stderr)
         return 1
+    view = planner.SpecView.of(result, 1)
+    verdicts = feasibility.check_documents(view.deployments.values(), view.clusters.values(), view.policy,
+                                           view.latency_map)
+    unmet = feasibility.issues(verdicts or [], result.documents)
     floor = None
     if args.cost_floor:
         if not result.of_kind("Cluster"):
             print("--cost-floor needs the Cluster specs (their pools are what a fleet can be made of) among the "
                   "files", file=sys.stderr)
             return 1
-        from scheduler.control import floor as floor_mod  # noqa: PLC0415 (the solver only when asked)
-        from scheduler.control import planner  # noqa: PLC0415
-
-        floor = floor_mod.compute(planner.SpecView.of(result, 1))
+        floor = floor_mod.compute(view)
+    failed = bool(unmet) and not args.allow_unmet_sla
     if args.output == "json":
         docs = [{"file": d.file, "line": d.line, "kind": d.kind, "name": d.name} for d in result.documents]
-        out = {"valid": True, "documents": docs}
+        out = {"valid": not failed, "documents": docs,
+               "sla": None if verdicts is None else [v.to_dict() for v in verdicts]}
+        if unmet:
+            out["errors" if failed else "warnings"] = [i.to_dict() for i in unmet]
         if floor is not None:
             out["cost_floor"] = floor.to_dict()
         json.dump(out, sys.stdout, indent=2)
         print()
+        return 1 if failed else 0
+    for d in result.documents:
+        print(f"{d.file}:{d.line}: {d.kind}/{d.name} valid")
+    print(f"{len(result.documents)} document(s) valid")
+    if verdicts is None:
+        print("SLA not judged: no Cluster spec among the files declares capacity")
     else:
-        for d in result.documents:
-            print(f"{d.file}:{d.line}: {d.kind}/{d.name} valid")
-        print(f"{len(result.documents)} document(s) valid")
-        if floor is not None:
-            print(_render_floor(floor))
-    return 0
+        print("SLA per deployment and client region (the declared clusters, the capacity model, the latency map):")
+        headroom = feasibility.problem.SolverSettings().ttft_headroom_ms
+        for v in verdicts:
+            sla = view.deployments[v.deployment].spec.sla
+            print(f"  {v.deployment}/{v.client_region}: {feasibility.summary(v, sla, headroom)}")
+    for issue in unmet:
+        print(f"{'' if failed else 'warning: '}{issue}", file=sys.stderr)
+    if failed:
+        print(f"{len(unmet)} SLA error(s): no declared capacity meets them ({feasibility.ACCEPT_FLAG} accepts them)",
+              file=sys.stderr)
+    if floor is not None:
+        print(_render_floor(floor))
+    return 1 if failed else 0
 
 
-def _render_floor(floor) -> str:
-    from scheduler.control import floor as floor_mod  # noqa: PLC0415 (loaded by the caller already)
-
+def _render_floor(floor: floor_mod.Floor) -> str:
     how = "proven optimal" if floor.proven else "the solver's lower bound; its plan costs " \
                                                f"${floor.plan_usd_per_hour:,.2f}/h"
     lines = [f"Cost floor: ${floor.usd_per_hour:,.2f}/h ({how}): no fleet that serves every deployment's minimum "
@@ -68,6 +96,6 @@ def _render_floor(floor) -> str:
     for key, n in floor.nodes.items():
         on = ", ".join(f"{d} x{r}" for (d, k), r in sorted(floor.placement.items()) if k == key)
         lines.append(f"  {key}: {n} node(s){': ' + on if on else ' (pool minimum)'}")
-    if floor.unplaced:
-        lines.append(f"  ! no pool can hold the minimum of: {', '.join(floor.unplaced)}")
+    for reason in floor.reasons:
+        lines.append(f"  ! cannot place: {reason}")
     return "\n".join(lines)

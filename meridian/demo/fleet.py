@@ -68,6 +68,7 @@ class LocalFleet:
         self.config = config
         self.workdir = pathlib.Path(config.workdir)
         self.procs = processes.ProcessGroup(self.workdir)
+        self.ports: processes.PortBlock | None = None  # replica ports, claimed by prepare()
         self.admin_token = secrets.token_urlsafe(16)
         self.router_token = secrets.token_urlsafe(16)
         if config.scheduler_nodes > 1 and not config.state_url.startswith("redis://"):
@@ -119,7 +120,9 @@ class LocalFleet:
             raise ValueError(f"k8s_clusters name clusters this run does not have: {unknown}; "
                              f"clusters: {sorted(wanted)}")
         tokens: dict[str, str] = {}
-        base_port = 40000
+        if self.ports is None:
+            self.ports = processes.PortBlock.claim()
+        base_port = self.ports.base
         for i, doc in enumerate(d for d in docs if d["metadata"]["name"] in wanted):
             name = doc["metadata"]["name"]
             token = secrets.token_urlsafe(16)
@@ -137,6 +140,8 @@ class LocalFleet:
                 sim["spot_preemptions_per_node_hour"] = self.config.spot_preemptions_per_node_hour
             self.agent_ports[name] = processes.free_port()
             lo = base_port + i * 100
+            if lo + 99 >= base_port + processes.PORT_BLOCK_SIZE:
+                raise ValueError(f"at most {processes.PORT_BLOCK_SIZE // 100} clusters per local fleet")
             s["agent"] = {
                 "engine_command": [sys.executable, "-m", "runtime_adapter.emulator"],
                 "state_dir": str(self.workdir / "agents" / name),
@@ -261,7 +266,11 @@ class LocalFleet:
         await self.start_router()
 
     def stop(self) -> list[int]:
-        return self.procs.stop_all()
+        stopped = self.procs.stop_all()
+        if self.ports is not None:
+            self.ports.release()
+            self.ports = None
+        return stopped
 
     def kill_cluster(self, name: str) -> list[int]:
         """Lose a whole cluster at once: its agent and its replicas are SIGKILLed."""

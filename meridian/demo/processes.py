@@ -36,6 +36,44 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Replica port blocks of local fleets: below Linux's ephemeral range (32768+), so the OS never hands
+# them out as free_port()s; each fleet holds an flock on its block's lock file while it runs, so two
+# fleets on one machine (a demo beside end-to-end tests) never share replica ports.
+PORT_BLOCK_FIRST, PORT_BLOCK_SIZE, PORT_BLOCKS = 20_000, 1_000, 12
+
+
+class PortBlock:
+    """A block of ``PORT_BLOCK_SIZE`` loopback ports claimed for this process until ``release``."""
+
+    def __init__(self, base: int, handle) -> None:
+        self.base = base
+        self._handle = handle
+
+    @classmethod
+    def claim(cls, lock_dir: pathlib.Path | None = None) -> PortBlock:
+        """The first block no other live fleet holds; raises RuntimeError when all are held."""
+        import fcntl  # noqa: PLC0415 (POSIX only, like the demo's /proc sweep)
+
+        lock_dir = lock_dir or pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "meridian-port-blocks"
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        for i in range(PORT_BLOCKS):
+            base = PORT_BLOCK_FIRST + i * PORT_BLOCK_SIZE
+            handle = open(lock_dir / f"{base}.lock", "w")  # noqa: SIM115 (held open: the lock lives with it)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                continue
+            return cls(base, handle)
+        raise RuntimeError(f"every replica port block {PORT_BLOCK_FIRST}-"
+                           f"{PORT_BLOCK_FIRST + PORT_BLOCKS * PORT_BLOCK_SIZE - 1} is held by another local fleet")
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.2):

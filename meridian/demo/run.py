@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import pathlib
 import shutil
 import sys
@@ -22,10 +23,16 @@ import aiohttp
 
 from meridian import spec
 from meridian.demo import fleet as fleet_mod
-from meridian.demo import stats, traffic, view
+from meridian.demo import sla, stats, traffic, view
+from scheduler.solver import throughput
 
 log = logging.getLogger("meridian.demo")
 CLIENT_REGIONS = ("na-east", "eu-west", "ap-northeast", "ap-south")
+# The TTFT the demo's scheduler keeps free of RTT + prefill (production default 10 ms): here every
+# request also crosses the client SDK, an edge router and an emulator on one machine that runs the
+# whole fleet (~25 Python processes), which took 15-55 ms at the median on two shared cores.
+DEMO_TTFT_HEADROOM_MS = 40.0
+COLD_START_MIN_S = 2.0  # the status is polled every second
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,18 +91,21 @@ class Phases:
         return "spot preemption wave"
 
 
-def _models(spec_set: spec.SpecSet) -> tuple[list[traffic.ModelTraffic], dict[str, stats.Sla], dict[str, set[str]],
+def _models(spec_set: spec.SpecSet) -> tuple[list[traffic.ModelTraffic], dict[str, sla.Target], dict[str, set[str]],
                                              set[str]]:
-    """Traffic per model, SLAs and client regions by served name, and the models that may scale to
+    """Traffic per model, SLA targets and client regions by served name, and the models that may scale to
     zero (scaling.least_replicas 0): traffic starts without waiting for them, and their first requests wait
     for a replica to start (reported as such)."""
     shares = {"chat-8b": 0.75, "reasoning-70b": 0.15, "embed": 0.10}
+    headroom = DEMO_TTFT_HEADROOM_MS
     models, slas, regions, cold = [], {}, {}, set()
     for d in spec_set.of_kind("ModelDeployment"):
         served = d.spec.model.served_name
         models.append(traffic.ModelTraffic(served, shares.get(d.metadata.name, 0.1), embedding=d.spec.runtime.is_embedding,
                                            max_tokens=32 if d.metadata.name == "reasoning-70b" else 48))
-        slas[served] = stats.Sla(d.spec.sla.ttft_p99_ms, d.spec.sla.tpot_p99_ms)
+        prefill = {t: throughput.assess(d.spec, t).prefill_ms for t in throughput.allowed_gpu_types(d.spec)}
+        slas[served] = sla.Target(d.spec.sla.ttft_p99_ms, d.spec.sla.tpot_p99_ms, d.spec.sla.max_rtt_ms, prefill,
+                                  headroom)
         regions[served] = set(d.spec.sla.client_regions)
         if d.spec.scaling.least_replicas == 0:
             cold.add(served)
@@ -129,7 +139,7 @@ async def demo(opts: DemoOptions, out=sys.stdout) -> int:
     kube = fleet_mod.resolve_k8s_clusters(fleet_mod.EXAMPLES / "clusters.yaml", opts.k8s_clusters)
     # With clusters on Kubernetes the agents take longer to report (their cluster starts first): the
     # scheduler waits for them before its first plan.
-    settings = fleet_mod.FleetConfig.scheduler_settings + (("adopt_grace_s=30",) if kube else ())
+    settings = ("heartbeat_interval_s=2", f"ttft_headroom_ms={DEMO_TTFT_HEADROOM_MS:g}") + (("adopt_grace_s=30",) if kube else ())
     cfg = fleet_mod.FleetConfig(workdir=workdir, edge_regions=CLIENT_REGIONS, k8s_clusters=kube,
                                 scheduler_settings=settings)
     fleet = fleet_mod.LocalFleet(cfg)
@@ -158,8 +168,9 @@ async def demo(opts: DemoOptions, out=sys.stdout) -> int:
             warm = [m.model for m in models if m.model not in cold]
             await _wait_routable(fleet, session, warm, opts.startup_timeout_s)
             timeline.note("replicas ready and routed: " + ", ".join(warm) + "; traffic starts")
+            reach = sla.ReachLog(spec_set.context.latency_map)
             return await _traffic_phase(fleet, session, opts, phases, models, slas, model_regions, cold, timeline,
-                                        interactive, out)
+                                        interactive, out, reach)
     finally:
         leftovers = await asyncio.to_thread(fleet.stop)
         stray = await asyncio.to_thread(fleet.procs.stragglers)
@@ -170,7 +181,7 @@ async def demo(opts: DemoOptions, out=sys.stdout) -> int:
 
 
 async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regions, cold, timeline, interactive,
-                         out) -> int:
+                         out, reach: sla.ReachLog) -> int:
     recorder = traffic.Recorder()
 
     def rate(region: str, elapsed: float) -> float:
@@ -185,13 +196,18 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
     preempted = False
     preempted_wall: float | None = None
     traffic_started = time.monotonic()
+    started_wall = time.time()
     last_print = 0.0
     status: dict = {}
+    loads: list[float] = []
+    settled: dict = {}
     try:
         while not all(g.done() for g in gens):
             elapsed = time.monotonic() - traffic_started
             with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
                 status = await fleet.status(session)
+                reach.add(time.time(), status, model_regions)
+            loads.append(os.getloadavg()[0])
             if elapsed >= phases.lose_at and not lost:
                 lost = _lose_region(fleet, status, opts, timeline)
             if lost:
@@ -202,6 +218,7 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
                 hit = await fleet.preempt_spot(session)
                 timeline.note("SPOT PREEMPTION WAVE: " + (", ".join(f"{c} ({n} nodes)" for c, n in hit.items())
                                                           or "no spot node was running"))
+            _settle(settled, status, lost, preempted_wall)
             window = recorder.since(time.time() - 10)
             rows = stats.region_rows(window, min(10.0, max(1.0, elapsed)))
             if interactive:
@@ -219,6 +236,7 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
             g.cancel()
     with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
         status = await fleet.status(session)
+    end_wall = time.time()
     if lost and "replaced_s" not in lost and opts.replace_wait_s > 0:
         status = await _await_replacement(fleet, session, lost, status, recorder, timeline, opts.replace_wait_s, out)
     total = len(recorder.records)
@@ -244,11 +262,85 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
                "time to re-place its capacity": lost.get("replaced_s")}
     for u in (status.get("plan") or {}).get("unplaced", []):
         timeline.note(f"unplaced at the end: {u.get('reason', '')}")
-    print(view.report(stats.placement_rows(status), stats.attainment(recorder.records, slas), total, failed,
+    for u in (status.get("plan") or {}).get("uncovered", []):
+        timeline.note(f"SLA unmet at the end: {u.get('deployment')}/{u.get('client_region')} ({u.get('constraint')}): "
+                      f"{u.get('reason', '')}")
+    colds = stats.cold_starts(recorder.records, cold, slas, reach)
+    windows = _windows(colds, phases, started_wall, lost, preempted_wall, settled, end_wall, reach, slas,
+                       model_regions)
+    load = f"{os.cpu_count()} cores at load average {sum(loads) / len(loads):.1f}" if loads else ""
+    regions = sla.per_region(recorder.records, slas, windows, reach, host=load, notes=_plan_notes(status))
+    print(view.report(stats.placement_rows(status), regions, total, failed,
                       timings, timeline.lines, slas, stats.failure_reasons(recorder.records),
-                      stats.cold_starts(recorder.records, cold, slas), stats.billed_per_hour(status)),
+                      colds, stats.billed_per_hour(status),
+                      windows, sla.failures(recorder.records, windows, started_wall), started_wall),
           file=out, flush=True)
     return 0
+
+
+def _windows(colds: list[stats.ColdStart], phases: Phases, started_wall: float, lost: dict,
+             preempted_wall: float | None, settled: dict, end_wall: float, reach: sla.ReachLog,
+             targets: dict[str, sla.Target], model_regions: dict[str, set[str]]) -> list[sla.Window]:
+    """The stretches of the run that are not steady state, in the order a request is matched: cold
+    start per model and client region (until a replica within the region's reach is ready, and for a
+    model scaled to zero its first answer; the end of traffic if its model never answered), the
+    spike, the lost region until each model's capacity is re-placed (the end of traffic if never),
+    the preemption wave until the plan is carried out again."""
+    out = []
+    first_answer = {c.model: c.first_answer_s if c.first_answer_s is not None else end_wall for c in colds}
+    for model, regions in sorted(model_regions.items()):
+        for region in sorted(regions):
+            within = reach.first_within(model, region, targets[model]) if model in targets else None
+            end = max(t for t in (within, first_answer.get(model)) if t is not None) \
+                if within is not None or model in first_answer else None
+            # Within reach at the first poll of the traffic (about a second in): no cold start there.
+            if end is not None and end > started_wall + COLD_START_MIN_S:
+                out.append(sla.Window("cold start", started_wall, end, frozenset({model}), frozenset({region})))
+    out.append(sla.Window(f"traffic spike in na-east (x{phases.opts.spike_factor:g})",
+                          started_wall + phases.spike_start, started_wall + phases.spike_end))
+    for event, start in (("lost", lost.get("at_wall")), ("preempted", preempted_wall)):
+        if start is None:
+            continue
+        name = f"region lost ({lost['cluster']})" if event == "lost" else "spot preemption wave"
+        for model in sorted(settled.get(f"{event}:models", ())):
+            out.append(sla.Window(name, start, settled.get(f"{event}:{model}", end_wall), frozenset({model})))
+    return out
+
+
+def _plan_notes(status: dict) -> dict[tuple[str, str], str]:
+    """(served model, client region) -> why the scheduler's last plan leaves that region's SLA unmet."""
+    served = {r.get("deployment"): r.get("served_model_name") or r.get("deployment")
+              for c in status.get("clusters", []) for r in c.get("replica_details", [])}
+    return {(served.get(u["deployment"], u["deployment"]), u["client_region"]): f"{u['constraint']}: {u['reason']}"
+            for u in (status.get("plan") or {}).get("uncovered", [])}
+
+
+def _settle(settled: dict, status: dict, lost: dict, preempted_wall: float | None) -> None:
+    """For the region loss and the preemption wave, when each model's capacity is back: a plan made
+    after the event (after the scheduler marked the region lost) is carried out for that model's
+    deployment (its ready replicas outside the lost cluster are what the plan wants). Models are
+    keyed by served name; ``settled[event + ":models"]`` lists those the event's window covers."""
+    plan = status.get("plan") or {}
+    served: dict[str, str] = {}
+    for c in status.get("clusters", []):
+        for r in c.get("replica_details", []):
+            served[r.get("deployment")] = r.get("served_model_name") or r.get("deployment")
+    events = []
+    if lost:
+        events.append(("lost", lost.get("seen_lost_wall"), lost.get("cluster", "")))
+    if preempted_wall is not None:
+        events.append(("preempted", preempted_wall + 2.0, ""))
+    for event, since, exclude in events:
+        models = settled.setdefault(f"{event}:models", set())
+        models.update(served.values())
+        if since is None or plan.get("at", 0) <= since:
+            continue
+        ready = _ready_by_deployment(status, exclude=exclude)
+        for dep, pools in plan.get("placement", {}).items():
+            wanted = sum(n for where, n in pools.items() if not (exclude and where.startswith(exclude + "/")))
+            model = served.get(dep, dep)
+            if f"{event}:{model}" not in settled and ready.get(dep, 0) >= wanted:
+                settled[f"{event}:{model}"] = time.time()
 
 
 def _lose_region(fleet, status: dict, opts: DemoOptions, timeline: Timeline) -> dict:
@@ -258,10 +350,13 @@ def _lose_region(fleet, status: dict, opts: DemoOptions, timeline: Timeline) -> 
         return {}
     details = next((c for c in status.get("clusters", []) if c["cluster_id"] == victim), {})
     lost_replicas = [r for r in details.get("replica_details", []) if r.get("state") == "ready"]
+    # The loss begins as the kill does (killing and sweeping a cluster's processes takes seconds on a
+    # loaded machine, and requests cut meanwhile are the loss's).
+    at, at_wall = time.monotonic(), time.time()
     pids = fleet.kill_cluster(victim)
     timeline.note(f"REGION LOST: cluster {victim} ({details.get('cloud')} {details.get('region')}) killed: agent and "
                   f"{len(pids) - 1} replica processes")
-    return {"cluster": victim, "at": time.monotonic(), "at_wall": time.time(),
+    return {"cluster": victim, "at": at, "at_wall": at_wall,
             "endpoints": {r.get("endpoint") for r in lost_replicas}}
 
 

@@ -6,13 +6,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
+from meridian.demo import sla as sla_mod
 from meridian.demo import traffic
-
-
-@dataclasses.dataclass(frozen=True)
-class Sla:
-    ttft_ms: float
-    tpot_ms: float | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,43 +31,6 @@ def region_rows(records: Iterable[traffic.Record], window_s: float) -> list[Regi
         rows.append(RegionRow(region, len(recs) / window_s if window_s > 0 else 0.0,
                               traffic.percentile(ttfts, 50), traffic.percentile(ttfts, 99),
                               sum(1 for r in recs if not r.ok), len(recs)))
-    return rows
-
-
-def within_sla(record: traffic.Record, sla: Sla) -> bool:
-    if not record.ok or record.ttft_s is None:
-        return False
-    if record.ttft_s * 1000 > sla.ttft_ms:
-        return False
-    if sla.tpot_ms is not None and record.completion_tokens > 1:
-        tpot_ms = (record.total_s - record.ttft_s) * 1000 / (record.completion_tokens - 1)
-        if tpot_ms > sla.tpot_ms:
-            return False
-    return True
-
-
-@dataclasses.dataclass(frozen=True)
-class AttainmentRow:
-    model: str
-    region: str
-    requests: int
-    within_sla: int
-    failed: int
-
-    @property
-    def attainment(self) -> float:
-        return self.within_sla / self.requests if self.requests else 1.0
-
-
-def attainment(records: Iterable[traffic.Record], slas: Mapping[str, Sla]) -> list[AttainmentRow]:
-    groups: dict[tuple[str, str], list[traffic.Record]] = {}
-    for r in records:
-        groups.setdefault((r.model, r.region), []).append(r)
-    rows = []
-    for (model, region), recs in sorted(groups.items()):
-        sla = slas.get(model)
-        ok = sum(1 for r in recs if sla is not None and within_sla(r, sla))
-        rows.append(AttainmentRow(model, region, len(recs), ok, sum(1 for r in recs if not r.ok)))
     return rows
 
 
@@ -169,9 +127,11 @@ class ColdStart:
     ready_after_s: float | None  # from its first request to its first answer; None: never answered
     waited: int  # requests sent before the first answer (all of them when none came)
     missed: int  # of those, the ones outside the SLA
+    first_answer_s: float | None = None  # wall time of the first answer
 
 
-def cold_starts(records: Iterable[traffic.Record], models: Iterable[str], slas: Mapping[str, Sla]) -> list[ColdStart]:
+def cold_starts(records: Iterable[traffic.Record], models: Iterable[str], targets: Mapping[str, sla_mod.Target],
+                reach: sla_mod.ReachLog) -> list[ColdStart]:
     """For each model of ``models`` (those with no replica when traffic began): how long its first
     requests waited. A replica was up by the first answer, so requests sent before it waited."""
     by_model: dict[str, list[traffic.Record]] = {}
@@ -185,10 +145,10 @@ def cold_starts(records: Iterable[traffic.Record], models: Iterable[str], slas: 
         answers = [r.started_s + r.ttft_s for r in mine if r.ok and r.ttft_s is not None]
         first_answer = min(answers) if answers else None
         early = [r for r in mine if first_answer is None or r.started_s < first_answer]
-        sla = slas.get(model)
-        missed = sum(1 for r in early if sla is None or not within_sla(r, sla))
+        target = targets.get(model)
+        missed = sum(1 for r in early if target is None or sla_mod.judge(r, target, reach.at(r.started_s, model, r.region)))
         ready = None if first_answer is None else first_answer - min(r.started_s for r in mine)
-        out.append(ColdStart(model, ready, len(early), missed))
+        out.append(ColdStart(model, ready, len(early), missed, first_answer))
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from meridian.demo import stats
+from meridian.demo import sla, stats
 
 
 def _ms(value: float | None) -> str:
@@ -48,11 +48,13 @@ def frame(elapsed_s: float, duration_s: float, phase: str, status: Mapping, regi
     return "\n".join(out)
 
 
-def report(placement: Sequence[stats.PlacementRow], attainment: Sequence[stats.AttainmentRow],
+def report(placement: Sequence[stats.PlacementRow], regions: Sequence[sla.RegionSla],
            total: int, failed: int, timings: Mapping[str, float | None], events: Sequence[str],
-           slas: Mapping[str, stats.Sla], failures: Sequence[tuple[str, int]] = (),
-           cold: Sequence[stats.ColdStart] = (), billed_usd_per_hour: float | None = None) -> str:
-    """The end-of-run report."""
+           targets: Mapping[str, sla.Target], failures: Sequence[tuple[str, int]] = (),
+           cold: Sequence[stats.ColdStart] = (), billed_usd_per_hour: float | None = None,
+           windows: Sequence[sla.Window] = (), failed_groups: Sequence[sla.FailureGroup] = (),
+           t0: float = 0.0) -> str:
+    """The end-of-run report (``t0``: the wall time traffic started, for the windows' times)."""
     out = ["", "=" * 78, "Meridian demo report", "=" * 78, "", "Placement at the end:"]
     out.append(table(["model", "cloud", "region", "cluster", "GPU", "tier", "replicas", "GPUs", "$/h"],
                      [(p.model, p.cloud, p.region, p.cluster, p.gpu_type, p.tier, p.replicas, p.gpus,
@@ -64,10 +66,22 @@ def report(placement: Sequence[stats.PlacementRow], attainment: Sequence[stats.A
         out.append(f"nodes billed: ${billed_usd_per_hour:,.2f}/h (whole nodes of the clusters not lost, idle GPUs "
                    f"included; the $/h column is each replica's share of its node)")
     out.append("")
-    out.append("SLA attainment (requests within the model's p99 TTFT and TPOT targets):")
-    out.append(table(["model", "client region", "SLA TTFT/TPOT ms", "requests", "within SLA", "failed"],
-                     [(a.model, a.region, _sla_text(slas.get(a.model)), a.requests, f"{a.attainment:.1%}", a.failed)
-                      for a in attainment] or [("-",) * 6]))
+    out.append("SLA per model and client region (each request judged by its model's TTFT and TPOT targets and, "
+               "with max_rtt_ms, a ready replica within it; steady state = outside the windows below):")
+    out.append(table(["model", "client region", "SLA TTFT/TPOT/RTT ms", "steady", "within SLA", "all requests",
+                      "within SLA", "failed", "TTFT p50/p99 ms", "nearest replica"],
+                     [(r.model, r.region, _sla_text(targets.get(r.model)), r.steady, _share(r.steady_within, r.steady),
+                       r.requests, _share(r.within, r.requests), r.failed,
+                       f"{_ms(r.ttft_p50_ms)}/{_ms(r.ttft_p99_ms)}",
+                       f"{r.nearest.gpu_type} {r.nearest.region} {r.nearest.rtt_ms:g} ms" if r.nearest else "-")
+                      for r in regions] or [("-",) * 10]))
+    low = [r for r in regions if r.why]
+    if low:
+        out.append(f"Regions under {sla.TARGET_SHARE:.0%} of steady-state requests within SLA, and why:")
+        out.extend(f"  {r.why}" for r in low)
+    else:
+        out.append(f"Every model and client region: at least {sla.TARGET_SHARE:.0%} of steady-state requests "
+                   "within SLA.")
     for c in cold:
         if c.ready_after_s is None:
             out.append(f"{c.model} started with no replica (scale to zero) and never answered: none of its "
@@ -75,12 +89,32 @@ def report(placement: Sequence[stats.PlacementRow], attainment: Sequence[stats.A
             continue
         out.append(f"{c.model} started with no replica (scale to zero): its first answer came {c.ready_after_s:.1f} s "
                    f"after its first request; {c.waited} request(s) were sent before that answer, most waiting for "
-                   f"a replica to start ({c.missed} of them outside the SLA, counted above)")
+                   f"a replica to start ({c.missed} of them outside the SLA, counted in its cold-start window)")
+    if windows:
+        out.append("")
+        out.append("Windows (not steady state; t from the start of traffic; a request counts in the first that holds "
+                   "it):")
+        by_name: dict[str, list[sla.Window]] = {}
+        for w in windows:
+            by_name.setdefault(w.name, []).append(w)
+        for name, ws in by_name.items():
+            n, ok, misses = _window_counts(regions, name)
+            ends = ", ".join(f"{_who(w)} {w.end_s - t0:.1f} s" for w in ws if _who(w))
+            span = f"t={min(w.start_s for w in ws) - t0:.1f}-{max(w.end_s for w in ws) - t0:.1f} s"
+            why = ", ".join(f"{k} {v}" for k, v in sorted(misses.items(), key=lambda kv: -kv[1]))
+            out.append(f"  {name}: {span}{' (ends: ' + ends + ')' if ends and len(ws) > 1 else ''}: {n} request(s), "
+                       f"{_share(ok, n)} within SLA{' (misses: ' + why + ')' if why else ''}")
     out.append("")
     share = failed / total if total else 0.0
     out.append(f"requests: {total} sent, {failed} failed ({share:.2%})")
     for reason, count in failures:
         out.append(f"  {count:5d} x {reason}")
+    if failed_groups:
+        out.append("Every failed request, by window, model, client region and error (t from the start of traffic):")
+        out.append(table(["window", "model", "client region", "failed", "started t=", "error"],
+                         [(g.window, g.model, g.region, g.count,
+                           f"{g.first_s:.1f} s" if g.count == 1 else f"{g.first_s:.1f}-{g.last_s:.1f} s", g.error)
+                          for g in failed_groups]))
     for name, value in timings.items():
         out.append(f"{name}: {'not observed' if value is None else f'{value:.1f} s'}")
     if events:
@@ -90,7 +124,28 @@ def report(placement: Sequence[stats.PlacementRow], attainment: Sequence[stats.A
     return "\n".join(out)
 
 
-def _sla_text(sla: stats.Sla | None) -> str:
-    if sla is None:
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else "-"
+
+
+def _window_counts(regions: Sequence[sla.RegionSla], name: str) -> tuple[int, int, dict[str, int]]:
+    counts = [r.windows[name] for r in regions if name in r.windows]
+    misses: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.misses.items():
+            misses[k] = misses.get(k, 0) + v
+    return sum(c.requests for c in counts), sum(c.within for c in counts), misses
+
+
+def _who(w: sla.Window) -> str:
+    models = "/".join(sorted(w.models))
+    regions = "/".join(sorted(w.regions))
+    return f"{models}{' ' + regions if regions else ''}"
+
+
+def _sla_text(target: sla.Target | None) -> str:
+    if target is None:
         return "-"
-    return f"{sla.ttft_ms:.0f}/{sla.tpot_ms:.0f}" if sla.tpot_ms else f"{sla.ttft_ms:.0f}/-"
+    parts = [f"{target.ttft_ms:.0f}", f"{target.tpot_ms:.0f}" if target.tpot_ms else "-",
+             f"{target.max_rtt_ms:.0f}" if target.max_rtt_ms else "-"]
+    return "/".join(parts)

@@ -22,6 +22,7 @@ from meridian import spec
 from meridian.fleet import models as fm
 from meridian.simulate import clusters as clusters_mod
 from meridian.simulate import control, metrics, perf, policies, routing
+from meridian.simulate import windows as windows_mod
 from meridian.simulate import scenario as scenario_mod
 from meridian.simulate import trace as trace_mod
 from scheduler.control import planner, routes
@@ -111,7 +112,8 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
                                policy.honours_max_rtt)
     lmap = view.latency_map
     regions = sorted({s.client_region for s in trace.streams})
-    col = metrics.Collector(regions, sorted(deployments), trace.ticks, sc.tick_s)
+    col = metrics.Collector(regions, sorted(deployments), trace.ticks, sc.tick_s,
+                            windows_mod.Lookup(windows_mod.from_scenario(sc)))
     streams_of: dict[str, list[tuple[int, str]]] = {}
     for i, s in enumerate(trace.streams):
         streams_of.setdefault(s.deployment, []).append((i, s.client_region))
@@ -290,7 +292,8 @@ def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, ser
         r.server_ttft_ms = server_mean
         tpot_ok = model.tpot_ok(steady)
         dropped_share = steady.dropped / (rate * tick_s) if rate > 0 else 0.0
-        sla = deployments[r.deployment].spec.sla.ttft_p99_ms
+        spec_sla = deployments[r.deployment].spec.sla
+        sla = spec_sla.ttft_p99_ms
         for region, rps in by_region.items():
             n = rps * tick_s
             failed = n * min(1.0, dropped_share)
@@ -298,8 +301,14 @@ def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, ser
             served = n - failed
             rtt = lmap.rtt_ms(region, cluster.region)
             idx = int(np.searchsorted(values, sla - rtt, side="right"))
-            met = served * (float(cum[idx - 1]) if idx > 0 else 0.0) * tpot_ok
-            col.served(k, r.deployment, region, served, met, values + rtt, probs)
+            ttft_ok = float(cum[idx - 1]) if idx > 0 else 0.0
+            if spec_sla.max_rtt_ms is not None and rtt > spec_sla.max_rtt_ms:
+                # Served from beyond the deployment's max_rtt_ms: outside its SLA whatever the TTFT.
+                met, misses = 0.0, {"max_rtt": served}
+            else:
+                met = served * ttft_ok * tpot_ok
+                misses = {"ttft": served * (1.0 - ttft_ok), "tpot": served * ttft_ok * (1.0 - tpot_ok)}
+            col.served(k, r.deployment, region, served, met, values + rtt, probs, misses)
             key = (r.deployment, region)
             in_flight[key] = in_flight.get(key, 0.0) + rps * steady.request_s
             seen.setdefault(key, []).append((values + rtt, probs * served))

@@ -1,9 +1,12 @@
 """What a simulation run measures, and its result as plain data (JSON-ready).
 
-Attainment is the share of requests that met the SLO (TTFT within ``ttft_p99_ms`` and TPOT within
-``tpot_p99_ms``); failed requests count as misses. TTFT percentiles come from a log-binned
-histogram per client region (40 bins per decade, so a percentile is exact to about 6%) over the
-requests that got an answer."""
+Attainment is the share of requests that met the SLO: TTFT within ``ttft_p99_ms``, TPOT within
+``tpot_p99_ms`` and, for a deployment with ``max_rtt_ms``, served from a replica within that RTT
+of the request's client region; failed requests count as misses. Each (deployment, client region)
+is also kept per window (``windows``: steady state apart from outages, preemption waves and spikes),
+with every miss by cause (``MISS_CAUSES``) and every failure by cause, window and hour. TTFT
+percentiles come from a log-binned histogram per client region (40 bins per decade, so a
+percentile is exact to about 6%) over the requests that got an answer."""
 
 from __future__ import annotations
 
@@ -13,10 +16,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from meridian.simulate import windows as windows_mod
+
 BINS_PER_DECADE = 40
 _MIN_LOG, _MAX_LOG = 0.0, 7.0  # 1 ms .. 10^7 ms
 _NBINS = int((_MAX_LOG - _MIN_LOG) * BINS_PER_DECADE)
 SERIES_BUCKET_S = 300.0
+# Why a request missed its SLO: late first token, slow tokens, served beyond max_rtt_ms, or failed
+# (no routable replica, the engine's queue full, its replica died while it streamed).
+MISS_CAUSES = ("ttft", "tpot", "max_rtt", "no_replica", "queue_full", "replica_died")
+_CAUSE = {c: i for i, c in enumerate(MISS_CAUSES)}
 
 
 def bin_of(values_ms: np.ndarray) -> np.ndarray:
@@ -54,6 +63,30 @@ class GroupResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class CellResult:
+    """One deployment and client region over the day: all requests, and per window (``steady``
+    first) requests, those within SLO, failed, and misses by cause."""
+
+    requests: float
+    met: float
+    windows: dict[str, dict[str, float]]  # name -> {"requests", "met", "failed", <cause>: n}
+
+    @property
+    def steady(self) -> dict[str, float]:
+        return self.windows.get(windows_mod.STEADY, {})
+
+    @property
+    def steady_attainment(self) -> float:
+        s = self.steady
+        return s["met"] / s["requests"] if s.get("requests", 0) > 0 else math.nan
+
+    def to_dict(self) -> dict:
+        return {"requests": round(self.requests), "met": round(self.met),
+                "steady_attainment": _round(self.steady_attainment, 5),
+                "windows": {k: {kk: round(vv, 1) for kk, vv in v.items()} for k, v in self.windows.items()}}
+
+
+@dataclasses.dataclass(frozen=True)
 class RunResult:
     policy: str
     label: str
@@ -68,6 +101,8 @@ class RunResult:
     stats: dict[str, float]
     notes: tuple[str, ...] = ()
     usage: dict[str, float] = dataclasses.field(default_factory=dict)  # READY replica-hours by USAGE_KEY
+    cells: dict[tuple[str, str], CellResult] = dataclasses.field(default_factory=dict)  # (deployment, region)
+    failures: tuple[tuple[str, str, int, float], ...] = ()  # (cause, window, hour of the day, requests)
 
     USAGE_KEY = ("deployment", "cloud", "region", "tier", "gpu_type")
 
@@ -87,7 +122,55 @@ class RunResult:
                 "regions": {k: v.to_dict() for k, v in self.regions.items()},
                 "deployments": {k: v.to_dict() for k, v in self.deployments.items()},
                 "stats": {k: _round(v, 4) for k, v in self.stats.items()}, "notes": list(self.notes),
-                "replica_hours": self.replica_hours(), "series": self.series}
+                "replica_hours": self.replica_hours(), "series": self.series,
+                "cells": [{"deployment": d, "client_region": r, **c.to_dict()} for (d, r), c in sorted(self.cells.items())],
+                "failures": [{"cause": c, "window": w, "hour": h, "requests": round(n, 1)}
+                             for c, w, h, n in self.failures]}
+
+
+# Below this share of steady-state requests within SLO a (deployment, region) is explained.
+TARGET_SHARE = 0.99
+
+
+@dataclasses.dataclass(frozen=True)
+class RegionView:
+    """One (deployment, client region) of a run, as the report prints it: steady-state requests and
+    their SLO attainment, each miss cause's share of them, attainment inside the windows, and
+    ``why``: the leading causes when steady state is under ``TARGET_SHARE``."""
+
+    deployment: str
+    region: str
+    requests: float
+    attainment: float
+    steady_requests: float
+    steady_attainment: float
+    steady_misses: dict[str, float]  # cause -> share of steady-state requests
+    window_attainment: float
+    why: str
+
+
+def region_view(result: RunResult) -> list[RegionView]:
+    out = []
+    for (d, r), cell in sorted(result.cells.items()):
+        steady = cell.steady
+        n = steady.get("requests", 0.0)
+        shares = {c: steady[c] / n for c in MISS_CAUSES if n > 0 and steady.get(c, 0.0) > 0}
+        w_req = sum(v["requests"] for k, v in cell.windows.items() if k != windows_mod.STEADY)
+        w_met = sum(v["met"] for k, v in cell.windows.items() if k != windows_mod.STEADY)
+        att = cell.steady_attainment
+        why = ""
+        if n > 0 and att < TARGET_SHARE and shares:
+            top = sorted(shares.items(), key=lambda kv: -kv[1])[:3]
+            why = (f"{d}/{r}: {1 - att:.2%} of {n:,.0f} steady-state requests missed the SLO: "
+                   + ", ".join(f"{_CAUSE_WORDS[c]} {v:.2%}" for c, v in top))
+        out.append(RegionView(d, r, cell.requests, cell.met / cell.requests if cell.requests else math.nan, n, att,
+                              shares, w_met / w_req if w_req > 0 else math.nan, why))
+    return out
+
+
+_CAUSE_WORDS = {"ttft": "TTFT over target", "tpot": "TPOT over target", "max_rtt": "served beyond max_rtt_ms",
+                "no_replica": "failed, no routable replica", "queue_full": "failed, engine queue full",
+                "replica_died": "failed, replica died mid-stream"}
 
 
 def _round(x: float, digits: int) -> float | None:
@@ -97,14 +180,19 @@ def _round(x: float, digits: int) -> float | None:
 class Collector:
     """Accumulates one run: per client region and deployment, and 5-minute series."""
 
-    def __init__(self, regions: Sequence[str], deployments: Sequence[str], ticks: int, tick_s: float):
+    def __init__(self, regions: Sequence[str], deployments: Sequence[str], ticks: int, tick_s: float,
+                 lookup: windows_mod.Lookup | None = None):
         self.regions = list(regions)
         self.deployments = list(deployments)
         self.r_index = {r: i for i, r in enumerate(self.regions)}
         self.d_index = {d: i for i, d in enumerate(self.deployments)}
         self.tick_s = tick_s
+        self.lookup = lookup or windows_mod.Lookup([])
         self.hist = np.zeros((len(self.regions), _NBINS))
         self.counts = np.zeros((len(self.deployments), len(self.regions), 3))  # requests, met, failed
+        # per window (0: steady): requests, met, failed, then one column per miss cause
+        self.cells = np.zeros((len(self.deployments), len(self.regions), len(self.lookup.names), 3 + len(MISS_CAUSES)))
+        self.failure_moments: dict[tuple[str, str, int], float] = {}
         buckets = max(1, int(math.ceil(ticks * tick_s / SERIES_BUCKET_S)))
         self.bucket_of = [min(buckets - 1, int(k * tick_s // SERIES_BUCKET_S)) for k in range(ticks)]
         self.series = {name: np.zeros(buckets) for name in
@@ -115,12 +203,21 @@ class Collector:
         self.cost_usd = 0.0
         self.failures: dict[str, float] = {}
 
+    def _cell(self, tick: int, deployment: str, region: str) -> np.ndarray:
+        return self.cells[self.d_index[deployment], self.r_index[region], self.lookup.of(tick, deployment, region)]
+
     def served(self, tick: int, deployment: str, region: str, requests: float, met: float,
-               ttft_ms: np.ndarray, probs: np.ndarray) -> None:
+               ttft_ms: np.ndarray, probs: np.ndarray, misses: dict[str, float] | None = None) -> None:
+        """``misses``: of the requests that did not meet the SLO, how many by cause (ttft, tpot, max_rtt)."""
         r = self.r_index[region]
         c = self.counts[self.d_index[deployment], r]
         c[0] += requests
         c[1] += met
+        cell = self._cell(tick, deployment, region)
+        cell[0] += requests
+        cell[1] += met
+        for cause, n in (misses or {}).items():
+            cell[3 + _CAUSE[cause]] += n
         b = self.bucket_of[tick]
         self.series["requests"][b] += requests
         self.series["met_slo"][b] += met
@@ -134,6 +231,11 @@ class Collector:
         c = self.counts[self.d_index[deployment], self.r_index[region]]
         c[0] += requests
         c[2] += requests
+        cell = self._cell(tick, deployment, region)
+        cell[0] += requests
+        cell[2] += requests
+        cell[3 + _CAUSE[cause]] += requests
+        self._moment(tick, deployment, region, cause, requests)
         b = self.bucket_of[tick]
         self.series["requests"][b] += requests
         self.series["failed"][b] += requests
@@ -152,10 +254,20 @@ class Collector:
         met = requests * (c[1] / c[0]) if c[0] > 0 else 0.0
         c[1] -= met
         c[2] += requests
+        # In the window of the tick it dies in (it was counted when it arrived, possibly in another).
+        cell = self._cell(tick, deployment, region)
+        cell[1] -= min(met, cell[1])
+        cell[2] += requests
+        cell[3 + _CAUSE[cause]] += requests
+        self._moment(tick, deployment, region, cause, requests)
         b = self.bucket_of[tick]
         self.series["met_slo"][b] -= met
         self.series["failed"][b] += requests
         self.failures[cause] = self.failures.get(cause, 0.0) + requests
+
+    def _moment(self, tick: int, deployment: str, region: str, cause: str, requests: float) -> None:
+        key = (cause, self.lookup.names[self.lookup.of(tick, deployment, region)], int(tick * self.tick_s // 3600))
+        self.failure_moments[key] = self.failure_moments.get(key, 0.0) + requests
 
     def fleet(self, tick: int, cost_per_hour_usd: float, replicas: int, gpus: int, spot_gpus: int) -> None:
         cost = cost_per_hour_usd * self.tick_s / 3600.0
@@ -209,5 +321,19 @@ class Collector:
             stats["spot_gpus_mean"] = float(s["spot_gpus"].sum()) / total_samples
         for cause, n in sorted(self.failures.items()):
             stats[f"failed_{cause}"] = n
+        cells = {}
+        for i, d in enumerate(self.deployments):
+            for j, r in enumerate(self.regions):
+                c = self.counts[i, j]
+                if c[0] <= 0:
+                    continue
+                per = {}
+                for w, name in enumerate(self.lookup.names):
+                    v = self.cells[i, j, w]
+                    if v[0] > 0 or v[2] > 0:
+                        per[name] = {"requests": float(v[0]), "met": float(v[1]), "failed": float(v[2]),
+                                     **{cause: float(v[3 + k]) for k, cause in enumerate(MISS_CAUSES) if v[3 + k] > 0}}
+                cells[(d, r)] = CellResult(float(c[0]), float(c[1]), per)
+        moments = tuple((c, w, h, n) for (c, w, h), n in sorted(self.failure_moments.items(), key=lambda kv: (kv[0][2], kv[0])))
         return RunResult(policy, label, routing, placement, hours, self.cost_usd, total, regions, deployments,
-                         series, stats, tuple(notes), dict(usage or {}))
+                         series, stats, tuple(notes), dict(usage or {}), cells, moments)

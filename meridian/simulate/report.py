@@ -8,7 +8,8 @@ import math
 import os
 import platform
 
-from meridian.simulate import policies, runner
+from meridian.simulate import metrics, policies, runner
+from meridian.simulate import windows as windows_mod
 from scheduler.control import floor as floor_mod
 
 SKYSERVE_HEADLINE_SAVING = 0.43
@@ -108,6 +109,8 @@ def text(cmp: runner.Comparison) -> str:
     rows = [[r.policy, *[f"{_pct(r.deployments[d].attainment)} / {r.deployments[d].failed:,.0f}"
                          if d in r.deployments else "-" for d in deps]] for r in cmp.results]
     lines += _table(["policy", *deps], rows)
+    if ref is not None:
+        lines += ["", *region_lines(cmp, ref)]
     floor = floor_lines(cmp)
     if floor:
         lines += ["", *floor]
@@ -134,6 +137,34 @@ def text(cmp: runner.Comparison) -> str:
                 ceiling = ", ".join(f"{i['baseline']} {100 * i['max_saving']:.1f}%" for i in od if "max_saving" in i)
                 lines.append(f"  the most any policy keeping the specs could save against them (cost floor): {ceiling}")
     return "\n".join(lines)
+
+
+def region_lines(cmp: runner.Comparison, ref: metrics.RunResult) -> list[str]:
+    """Meridian per deployment and client region: steady state apart from the windows, what the
+    misses were, and every failure by cause, window and hour."""
+    names = [w.name for w in windows_mod.from_scenario(cmp.scenario)]
+    lines = [f"Meridian per deployment and client region (SLO: TTFT, TPOT and max_rtt_ms; steady state = outside "
+             f"{len(names)} window(s), each until {windows_mod.RECOVERY_MIN:g} min after its fault or spike ends: "
+             f"{', '.join(names) or 'none'}):"]
+    views = metrics.region_view(ref)
+    rows = [[v.deployment, v.region, f"{v.requests:,.0f}", _pct(v.attainment), f"{v.steady_requests:,.0f}",
+             _pct(v.steady_attainment), _pct(v.window_attainment),
+             ", ".join(f"{c} {x:.2%}" for c, x in sorted(v.steady_misses.items(), key=lambda kv: -kv[1])[:2]
+                       if x >= 0.00005) or "-"]
+            for v in views]
+    lines += _table(["deployment", "client region", "requests", "SLO met", "steady", "steady SLO met", "in windows",
+                     "steady misses"], rows)
+    low = [v.why for v in views if v.why]
+    lines += ([f"Under {metrics.TARGET_SHARE:.0%} of steady-state requests within SLO, and why:"]
+              + [f"  {w}" for w in low]) if low else [f"Every deployment and client region: at least "
+                                                     f"{metrics.TARGET_SHARE:.0%} of steady-state requests within SLO."]
+    moments = [(c, w, h, n) for c, w, h, n in ref.failures if n >= 0.5]
+    if moments:
+        lines += ["Meridian's failed requests by cause, window and hour of the day (UTC from the start):"]
+        lines += _table(["cause", "window", "hour", "requests"],
+                        [[c, w, f"{(cmp.scenario.start_utc_hour + h) % 24:02.0f}:00", f"{n:,.0f}"]
+                         for c, w, h, n in moments])
+    return lines
 
 
 def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:

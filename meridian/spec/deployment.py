@@ -111,6 +111,12 @@ class Sla(base.StrictModel):
                     "each region's capacity within it (when no pool is, at the nearest pools that still meet "
                     "ttft_p99_ms, reported as an SLA risk), and routers keep the region's requests within it "
                     "while any healthy replica is (beyond it only to fail over, never a refusal).")
+    always_served_regions: list[rules.ClientRegion] = pydantic.Field(
+        default_factory=list,
+        description="Client regions (of client_regions) that always keep a replica within the SLA's reach, "
+                    "traffic or not; the others need one only while they send traffic. A region no declared "
+                    "capacity can serve within the SLA is an error of `meridian validate` and a refusal of "
+                    "`meridian apply` (unless --allow-unmet-sla).")
 
 
 class Scaling(base.StrictModel):
@@ -233,6 +239,14 @@ class ModelDeploymentSpec(base.StrictModel):
         rules.unique(p.regions, "placement.regions", problems, "region")
         rules.unique(p.clouds, "placement.clouds", problems, "cloud")
         rules.unique(self.sla.client_regions, "sla.client_regions", problems, "client region")
+        rules.unique(self.sla.always_served_regions, "sla.always_served_regions", problems, "client region")
+        for i, region in enumerate(self.sla.always_served_regions):
+            if region not in self.sla.client_regions:
+                problems.add(f"sla.always_served_regions.{i}",
+                             f"{region!r} is not in sla.client_regions ({', '.join(self.sla.client_regions)})")
+        if s.scale_to_zero and self.sla.always_served_regions:
+            problems.add("scaling.scale_to_zero", "a deployment with sla.always_served_regions never scales to "
+                                                  "zero: drop scale_to_zero or the always-served regions")
         if p.clouds and p.min_distinct_clouds > len(p.clouds):
             problems.add("placement.min_distinct_clouds",
                          f"min_distinct_clouds ({p.min_distinct_clouds}) exceeds the {len(p.clouds)} allowed clouds")

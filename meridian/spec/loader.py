@@ -42,6 +42,16 @@ class Loaded:
     file: str
     index: int
     line: int
+    # YAML path (("spec", "sla", "client_regions", 0)) -> line, for findings made after validation
+    lines: Mapping[tuple, int] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def line_of(self, *path: str | int) -> int:
+        """The line of the deepest part of ``path`` the document has (the document's line at worst)."""
+        for end in range(len(path), -1, -1):
+            hit = self.lines.get(tuple(path[:end]))
+            if hit is not None:
+                return hit
+        return self.line
 
     @property
     def kind(self) -> str:
@@ -341,7 +351,7 @@ def load_texts(sources: Iterable[tuple[str, str]], context: base.Context | None 
         doc, bad = _validate(raw, ctx)
         issues.extend(bad)
         if doc is not None:
-            loaded.append(Loaded(doc, raw.file, raw.index, raw.line))
+            loaded.append(Loaded(doc, raw.file, raw.index, raw.line, raw.lines))
             if isinstance(doc, LatencyMap):
                 ctx = dataclasses.replace(ctx, latency_map=doc.spec.apply(ctx.latency_map))
     seen: dict[tuple[str, str], Loaded] = {}

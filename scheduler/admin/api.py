@@ -5,18 +5,22 @@ a principal with a role, and ``scheduler.admin.access.authorize`` decides what i
 or unknown token; 403: the role may not, with the reason and what it may do). ``/healthz`` and
 ``/metrics`` are open, as a load balancer and Prometheus expect.
 
-    POST   /v1/apply                 {"files": [{"name": "x.yaml", "text": "..."}]}
+    POST   /v1/apply                 {"files": [{"name": "x.yaml", "text": "..."}], "allow_unmet_sla": false}
     GET    /v1/specs[?kind=KIND]
-    GET    /v1/specs/{kind}/{name}    (a ModelDeployment also carries its "rollout", or null)
+    GET    /v1/specs/{kind}/{name}    (a ModelDeployment also carries its "rollout", or null, and its
+                                      "sla" per client region: scheduler.control.sla)
     DELETE /v1/specs/{kind}/{name}
     POST   /v1/plan                  same body as apply (empty files: plan the stored specs)
     GET    /v1/status
     GET    /v1/whoami                the caller's principal: name, role, teams, what it may do
 
 A rejected apply or delete answers 422 with every problem (file, line, path, message) and stores
-nothing; a refused one (403) stores nothing either. Any node (leader or standby) accepts applies;
-they go to the shared store. Bodies are bounded (``MAX_BODY_BYTES``, ``MAX_FILES``, and the spec
-loader's per-file limits); an oversized or malformed body gets a 4xx JSON answer naming the limit."""
+nothing; a refused one (403) stores nothing either; so does an apply that leaves a deployment's SLA
+unmeetable from a client region by any declared capacity (``scheduler.solver.feasibility``), unless
+``allow_unmet_sla`` accepts it (then each such region is a warning). Any node (leader or standby)
+accepts applies; they go to the shared store. Bodies are bounded (``MAX_BODY_BYTES``, ``MAX_FILES``,
+and the spec loader's per-file limits); an oversized or malformed body gets a 4xx JSON answer naming
+the limit."""
 
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from scheduler import rollout
 from scheduler.admin import access, dryrun, specs
 from scheduler.control import loop as loop_mod
 from scheduler.control import planner
+from scheduler.control import sla as sla_mod
 from scheduler.server import auth
 from scheduler.state import base, records
 
@@ -140,7 +145,8 @@ def _authorized_docs(request: web.Request, verb: str, docs: tuple[spec.Loaded, .
     return _forbidden(request, verb, refusals) if refusals else None
 
 
-async def _files(request: web.Request) -> list[tuple[str, str]] | web.Response:
+async def _files(request: web.Request, options: dict | None = None) -> list[tuple[str, str]] | web.Response:
+    """The body's files; ``options`` receives the body's other fields (e.g. ``allow_unmet_sla``)."""
     try:
         body = await request.json()
     except web.HTTPRequestEntityTooLarge:
@@ -150,6 +156,8 @@ async def _files(request: web.Request) -> list[tuple[str, str]] | web.Response:
         return _error(400, "body JSON is nested too deeply")
     except ValueError:
         return _error(400, 'body must be JSON: {"files": [{"name": "...", "text": "..."}]}')
+    if options is not None and isinstance(body, dict):
+        options.update({k: v for k, v in body.items() if k != "files"})
     files = body.get("files") if isinstance(body, dict) else None
     if isinstance(files, list) and len(files) > MAX_FILES:
         request.app[CTX].metrics.limit_refusals.labels("admin", "files").inc()
@@ -169,11 +177,15 @@ def _issues(exc: spec.SpecError) -> web.Response:
 
 async def apply(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
-    files = await _files(request)
+    options: dict = {}
+    files = await _files(request, options)
     if isinstance(files, web.Response):
         return files
     if not files:
         return _error(400, "no files given")
+    allow = options.get("allow_unmet_sla", False)
+    if not isinstance(allow, bool):
+        return _error(400, '"allow_unmet_sla" must be true or false')
     stored = await ctx.spec_store.all()
     refused = await _authorized_files(request, access.APPLY, files, stored)
     if refused is not None:
@@ -189,8 +201,16 @@ async def apply(request: web.Request) -> web.Response:
     refused = _authorized_docs(request, access.APPLY, proposal.submitted, stored)
     if refused is not None:
         return refused
+    unmet = await asyncio.to_thread(specs.unmet_sla, stored, proposal, ctx.loop.solver_settings)
+    if unmet and not allow:
+        log.info("event=apply_rejected principal=%s files=%s reason=unmet_sla regions=%d", _principal(request).name,
+                 [n for n, _ in files], len(unmet))
+        return web.json_response({"error": f"{len(unmet)} client region(s) whose SLA no declared capacity can meet; "
+                                           f"nothing was changed (allow_unmet_sla accepts them)",
+                                  "issues": [i.to_dict() for i in unmet]}, status=422)
     done = await ctx.spec_store.apply(proposal.submitted, ctx.clock.now())
     warnings = await specs.token_warnings(proposal.submitted, ctx.tokens, ctx.env)
+    warnings += [f"accepted an unmet SLA: {i}" for i in unmet]
     ctx.loop.wake("specs applied")
     log.info("event=applied principal=%s documents=%s", _principal(request).name,
              [f"{k}/{n}:{a}" for k, n, a in done])
@@ -222,7 +242,30 @@ async def get_spec(request: web.Request) -> web.Response:
     item = specs.item(found)
     if kind == "ModelDeployment":
         item["rollout"] = await _rollout_view(ctx, name)
+        item["sla"] = await _sla_view(ctx, name)
     return web.json_response(item)
+
+
+async def _sla_view(ctx: AdminContext, name: str) -> dict | None:
+    """The deployment's SLA per client region (``scheduler.control.sla``): coverage from the leader's
+    plan and live fleet, measured TTFT from the routers' reports in the store (any node has those)."""
+    view = ctx.loop.specs
+    if name not in view.deployments:
+        try:
+            view = planner.SpecView.of(records.spec_set(await ctx.spec_store.all()), -1)
+        except spec.SpecError as exc:
+            return {"error": f"the stored specs do not validate: {exc.issues[0]}"}
+    doc = view.deployments.get(name)
+    if doc is None:
+        return None
+    now = ctx.clock.now()
+    demand = await ctx.traffic.demand(now, ctx.loop.config.demand_max_age_s)
+    plan = ctx.loop.plan if ctx.is_leader() else None
+    snapshot = ctx.loop.fleet.snapshot(now)
+    return sla_mod.status(name, doc, plan=plan.result if plan else None, prob=plan.problem if plan else None,
+                          replicas=snapshot.replicas(), demand=demand, latency_map=view.latency_map,
+                          settings=sla_mod.status_settings(ctx.loop.solver_settings), basis="leader" if plan is not None else
+                          ("leader, before its first plan" if ctx.is_leader() else "standby"))
 
 
 async def _rollout_view(ctx: AdminContext, name: str) -> dict | None:
@@ -282,7 +325,7 @@ async def plan(request: web.Request) -> web.Response:
     hypothetical = planner.SpecView.of(proposal.merged, -1)
     report = await dryrun.plan_report(ctx.loop, hypothetical, traffic=ctx.traffic, now_s=ctx.clock.now(),
                                       leader=ctx.is_leader(), time_limit_s=ctx.solve_time_limit_s)
-    report["changes"] = specs.actions(stored, proposal.submitted)
+    report["changes"] = specs.actions(stored, proposal.submitted, dry_run=True)
     return web.json_response(report)
 
 

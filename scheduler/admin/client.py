@@ -119,8 +119,12 @@ class AdminClient:
                 raise AdminError(0, f"cannot read {p}: {exc.strerror or exc}") from None
         return out
 
-    def apply(self, files: Sequence[dict]) -> dict:
-        return self._call("POST", "/v1/apply", {"files": list(files)})
+    def apply(self, files: Sequence[dict], *, allow_unmet_sla: bool = False) -> dict:
+        """Apply ``files``; ``allow_unmet_sla`` accepts an SLA no declared capacity can meet."""
+        body: dict = {"files": list(files)}
+        if allow_unmet_sla:
+            body["allow_unmet_sla"] = True
+        return self._call("POST", "/v1/apply", body)
 
     def plan(self, files: Sequence[dict]) -> dict:
         return self._call("POST", "/v1/plan", {"files": list(files)})

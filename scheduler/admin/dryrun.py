@@ -3,7 +3,8 @@
 The hypothetical spec set goes through the same autoscaler (state not kept) and solver as the live
 loop, against the live fleet when this node leads and agents have reported, else against the pools
 the Cluster specs declare. The report: the placement, its diff against the current placement, cost
-per hour before and after, and SLA risks (demand left unplaced with the constraint that stops it;
+per hour before and after, and SLA risks (demand left unplaced and client regions left uncovered,
+each with the constraint that stops it;
 client regions whose expected time to first token, RTT plus prefill, breaks or nears the SLA), and
 the specs' cost floor (``scheduler.control.floor``: the least any fleet keeping their rules costs)."""
 
@@ -48,7 +49,9 @@ async def plan_report(loop: loop_mod.ControlLoop, hypothetical: planner.SpecView
     demand = await traffic.demand(now_s, loop.config.demand_max_age_s)
     decisions = loop.autoscaler.decide(hypothetical, snapshot, demand, now_s, doomed=doomed, commit=False)
     prob = planner.build_problem(hypothetical, decisions, pools, excluded)
-    result = await planner.solve_async(prob, time_limit_s=time_limit_s, current=current)
+    coverage = {d.name: d.coverage for d in prob.deployments}
+    result = await planner.solve_async(prob, time_limit_s=time_limit_s, current=current,
+                                       settings=loop.solver_settings)
     before_specs = loop.specs if loop.specs.generation else hypothetical
     before = planner.build_problem(before_specs, {}, pools, excluded)
     cost_before = evaluate.cost_per_hour(before, current)
@@ -62,7 +65,8 @@ async def plan_report(loop: loop_mod.ControlLoop, hypothetical: planner.SpecView
         "message": result.message,
         "solve_time_s": round(result.solve_time_s, 4),
         "gap": round(result.gap, 5),
-        "demand": {n: {"replicas": d.replicas, "by_region": dict(d.replicas_by_region), "reason": d.reason}
+        "demand": {n: {"replicas": d.replicas, "by_region": dict(d.replicas_by_region), "reason": d.reason,
+                       "covered_regions": list(coverage.get(n, ()))}
                    for n, d in sorted(decisions.items())},
         "placement": result.placement.to_dict(),
         "current": current.to_dict(),
@@ -70,6 +74,8 @@ async def plan_report(loop: loop_mod.ControlLoop, hypothetical: planner.SpecView
         "cost_per_hour_usd": {"before": round(cost_before, 4), "after": round(result.cost_per_hour_usd, 4)},
         "unplaced": [{"deployment": u.deployment, "client_region": u.client_region, "replicas": round(u.replicas, 3),
                       "constraint": u.constraint, "reason": u.reason} for u in result.unplaced],
+        "uncovered": [{"deployment": u.deployment, "client_region": u.client_region, "constraint": u.constraint,
+                       "reason": u.reason, "served_from": u.served_from} for u in result.uncovered],
         "risks": risks(prob, result, hypothetical.latency_map),
         "cost_floor": floor.to_dict() if floor is not None else None,
     }
@@ -80,6 +86,9 @@ def risks(prob: problem.PlacementProblem, result: problem.PlacementResult, lmap:
     for u in result.unplaced:
         out.append(f"{u.deployment}: {u.replicas:g} replica(s) of demand from {u.client_region} unplaced "
                    f"({u.constraint}): {u.reason}")
+    for c in result.uncovered:
+        what = "served only beyond max_rtt_ms" if c.served_from else "uncovered: no replica within its SLA's reach"
+        out.append(f"{c.deployment}: {c.client_region} {what} ({c.constraint}): {c.reason}")
     if result.status is problem.SolveStatus.FEASIBLE and result.gap > 0.02:
         out.append(f"plan not proven optimal within the time limit (gap {result.gap:.1%})")
     if result.status in (problem.SolveStatus.NO_SOLUTION, problem.SolveStatus.ERROR):

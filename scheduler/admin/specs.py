@@ -13,7 +13,9 @@ import os
 from collections.abc import Mapping, Sequence
 
 from meridian import spec
+from scheduler.control import planner
 from scheduler.server import auth
+from scheduler.solver import feasibility
 from scheduler.state import records
 
 ALIASES: dict[str, str] = {k.lower(): k for k in spec.KINDS}
@@ -86,16 +88,52 @@ def propose(stored: Sequence[records.StoredSpec], files: Sequence[tuple[str, str
     return Proposal(tuple(d for d in merged.documents if d.file in names), merged)
 
 
-def actions(stored: Sequence[records.StoredSpec], submitted: Sequence[spec.Loaded]) -> list[dict]:
-    """What applying ``submitted`` would do to each document: created, configured or unchanged."""
+def actions(stored: Sequence[records.StoredSpec], submitted: Sequence[spec.Loaded], *, dry_run: bool = False) -> list[dict]:
+    """What applying ``submitted`` does to each document: created, configured or unchanged; for a
+    dry run (``meridian plan``), what it would do: would create, would configure, unchanged."""
     have = {(s.kind, s.name): s.body for s in stored}
     out = []
     for item in submitted:
         old = have.get((item.kind, item.name))
         body = records.canonical_body(item.doc)
         action = "created" if old is None else ("unchanged" if old == body else "configured")
+        if dry_run and action != "unchanged":
+            action = {"created": "would create", "configured": "would configure"}[action]
         out.append({"kind": item.kind, "name": item.name, "action": action, "file": item.file, "line": item.line})
     return out
+
+
+def unmet_sla(stored: Sequence[records.StoredSpec], proposal: Proposal,
+              settings: feasibility.problem.SolverSettings | None = None) -> list[spec.SpecIssue]:
+    """The client regions whose SLA no declared capacity could meet once ``proposal`` is applied
+    (``scheduler.solver.feasibility``), among its submitted deployments and the stored ones it
+    would break (a stored deployment already unmet before is not held against this apply); empty
+    when no Cluster spec declares capacity."""
+    after = _verdicts(proposal.merged, settings)
+    unmet = [v for v in after or [] if not v.ok]
+    if not unmet:
+        return []
+    submitted = {d.name for d in proposal.submitted if d.kind == "ModelDeployment"}
+    before_ok: set[tuple[str, str]] = set()
+    if any(v.deployment not in submitted for v in unmet):
+        try:
+            before = _verdicts(records.spec_set(stored), settings) or []
+        except spec.SpecError:
+            before = []
+        before_ok = {(v.deployment, v.client_region) for v in before if v.ok}
+        known_before = {v.deployment for v in before}
+    else:
+        known_before = set()
+    held = [v for v in unmet if v.deployment in submitted or (v.deployment, v.client_region) in before_ok
+            or v.deployment not in known_before]
+    return feasibility.issues(held, proposal.merged.documents)
+
+
+def _verdicts(spec_set: spec.SpecSet, settings: feasibility.problem.SolverSettings | None = None
+              ) -> list[feasibility.Verdict] | None:
+    view = planner.SpecView.of(spec_set, 0)
+    return feasibility.check_documents(view.deployments.values(), view.clusters.values(), view.policy,
+                                       view.latency_map, settings)
 
 
 async def token_warnings(submitted: Sequence[spec.Loaded], tokens: auth.TokenBook,

@@ -21,6 +21,10 @@ Rules, in order (all times from ``ctx.now_s``):
 7. Split: the replicas are apportioned over client regions by their share of the request rate over
    the stable window (by requests in flight only while no rate is known), since they are counted in
    replicas of the reference GPU type, whose capacity is a request rate.
+8. Coverage: the SLA's client regions that sent traffic (rate or requests in flight) within the last
+   ``max(stable_window_s, scale_down_delay_s)`` are ``covered_regions``: the solver keeps a replica
+   within reach of each (held as long as a scale-down would wait, so an intermittent region does
+   not flap); none while the decision is zero replicas.
 """
 
 from __future__ import annotations
@@ -121,6 +125,10 @@ class ConcurrencyPolicy:
             reasons.append(how)
         demand_replicas = max(0, min(decided, demand) if decided > 0 else 0)
         by_region = _apportion(decided, _region_weights(samples), ctx.spec.sla.client_regions)
+        hold_s = max(cfg.stable_window_s, scaling.scale_down_delay_s)
+        seen = {r: t for r, t in state.region_seen_s.items() if t > now - hold_s}
+        seen.update({r: now for r, w in sample.region_weight.items() if w > 0})
+        covered = tuple(sorted(r for r in seen if r in ctx.spec.sla.client_regions)) if decided > 0 else ()
         decision = types.Decision(
             replicas=decided,
             replicas_by_region=by_region,
@@ -129,9 +137,10 @@ class ConcurrencyPolicy:
             observed_concurrency=sample.concurrency,
             panic=in_panic,
             slo_breach=bool(breach),
+            covered_regions=covered,
         )
         last_change_s = now if decided != current else state.last_change_s
-        return decision, types.AutoscaleState(samples, history, last_traffic_s, panic_until_s, last_change_s)
+        return decision, types.AutoscaleState(samples, history, last_traffic_s, panic_until_s, last_change_s, seen)
 
 
 def _observe(ctx: types.AutoscaleContext) -> types.Sample:

@@ -106,6 +106,8 @@ class AutoscaleState:
     last_traffic_s: float | None = None
     panic_until_s: float = 0.0
     last_change_s: float | None = None
+    # client region (of the SLA's) -> the last time it sent traffic: coverage holds that long.
+    region_seen_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +117,9 @@ class Decision:
     ``replicas`` = ``demand_replicas`` + the warm pool (within min/max); ``replicas_by_region`` splits
     ``replicas`` over client regions by their share of the request rate (values add up to
     ``replicas``): the capacity each region needs, in replicas of the reference GPU type, for the
-    placement solver."""
+    placement solver. ``covered_regions``: the SLA's client regions that sent traffic within the
+    coverage hold (``max(stable window, scale_down_delay_s)``): each needs a replica within its
+    SLA's reach, whatever the count (``DeploymentDemand.covered_regions``); empty at zero replicas."""
 
     replicas: int
     replicas_by_region: Mapping[str, int]
@@ -124,6 +128,7 @@ class Decision:
     observed_concurrency: float = 0.0
     panic: bool = False
     slo_breach: bool = False
+    covered_regions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if sum(self.replicas_by_region.values()) != self.replicas:

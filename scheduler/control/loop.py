@@ -114,6 +114,8 @@ class ControlLoop:
         self._pruned_at = 0.0
         self._waiting_for: tuple[str, ...] = ()
         self._store_empty_logged = False
+        self._unmet: dict[tuple[str, str, str], problem.Uncovered] = {}
+        self._short: dict[tuple[str, str, str], problem.Unplaced] = {}
 
     # ------------------------------------------------------------ term
 
@@ -139,6 +141,11 @@ class ControlLoop:
 
     def wake(self, why: str = "") -> None:
         self._wake.set()
+
+    @property
+    def solver_settings(self) -> problem.SolverSettings:
+        """The settings the loop solves with (dry runs and SLA checks use the same)."""
+        return self._solver_settings or problem.SolverSettings()
 
     # ------------------------------------------------------------ specs
 
@@ -321,7 +328,8 @@ class ControlLoop:
         pools = tuple(sorted((problem.pool_key(c.cluster_id, p.pool_id), p.gpu_type, p.tier.value, p.nodes_min,
                               p.nodes_max, p.gpus_per_node, p.price_per_node_hour_usd)
                              for c in snapshot.live() for p in c.pools.values()))
-        wanted = tuple(sorted((n, tuple(sorted(d.replicas_by_region.items()))) for n, d in decisions.items()))
+        wanted = tuple(sorted((n, tuple(sorted(d.replicas_by_region.items())), d.covered_regions)
+                              for n, d in decisions.items()))
         return (self.specs.generation, pools, wanted, tuple(sorted(no_growth)), tuple(sorted(doomed)))
 
     def _plan_trigger(self, snapshot, decisions, no_growth, doomed, now: float) -> str:
@@ -369,9 +377,10 @@ class ControlLoop:
                                self._inputs(snapshot, decisions, no_growth, doomed))
         self._metrics.plan_cost_per_hour_usd.set(result.cost_per_hour_usd)
         self._export_unplaced(result)
-        log.info("event=planned trigger=%r status=%s cost_per_hour_usd=%.2f solve_s=%.3f replicas=%d unplaced=%d",
-                 trigger, result.status.value, result.cost_per_hour_usd, result.solve_time_s,
-                 sum(result.placement.replicas.values()), len(result.unplaced))
+        self._report_unmet(result)
+        log.info("event=planned trigger=%r status=%s cost_per_hour_usd=%.2f solve_s=%.3f replicas=%d unplaced=%d "
+                 "uncovered=%d", trigger, result.status.value, result.cost_per_hour_usd, result.solve_time_s,
+                 sum(result.placement.replicas.values()), len(result.unplaced), len(result.uncovered))
 
     # ------------------------------------------------------------ metrics
 
@@ -386,6 +395,25 @@ class ControlLoop:
         self._metrics.agents.labels("live").set(sum(1 for c in clusters if c.live))
         self._metrics.agents.labels("lost").set(sum(1 for c in clusters if c.lost))
         self._metrics.stocked_out_pools.set(len(self.events.no_growth(now)))
+
+    def _report_unmet(self, result: problem.PlacementResult) -> None:
+        """Every region whose SLA the plan does not meet, in the metric and, when it changes, in the
+        log: uncovered regions (``event=sla_unmet``, and ``event=sla_met`` when one is covered again)
+        and unplaced demand (``event=unplaced``), each with the constraint that binds."""
+        unmet = {(u.deployment, u.client_region, u.constraint): u for u in result.uncovered}
+        short = {(u.deployment, u.client_region, u.constraint): u for u in result.unplaced}
+        self._metrics.set_unmet_sla(set(unmet) | set(short))
+        for key, u in sorted(unmet.items()):
+            if key not in self._unmet:
+                log.warning("event=sla_unmet deployment=%s client_region=%s cause=%s served_from=%s detail=%r",
+                            u.deployment, u.client_region, u.constraint, u.served_from or "-", u.reason)
+        for key in sorted(set(self._unmet) - set(unmet)):
+            log.info("event=sla_met deployment=%s client_region=%s was=%s", *key)
+        for key, u in sorted(short.items()):
+            if key not in self._short:
+                log.warning("event=unplaced deployment=%s client_region=%s replicas=%g cause=%s detail=%r",
+                            u.deployment, u.client_region, u.replicas, u.constraint, u.reason)
+        self._unmet, self._short = unmet, short
 
     def _export_unplaced(self, result: problem.PlacementResult) -> None:
         replicas: dict[str, int] = {}

@@ -169,7 +169,8 @@ def declared_offers(specs: SpecView) -> list[problem.PoolOffer]:
 def build_problem(specs: SpecView, decisions: Mapping[str, autoscaler.Decision], pools: list[problem.PoolOffer],
                   excluded: Mapping[str, str]) -> problem.PlacementProblem:
     demands = [problem.DeploymentDemand.of(dep, decisions[name].replicas_by_region if name in decisions else {},
-                                           specs.policy)
+                                           specs.policy,
+                                           covered_regions=decisions[name].covered_regions if name in decisions else ())
                for name, dep in sorted(specs.deployments.items())]
     return problem.PlacementProblem(tuple(demands), tuple(pools), specs.policy, specs.latency_map, dict(excluded))
 

@@ -370,7 +370,7 @@ def _describe(action: fm.Action) -> str:
 
 # Limits the user sets on spending: a plan held back by one of them serves less on purpose, so the
 # replicas beyond it are not kept (a missing cluster never shows as one of these: it shows as
-# capacity, isolation, placement, gpu_type or latency).
+# capacity, isolation, placement, gpu_type, memory, ttft, tpot or max_rtt).
 USER_LIMITS = frozenset({"team_quota", "budget"})
 
 
@@ -378,9 +378,9 @@ def unplaced_deployments(result: problem.PlacementResult,
                          deployments: Iterable[str]) -> dict[str, t.Shortfall]:
     """``ReconcileInput.unplaced`` from a solver result: the deployments it does not fully place, with
     why in words and the unplaced replicas. Every one of ``deployments`` (shortfall unknown) when the
-    solve found no plan (its placement is only the current one kept); else those with unplaced demand,
-    each with the constraints that stop it, except demand held back only by a user's spending limit
-    (``USER_LIMITS``)."""
+    solve found no plan (its placement is only the current one kept); else those with unplaced demand
+    or an uncovered region (one replica each), with the constraints that stop them, except what is held
+    back only by a user's spending limit (``USER_LIMITS``)."""
     if result.status not in (problem.SolveStatus.OPTIMAL, problem.SolveStatus.FEASIBLE):
         why = f"the solve found no plan ({result.status.value}{': ' + result.message if result.message else ''})"
         return {name: t.Shortfall(why[:400]) for name in deployments}
@@ -391,6 +391,11 @@ def unplaced_deployments(result: problem.PlacementResult,
             detail = u.reason.split(" unplaced: ", 1)[-1]
             parts.setdefault(u.deployment, []).append(f"{u.replicas:g} for {u.client_region}: {detail}")
             replicas[u.deployment] = replicas.get(u.deployment, 0.0) + u.replicas
+    for c in result.uncovered:
+        # A covered region the plan cannot reach needs one replica more than it places.
+        if not c.served_from and c.constraint not in USER_LIMITS:
+            parts.setdefault(c.deployment, []).append(f"coverage of {c.client_region}: {c.reason}")
+            replicas[c.deployment] = replicas.get(c.deployment, 0.0) + 1
     return {name: t.Shortfall("; ".join(p)[:400], math.ceil(replicas[name] - 1e-6))
             for name, p in sorted(parts.items())}
 

@@ -5,7 +5,8 @@ Steps: (1) per deployment, a DeploymentView with per-GPU-type capacity (throughp
 so a fleet of many zones or clusters does not multiply variables; excluded pools leave here;
 (3) pair filters prune (deployment, group), region filters prune (deployment, region, group);
 (4) score plugins price each surviving arc. A pair (deployment, group) carries the integer replica
-count; an arc (pair, client region) carries the capacity that pair's replicas give that region. Every rejection is kept, by constraint, so an unplaced
+count; an arc (pair, client region) carries the capacity that pair's replicas give that region;
+``cover`` lists, per covered client region, the pairs within its SLA's reach (coverage). Every rejection is kept, by constraint, so an unplaced
 deployment can be explained."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from meridian import fleet
 from meridian.spec import policy as policy_spec
@@ -67,6 +68,7 @@ class Rejections:
 
     pair: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)  # constraint -> [(pool, reason)]
     region: dict[str, list[tuple[str, str, float]]] = dataclasses.field(default_factory=dict)  # region -> [(pool, reason, rtt)]
+    region_codes: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # region -> constraints that failed
     errors: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -92,6 +94,19 @@ class Candidates:
     pair_failed: list[list[tuple[frozenset[int], Verdicts]]]
     region_failed: list[dict[str, list[tuple[frozenset[int], Verdicts]]]]
     excluded_failed: list[list[tuple[str, framework.Status]]]
+    # d -> covered client region -> pairs whose replicas are within its SLA's reach (coverage; a
+    # region absent has none; beyond max_rtt_ms where no pool is within it).
+    cover: list[dict[str, list[int]]] = dataclasses.field(default_factory=list)
+    filter_names: tuple[str, ...] = ()  # the filter plugins of the solve, for explanations
+    relax_max_rtt: bool = True
+    built_for: frozenset[int] = frozenset()  # deployments whose pairs and arcs were built
+
+    def built(self, d: int) -> bool:
+        return d in self.built_for
+
+    def uncovered(self, d: int, counts: Mapping[int, int]) -> list[str]:
+        """Covered regions of ``d`` some pair could reach but no replica of ``counts`` does."""
+        return [r for r, ps in sorted(self.cover[d].items()) if not any(counts.get(p, 0) > 0 for p in ps)]
 
     def rejections(self, d: int) -> Rejections:
         """Why candidates of deployment ``d`` were pruned, by constraint (for explanations)."""
@@ -109,6 +124,7 @@ class Candidates:
                         rej.errors.append(status.reason)
                     rej.region.setdefault(region, []).append(
                         (self.groups[g].key, status.reason, _rtt(self.cycle, region, self.groups[g].offer.region)))
+                    rej.region_codes.setdefault(region, set()).add(status.constraint)
         return rej
 
 
@@ -125,14 +141,15 @@ def make_view(demand: problem.DeploymentDemand,
     spec = demand.spec
     reference = throughput.reference_gpu_type(spec, demand.reference_gpu_type)
     units = throughput.units_by_type(spec, reference)
-    prefill, unfit = {}, {}
+    prefill, unfit, binding = {}, {}, {}
     for gpu_type in throughput.allowed_gpu_types(spec):
         fit = throughput.assess(spec, gpu_type)
         prefill[gpu_type] = fit.prefill_ms
         if fit.unfit:
             unfit[gpu_type] = fit.unfit
+            binding[gpu_type] = fit.binding or "gpu_type"
     allowed, share = spot_rules(spec.placement.spot.allowed, spec.placement.spot.max_share, policy)
-    return framework.DeploymentView(demand, reference, units, prefill, unfit, allowed, share)
+    return framework.DeploymentView(demand, reference, units, prefill, unfit, allowed, share, binding)
 
 
 def group_pools(pools: Sequence[problem.PoolOffer], aggregate: bool) -> list[Group]:
@@ -196,6 +213,7 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
     excluded_failed: list[list[tuple[str, framework.Status]]] = [[] for _ in views]
     memo: dict[tuple, Verdicts] = {}
     scores: dict[tuple, float] = {}
+    cover: list[dict[str, list[int]]] = [{} for _ in views]
 
     def verdicts(i: int, plugin: framework.Filter, view: framework.DeploymentView, region: str) -> Verdicts:
         key = (i, region, plugin_key(plugin, view))
@@ -214,9 +232,25 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
         return hit
 
     chosen = range(len(views)) if only is None else only
+
+    def pair_for(d: int, g: int, view: framework.DeploymentView) -> int:
+        p = pair_of.get((d, g))
+        if p is None:
+            offer = groups[g].offer
+            gpus = view.gpus_for(offer.gpu_type)
+            units = view.units_by_type.get(offer.gpu_type, 1.0)
+            if offer.tier is fleet.Tier.SPOT:
+                units *= settings.spot_capacity_credit
+            p = pair_of[(d, g)] = len(pairs)
+            pairs.append(Pair(d, g, gpus, packed_gpus(gpus, offer.gpus_per_node), units))
+            pairs_by_d[d].append(p)
+            arcs_by_p.append([])
+        return p
+
     for d in chosen:
         view = views[d]
-        if view.demand.demand_replicas == 0:
+        coverage = view.demand.coverage
+        if view.demand.demand_replicas == 0 and not coverage:
             continue
         for pool in excluded:
             for plugin in pair_filters:
@@ -233,7 +267,8 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
             alive = alive & found[0]
         survivors[d] = sorted(alive)
         skeys = [plugin_key(plugin, view) for plugin in score_plugins]
-        for region in sorted(r for r, wanted in view.demand.replicas_by_region.items() if wanted > 0):
+        demanded = {r for r, wanted in view.demand.replicas_by_region.items() if wanted > 0}
+        for region in sorted(demanded | set(coverage)):
             serving = alive
             found_all: list[Verdicts] = []
             for i, plugin in enumerate(region_filters):
@@ -253,19 +288,14 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
                     log.info("solver max_rtt=relaxed deployment=%s region=%s pools=%d", view.name, region,
                              len(relaxed))
                     serving = relaxed
-            for g in sorted(serving):
-                group = groups[g]
-                offer = group.offer
-                p = pair_of.get((d, g))
-                if p is None:
-                    gpus = view.gpus_for(offer.gpu_type)
-                    units = view.units_by_type.get(offer.gpu_type, 1.0)
-                    if offer.tier is fleet.Tier.SPOT:
-                        units *= settings.spot_capacity_credit
-                    p = pair_of[(d, g)] = len(pairs)
-                    pairs.append(Pair(d, g, gpus, packed_gpus(gpus, offer.gpus_per_node), units))
-                    pairs_by_d[d].append(p)
-                    arcs_by_p.append([])
+            if region in coverage and serving:
+                cover[d][region] = [pair_for(d, g, view) for g in sorted(serving)]
+            if region not in demanded:
+                continue
+            # The cost floor's relaxation serves demand from any pool (coverage above keeps the SLA).
+            for g in sorted(serving if settings.demand_region_filters else alive):
+                offer = groups[g].offer
+                p = pair_for(d, g, view)
                 score = 0.0
                 for j, plugin in enumerate(score_plugins):
                     skey = (j, region, g, skeys[j])
@@ -277,17 +307,21 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
                 arcs_by_p[p].append(len(arcs))
                 arcs.append(Arc(p, d, region, g, score, _rtt(cycle, region, offer.region)))
     return Candidates(views, groups, arcs, arcs_by_d, pairs, pairs_by_d, arcs_by_p, survivors, cycle, excluded,
-                      pair_failed, region_failed, excluded_failed)
+                      pair_failed, region_failed, excluded_failed, cover, tuple(settings.filters),
+                      settings.relax_max_rtt, frozenset(chosen))
 
 
-def reachable(memo: dict[tuple[str, str], bool], cycle: framework.Cycle, filters: Sequence[framework.Filter],
+def reachable(memo: dict[tuple, bool], cycle: framework.Cycle, filters: Sequence[framework.Filter],
               view: framework.DeploymentView, pools: Sequence[problem.PoolOffer], region: str) -> bool:
     """Some pool passes every filter, none relaxed, for ``view`` serving ``region`` (memoised in
-    ``memo`` by deployment and region): where this is false, serving beyond max_rtt_ms is valid."""
-    key = (view.name, region)
+    ``memo`` by the deployment facts the filters read, ``plugin_key``, and the region: deployments of
+    one model share the answer): where this is false, serving beyond max_rtt_ms is valid. The
+    per-region filters run first: they reject most pools of a fleet at once."""
+    key = (region, tuple(plugin_key(f, view) for f in filters))
     if key not in memo:
+        ordered = sorted(filters, key=lambda f: not f.per_region)
         memo[key] = any(all(f.filter(framework.Candidate(cycle, view, pool, region if f.per_region else "")).ok
-                            for f in filters) for pool in pools)
+                            for f in ordered) for pool in pools)
     return memo[key]
 
 

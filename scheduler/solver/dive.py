@@ -93,13 +93,16 @@ def _order(c: cand_mod.Candidates, ds: list[int]) -> list[int]:
 
 
 def _valid_alone(c: cand_mod.Candidates, d: int, counts: Mapping[int, int]) -> bool:
-    """The rounding serves every region of ``d`` in full and keeps its own rules."""
+    """The rounding serves every region of ``d`` in full, covers every covered region it can reach
+    and keeps its own rules."""
     view = c.views[d]
     served = evaluate.covered(c, flows.assign(c, d, counts))
     reachable = {c.arcs[a].region for a in c.arcs_by_d[d]}
     for region, wanted in view.demand.replicas_by_region.items():
         if wanted > 0 and region in reachable and served.get((d, region), 0) < wanted * formulation.SCALE:
             return False
+    if c.uncovered(d, counts):
+        return False
     placement = view.demand.spec.placement
     offers = [c.groups[c.pairs[p].g].offer for p, n in counts.items() if n > 0]
     if len({o.cloud for o in offers}) < placement.min_distinct_clouds:

@@ -22,10 +22,11 @@ class Breakdown:
     score_usd: float
     churn_usd: float
     unplaced_usd: float
+    uncovered_usd: float = 0.0
 
     @property
     def objective(self) -> float:
-        return self.cost_usd + self.score_usd + self.churn_usd + self.unplaced_usd
+        return self.cost_usd + self.score_usd + self.churn_usd + self.unplaced_usd + self.uncovered_usd
 
 
 def split(c: cand_mod.Candidates, sol: greedy.Solution, current: problem.Placement | None,
@@ -172,9 +173,10 @@ def breakdown(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: 
               sol: greedy.Solution, placement: problem.Placement,
               current: problem.Placement | None, covered_scaled: Mapping[tuple[int, str], int],
               scope: set[int]) -> Breakdown:
-    """The objective's parts for a solution: member-level cost, arc scores, member-level churn and
-    the penalty of demand left unserved (by ``covered_scaled``) among demand some candidate can serve,
-    for the deployments the model decided (``scope``)."""
+    """The objective's parts for a solution: member-level cost, arc scores, member-level churn, the
+    penalty of demand left unserved (by ``covered_scaled``) among demand some candidate can serve,
+    and of covered regions some candidate could reach but no replica does, for the deployments the
+    model decided (``scope``)."""
     score = sum(c.arcs[a].score_usd * f / formulation.coverage(c.pairs[c.arcs[a].p].units)
                 for a, f in sol.flows.items()) + settings.replica_usd_per_hour * sum(sol.counts.values())
     churn = 0.0
@@ -192,7 +194,9 @@ def breakdown(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: 
             if wanted > 0 and region in reachable:
                 short = max(0, wanted * formulation.SCALE - covered_scaled.get((d, region), 0))
                 unplaced += weight * short / formulation.SCALE
-    return Breakdown(cost_per_hour(prob, placement), score, churn, unplaced)
+    uncovered = sum(formulation.coverage_weight(c.views[d].demand, settings) * len(c.uncovered(d, sol.counts))
+                    for d in sorted(scope))
+    return Breakdown(cost_per_hour(prob, placement), score, churn, unplaced, uncovered)
 
 
 def covered(c: cand_mod.Candidates, flows: Mapping[int, int]) -> dict[tuple[int, str], int]:

@@ -1,8 +1,11 @@
-"""Why demand stays unplaced, in words an operator can act on, naming the constraint:
-"no H100 within 80 ms of ap-south under team quota (research: 64/64 GPUs)".
+"""Why demand stays unplaced, or a covered region uncovered, in words an operator can act on,
+naming the constraint that binds (``problem.CONSTRAINTS``): "no H100 within 80 ms of ap-south under
+team quota (research: 64/64 GPUs)", "best is H100 in asia-northeast1: 2 ms RTT + 17 ms prefill of
+512 tokens + 10 ms headroom > TTFT 1 ms".
 
-Two cases. Nothing survived the filters: the filter verdicts say why (GPU type, placement, policy,
-excluded pools, latency), keeping only pools with a usable GPU type when there are any. Candidates
+Two cases. Nothing survived the filters: ``feasibility.assess`` reads every filter verdict of every
+pool and names the nearest miss (a pool that fails only the SLA: TTFT, TPOT, max_rtt_ms) or else
+the most common rule (GPU type, memory, placement, policy, spot, stock-out, capacity). Candidates
 exist but the plan did not use them: the ledger of the plan says which shared limit each candidate
 hits (pool capacity, team or cloud quota, budget, max_replicas, spot share), and the most common one
 is named; otherwise isolation or the time limit is."""
@@ -13,7 +16,7 @@ import collections
 from collections.abc import Collection
 
 from scheduler.solver import candidates as cand_mod
-from scheduler.solver import filters, ledger, problem
+from scheduler.solver import feasibility, filters, framework, ledger, problem
 
 def _near(view: object, types: Collection[str], region: str, budget_ms: float) -> str:
     """ "no H100 within 80 ms of ap-south" when the SLA caps RTT, else "no H100 for ap-south"."""
@@ -28,22 +31,17 @@ def _types(view_types: Collection[str]) -> str:
 
 
 def no_candidates(c: cand_mod.Candidates, d: int, region: str) -> tuple[str, str]:
-    """Explain a (deployment, region) with no arc left after filtering."""
+    """Explain a (deployment, region) with no pool left after filtering: (constraint, reason)."""
     view, rej = c.views[d], c.rejections(d)
-    types = [t for t in view.units_by_type]
     if not c.pair_survivors[d]:
         if rej.errors:
             return "error", f"cannot evaluate pools: {rej.errors[0]}"
-        beyond_type = {k: v for k, v in rej.pair.items() if k != "gpu_type"}
-        if not beyond_type:
-            unfit = "; ".join(sorted(set(view.unfit_by_type.values())))[:300]
-            detail = f" ({unfit})" if unfit else ""
-            allowed = _types(types) if types else _types(view.unfit_by_type)
-            return "gpu_type", f"no pool offers a GPU type that holds {view.name} (allowed: {allowed}){detail}"
-        constraint, items = max(beyond_type.items(), key=lambda kv: (len(kv[1]), kv[0]))
-        examples = "; ".join(sorted({reason for _, reason in items})[:3])
-        return constraint, (f"no {_types(types)} pool usable for {view.name}: {len(items)} rejected by "
-                            f"{constraint} ({examples})")
+        offers = [g.offer for g in c.groups] + list(c.excluded)
+        verdict = feasibility.assess(c.cycle, view, offers, framework.make_filters(c.filter_names), region,
+                                     c.relax_max_rtt)
+        if verdict.ok:  # unreachable: something failed for every pool
+            return "error", f"no pool usable for {view.name} from {region}, though one passes every filter"
+        return verdict.constraint, verdict.message.split(": ", 1)[-1]
     survivors = [c.groups[g].offer for g in c.pair_survivors[d]]
     near = sorted(rej.region.get(region, []), key=lambda it: it[2])
     budget = max(filters.rtt_budget_ms(view, o.gpu_type, c.cycle.ttft_headroom_ms) for o in survivors)
@@ -54,13 +52,15 @@ def no_candidates(c: cand_mod.Candidates, d: int, region: str) -> tuple[str, str
         where = f"; nearest is {key} in {region_of} at {near[0][2]:g} ms"
     if budget < 0:
         # Prefill alone (plus the headroom) takes the whole TTFT target: no distance is near enough.
-        return "latency", (f"prefill of {view.name} on {_types({o.gpu_type for o in survivors})} plus the "
-                           f"{c.cycle.ttft_headroom_ms:g} ms headroom exceeds its TTFT p99 "
-                           f"{view.demand.spec.sla.ttft_p99_ms:g} ms from any region{where}")
-    return "latency", (f"no {_types({o.gpu_type for o in survivors})} within {budget:.0f} ms of {region} "
-                       f"(SLA: RTT + prefill + {c.cycle.ttft_headroom_ms:g} ms headroom <= TTFT p99 {view.demand.spec.sla.ttft_p99_ms:g} ms"
-                       f"{', max_rtt_ms ' + format(view.demand.spec.sla.max_rtt_ms, 'g') if view.demand.spec.sla.max_rtt_ms else ''})"
-                       f"{where}")
+        return "ttft", (f"prefill of {view.name} on {_types({o.gpu_type for o in survivors})} plus the "
+                        f"{c.cycle.ttft_headroom_ms:g} ms headroom exceeds its TTFT p99 "
+                        f"{view.demand.spec.sla.ttft_p99_ms:g} ms from any region{where}")
+    # max_rtt_ms binds when a pool fails it alone (its TTFT would hold); else the TTFT target does.
+    constraint = "max_rtt" if "max_rtt" in rej.region_codes.get(region, set()) else "ttft"
+    return constraint, (f"no {_types({o.gpu_type for o in survivors})} within {budget:.0f} ms of {region} "
+                        f"(SLA: RTT + prefill + {c.cycle.ttft_headroom_ms:g} ms headroom <= TTFT p99 {view.demand.spec.sla.ttft_p99_ms:g} ms"
+                        f"{', max_rtt_ms ' + format(view.demand.spec.sla.max_rtt_ms, 'g') if view.demand.spec.sla.max_rtt_ms else ''})"
+                        f"{where}")
 
 
 def blocked(c: cand_mod.Candidates, book: ledger.Ledger, d: int, region: str,
@@ -100,6 +100,59 @@ def _higher_priority_holders(c: cand_mod.Candidates, book: ledger.Ledger, d: int
         if n > 0 and pair.g in groups and c.views[pair.d].demand.priority > mine:
             names.add(c.views[pair.d].name)
     return sorted(names)
+
+
+def served_beyond(prob: problem.PlacementProblem, name: str, region: str, pool: str) -> problem.Uncovered:
+    """A covered region served from ``pool`` beyond max_rtt_ms because no pool is within it (for a
+    deployment whose candidates were not built: an incremental re-solve kept it)."""
+    dep = next(x for x in prob.deployments if x.name == name)
+    offer = next((p for p in prob.pools if p.key == pool), None)
+    try:
+        rtt = f" at {prob.latency_map.rtt_ms(region, offer.region):g} ms" if offer is not None else ""
+    except KeyError:
+        rtt = ""
+    return problem.Uncovered(name, region, "max_rtt", f"{region} of {name} served from {pool}{rtt} beyond max_rtt_ms "
+                                                      f"{dep.spec.sla.max_rtt_ms:g}: no pool is within it", pool)
+
+
+def uncovered(c: cand_mod.Candidates, book: ledger.Ledger, d: int, region: str, isolation_off: bool,
+              served_from: str = "") -> problem.Uncovered:
+    """Explain a covered region the plan leaves without a replica within its SLA's reach (or, with
+    ``served_from``, serves only beyond max_rtt_ms because no pool is within it)."""
+    view = c.views[d]
+    name = view.name
+    if served_from:
+        _, why = no_candidates(c, d, region) if c.pair_survivors[d] else ("", "")
+        return problem.Uncovered(name, region, "max_rtt", f"{region} of {name} served from {served_from} beyond "
+                                                          f"max_rtt_ms {view.demand.spec.sla.max_rtt_ms:g}: no pool "
+                                                          f"is within it ({why})", served_from)
+    pairs = c.cover[d].get(region, [])
+    if not pairs:
+        constraint, why = no_candidates(c, d, region)
+        return problem.Uncovered(name, region, constraint, f"no replica of {name} within reach of {region}: {why}")
+    types = {c.groups[c.pairs[p].g].offer.gpu_type for p in pairs}
+    if isolation_off:
+        rules = view.demand.spec.placement
+        return problem.Uncovered(name, region, "isolation", f"no replica of {name} within reach of {region}: it needs "
+                                                            f"{rules.min_distinct_clouds} clouds and "
+                                                            f"{rules.min_distinct_regions} regions with room at once")
+    verdicts = [v for v in (book.blocker(p) for p in pairs) if v is not None]
+    if not verdicts:
+        return problem.Uncovered(name, region, "time_limit", f"no replica of {name} within reach of {region}: the "
+                                                             f"{len(pairs)} {_types(types)} pool(s) that would cover "
+                                                             "it have room (re-solve)")
+    counts = collections.Counter(constraint for constraint, _ in verdicts)
+    constraint = max(counts, key=lambda k: (counts[k], k))
+    phrases = sorted({phrase for k, phrase in verdicts if k == constraint})
+    detail = "; ".join(phrases[:3]) + (f"; +{len(phrases) - 3} more" if len(phrases) > 3 else "")
+    if constraint == "capacity":
+        holders = _higher_priority_holders(c, book, d, pairs)
+        if holders:
+            detail += f", held by higher-priority {', '.join(holders[:3])}"
+            constraint = "priority"
+    return problem.Uncovered(name, region, constraint, f"no replica of {name} within reach of {region}: the "
+                                                       f"{len(pairs)} {_types(types)} pool(s) that would cover it "
+                                                       f"are blocked by {detail}")
 
 
 def unplaced(c: cand_mod.Candidates, book: ledger.Ledger, d: int, region: str, replicas: float,

@@ -23,7 +23,7 @@ class ExcludedPools:
     def filter(self, c: framework.Candidate) -> framework.Status:
         why = c.cycle.excluded_pools.get(c.pool.key)
         if why is not None:
-            return framework.unschedulable("excluded", f"pool {c.pool.key} is excluded ({why or 'stock-out'})")
+            return framework.unschedulable("stock_out", f"pool {c.pool.key} is excluded ({why or 'stock-out'})")
         return framework.OK
 
 
@@ -89,14 +89,16 @@ class SpotAllowed:
 @framework.register_filter("gpu_type")
 class GpuTypeCompatible:
     """The pool's GPU type is allowed by the spec, has the memory, holds the model within the SLA,
-    and a replica's GPUs fit on one node."""
+    and a replica's GPUs fit on one node. Each rejection names what binds: ``gpu_type`` (not allowed,
+    or a replica does not fit one node), ``memory`` (min_gpu_memory_gib, or the weights leave no KV
+    room), ``ttft`` (the prefill alone exceeds the TTFT target) or ``tpot`` (no batch keeps TPOT)."""
 
     name, per_region = "gpu_type", False
 
     def key(self, view: framework.DeploymentView) -> object:
         res = view.demand.spec.resources
         return (tuple(res.gpu_types), res.min_gpu_memory_gib, res.gpus_per_replica, tuple(sorted(res.gpus_by_type.items())),
-                tuple(sorted(view.unfit_by_type.items())))
+                tuple(sorted(view.unfit_by_type.items())), tuple(sorted(view.binding_by_type.items())))
 
     def filter(self, c: framework.Candidate) -> framework.Status:
         gpu_type = c.pool.gpu_type
@@ -107,11 +109,11 @@ class GpuTypeCompatible:
         if known is None:
             return framework.Status(framework.Code.ERROR, "gpu_type", f"pool {c.pool.key}: unknown GPU type {gpu_type}")
         if res.min_gpu_memory_gib is not None and known.memory_gib < res.min_gpu_memory_gib:
-            return framework.unschedulable("gpu_type", f"{gpu_type} has {known.memory_gib:g} GiB < "
-                                                       f"min_gpu_memory_gib {res.min_gpu_memory_gib}")
+            return framework.unschedulable("memory", f"{gpu_type} has {known.memory_gib:g} GiB < "
+                                                     f"min_gpu_memory_gib {res.min_gpu_memory_gib}")
         unfit = c.view.unfit_by_type.get(gpu_type)
         if unfit:
-            return framework.unschedulable("gpu_type", unfit)
+            return framework.unschedulable(c.view.binding_by_type.get(gpu_type, "gpu_type"), unfit)
         need = c.view.gpus_for(gpu_type)
         if need > c.pool.gpus_per_node:
             return framework.unschedulable("gpu_type", f"a replica needs {need} {gpu_type} on one node; "
@@ -158,12 +160,12 @@ class LatencySla:
         prefill_ms = c.view.prefill_ms_by_type.get(c.pool.gpu_type, 0.0)
         headroom_ms = c.cycle.ttft_headroom_ms
         if rtt_ms + prefill_ms + headroom_ms > sla.ttft_p99_ms:
-            return framework.unschedulable("latency", f"RTT {rtt_ms:g} ms + prefill {prefill_ms:.0f} ms + headroom "
-                                                      f"{headroom_ms:g} ms > TTFT p99 {sla.ttft_p99_ms:g} ms")
+            return framework.unschedulable("ttft", f"RTT {rtt_ms:g} ms + prefill {prefill_ms:.0f} ms + headroom "
+                                                   f"{headroom_ms:g} ms > TTFT p99 {sla.ttft_p99_ms:g} ms")
         if sla.max_rtt_ms is not None and rtt_ms > sla.max_rtt_ms:
             # Relaxable: when no pool is within max_rtt_ms of the region, the nearest ones that
             # still meet the TTFT target serve it (as routers fail over), reported as an SLA risk.
-            return framework.unschedulable("latency", f"RTT {c.client_region}->{c.pool.region} {rtt_ms:g} ms > "
+            return framework.unschedulable("max_rtt", f"RTT {c.client_region}->{c.pool.region} {rtt_ms:g} ms > "
                                                       f"max_rtt_ms {sla.max_rtt_ms:g}", relaxable=True)
         return framework.OK
 

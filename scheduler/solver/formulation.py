@@ -1,6 +1,7 @@
 """The placement as one integer program over the candidate pairs and arcs.
 
-Variables: x[p] replicas of a deployment on a pool group (pair p); u[d,r] demand left unserved
+Variables: x[p] replicas of a deployment on a pool group (pair p); m[d,r] a covered client region left
+without a replica within its SLA's reach (binary); u[d,r] demand left unserved
 (hundredths of a reference replica); a replica may serve several client regions, as the
 latency-aware router sends each region to nearby replicas, so demand is met by Hall's condition
 (below) and ``flows.assign`` finds which replicas serve which region; deployments with more than
@@ -15,6 +16,8 @@ Minimise  sum_g price_g * nodes_g                       (hourly cost; nodes_min 
         + replica_usd * sum_p x_p                        (no spare replicas on nodes paid anyway)
         + churn * |x_p - current_p|                     (replicas started or stopped)
         + W_d / 100 * u_dr                              (unserved demand, W_d grows with priority)
+        + W_d * (1 + D_d) * m_dr                        (an uncovered region: more than all of d's demand
+                                                          D_d, in reference replicas, left unserved)
         + P_d / 100 * s_d                               (displacing a class its betters may not preempt)
 subject to
   demand        for every set S of the deployment's regions (Hall):
@@ -24,6 +27,8 @@ subject to
   pool GPUs     sum_p packed_p x_p <= capacity_g;  gpus_per_node * nodes_g >= sum_p packed_p x_p
   quotas        team GPUs (all and per type) <= quota; cloud nodes' GPUs (all, per type) <= quota
   budgets       team: sum price_per_gpu * gpus * x <= budget; fleet: sum price_g nodes_g <= budget
+  coverage      for every covered region r of d: sum_{p within r's SLA} x_p + m_dr >= 1 (a replica within
+                reach, even where d's demand alone asks for fewer replicas than regions)
   replicas      sum_p x_p <= max_replicas
   spot share    sum_p ceil(10^4 capacity_p (is_spot_p - share)) x_p <= 0, i.e. spot capacity <= share x
                 all capacity, never looser (capacity: reference replicas without the spot credit)
@@ -58,6 +63,7 @@ class Built:
     x: dict[int, int]  # pair -> variable
     f: dict[int, int]  # arc -> variable
     u: dict[tuple[int, str], int]  # (d, region) -> variable
+    miss: dict[tuple[int, str], int]  # (d, covered region) -> coverage miss variable
     wanted: dict[tuple[int, str], int]  # (d, region) -> scaled demand
     nodes: dict[int, int]  # group -> variable
     iso: dict[int, tuple[int, dict[str, int], dict[str, int]]]  # d -> (z, y by cloud, y by region)
@@ -71,6 +77,13 @@ class Built:
 def priority_weight(priority: int) -> float:
     """Multiplier of the unserved-demand penalty: 1.1 for value 10, 2 for 100, 11 for 1000."""
     return 1.0 + priority / 100.0
+
+
+def coverage_weight(demand: problem.DeploymentDemand, settings: problem.SolverSettings) -> float:
+    """USD/h the objective charges for one covered region left without a replica within reach: more
+    than all of the deployment's demand left unserved (so within a deployment coverage comes first),
+    scaled by its priority like demand."""
+    return settings.unplaced_usd_per_replica * priority_weight(demand.priority) * (1 + demand.demand_replicas)
 
 
 def coverage(units: float) -> int:
@@ -94,7 +107,7 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
     current = current or {}
     m = linear.LinearModel()
     groups, arcs, pairs, views = c.groups, c.arcs, c.pairs, c.views
-    b = Built(m, {}, {}, {}, {}, {}, {}, {}, {}, active, {})
+    b = Built(m, {}, {}, {}, {}, {}, {}, {}, {}, {}, active, {})
     fixed_team_gpus: dict[tuple[str, str], int] = {}  # (team, gpu type or "") -> GPUs
     fixed_team_cents: dict[str, float] = {}
     for d, entries in fixed.items():
@@ -206,6 +219,12 @@ def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.Solv
         m.row([b.x[p] for p in my_pairs] + us, capped + [1] * len(us), lo=total)
         if lp_cuts:
             _mir_cuts(m, [b.x[p] for p in my_pairs], capped, us, total)
+    # Coverage: a replica within each covered region's reach, or the region counts as uncovered.
+    miss_usd = coverage_weight(view.demand, settings)
+    for region, reach_pairs in sorted(c.cover[d].items()):
+        near = [b.x[p] for p in reach_pairs if p in b.x]
+        miss = b.miss[(d, region)] = m.var(0, 1, miss_usd)
+        m.row(near + [miss], [1] * (len(near) + 1), lo=1)
     xs = [b.x[p] for p in my_pairs]
     if xs:
         m.row(xs, [1] * len(xs), hi=scaling.max_replicas)

@@ -51,7 +51,8 @@ class DeploymentView:
 
     ``units_by_type``: what one replica on a GPU type counts for, in reference replicas;
     ``prefill_ms_by_type``: expected prefill time of the workload's prompt (0 when unknown);
-    ``unfit_by_type``: why a GPU type cannot hold the model (absent when it can)."""
+    ``unfit_by_type``: why a GPU type cannot hold the model (absent when it can), and
+    ``binding_by_type`` the constraint code of that reason (memory, ttft, tpot, gpu_type)."""
 
     demand: problem.DeploymentDemand
     reference_gpu_type: str
@@ -60,6 +61,7 @@ class DeploymentView:
     unfit_by_type: Mapping[str, str]
     spot_allowed: bool
     spot_max_share: float
+    binding_by_type: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -1,8 +1,11 @@
 """The greedy cheapest-first baseline (what a per-request scheduler would do), for the benchmark and
-as the optimiser's starting point: deployments in turn, each region's demand served first from
-spare capacity of replicas already placed, then by new replicas on the pool with the lowest price
-per unit of capacity that still fits every limit; then isolation is met by adding the cheapest
-replica in another cloud or region, or the deployment is left out. Never violates a hard limit."""
+as the optimiser's starting point: deployments in turn; first coverage of the covered regions that
+have no demand (the cheapest one replica within reach of each); then each region's demand served first
+from spare capacity of replicas already placed, then by new replicas on the pool with the lowest
+price per unit of capacity that still fits every limit; then a replica within reach of any covered
+region still without one, where a limit allows (the model, not this start, keeps the rule that
+coverage comes before more capacity); then isolation is met by adding the cheapest replica in
+another cloud or region, or the deployment is left out. Never violates a hard limit."""
 
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ def place(prob: problem.PlacementProblem, c: cand_mod.Candidates, active: list[i
         for g, n in entries:
             book.hold(d, g, n)
     out = Solution()
-    chosen = active if active is not None else [d for d in range(len(c.views)) if c.arcs_by_d[d]]
+    chosen = active if active is not None else [d for d in range(len(c.views)) if c.arcs_by_d[d] or c.cover[d]]
     if order_by == "constrained":
         order = sorted(chosen, key=lambda d: (-_isolation_need(c, d), len(c.pairs_by_d[d]),
                                               -c.views[d].demand.priority, d))
@@ -58,6 +61,10 @@ def _place_one(c: cand_mod.Candidates, d: int, book: ledger.Ledger, prefer: dict
     view = c.views[d]
     mine = Solution()
     spare: dict[int, int] = {}
+    demand = view.demand.replicas_by_region
+    # Regions that only need coverage first (demand serves the others), then whatever demand left
+    # uncovered (blocked, or held by a limit).
+    _cover(c, d, book, mine, spare, prefer, [r for r in sorted(c.cover[d]) if demand.get(r, 0) <= 0])
     for region, wanted in sorted(view.demand.replicas_by_region.items(), key=lambda it: (-it[1], it[0])):
         need = wanted * formulation.SCALE
         arcs = [a for a in c.arcs_by_d[d] if c.arcs[a].region == region]
@@ -86,7 +93,24 @@ def _place_one(c: cand_mod.Candidates, d: int, book: ledger.Ledger, prefer: dict
                 need -= take
             if need <= 0:
                 break
+    _cover(c, d, book, mine, spare, prefer, sorted(c.cover[d], key=lambda r: (-demand.get(r, 0), r)))
     return mine
+
+
+def _cover(c: cand_mod.Candidates, d: int, book: ledger.Ledger, mine: Solution, spare: dict[int, int],
+           prefer: Mapping[int, int], regions: list[str]) -> None:
+    """One replica within reach of each of ``regions`` no replica of ``mine`` reaches yet: the one
+    preferred, else the cheapest one replica there (coverage needs one, not capacity)."""
+    for region in regions:
+        near = c.cover[d][region]
+        if any(mine.counts.get(p, 0) > 0 for p in near):
+            continue
+        ranked = sorted(near, key=lambda p: (prefer.get(p, 0) <= mine.counts.get(p, 0), replica_price(c, p, book), p))
+        p = next((p for p in ranked if book.blocker(p) is None), None)
+        if p is not None:
+            book.add(p)
+            mine.counts[p] = mine.counts.get(p, 0) + 1
+            spare[p] = spare.get(p, 0) + formulation.coverage(c.pairs[p].units)
 
 
 def _marginal_price(c: cand_mod.Candidates, book: ledger.Ledger, a: int) -> float:
@@ -98,6 +122,16 @@ def _marginal_price(c: cand_mod.Candidates, book: ledger.Ledger, a: int) -> floa
     if book.packed[arc.g] + pair.gpus_packed <= book.nodes(arc.g) * group.offer.gpus_per_node:
         return arc.score_usd / pair.units
     return unit_price(c, a)
+
+
+def replica_price(c: cand_mod.Candidates, p: int, book: ledger.Ledger | None = None) -> float:
+    """USD/h one more replica of pair ``p`` adds: its GPUs' price (nothing where it fits on nodes
+    already running or paid for, given ``book``), as coverage weighs it: one replica is enough."""
+    pair = c.pairs[p]
+    group = c.groups[pair.g]
+    if book is not None and book.packed[pair.g] + pair.gpus_packed <= book.nodes(pair.g) * group.offer.gpus_per_node:
+        return 0.0
+    return group.offer.price_per_gpu_hour_usd * pair.gpus_packed
 
 
 def unit_price(c: cand_mod.Candidates, a: int) -> float:

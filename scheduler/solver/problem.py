@@ -28,7 +28,11 @@ class DeploymentDemand:
 
     ``priority`` is the value of its priority class (higher wins when capacity is short);
     ``reference_gpu_type`` is the GPU type the demand is counted in (default: the first of
-    ``spec.resources.gpu_types``, else the compatible type with the most capacity per replica)."""
+    ``spec.resources.gpu_types``, else the compatible type with the most capacity per replica).
+
+    ``covered_regions``: the client regions that need a replica within their SLA's reach whatever
+    the demand asks (coverage: the regions sending traffic, as the autoscaler saw them). The regions
+    with demand and ``spec.sla.always_served_regions`` are added either way (``coverage``)."""
 
     name: str
     spec: deployment_spec.ModelDeploymentSpec
@@ -37,20 +41,32 @@ class DeploymentDemand:
     priority_class: str = ""
     priority: int = 100
     reference_gpu_type: str | None = None
+    covered_regions: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         for region, count in self.replicas_by_region.items():
             if count < 0:
                 raise ValueError(f"deployment {self.name}: replicas_by_region[{region!r}] must be >= 0, got {count}")
+        if self.covered_regions is not None:
+            unknown = sorted(set(self.covered_regions) - set(self.spec.sla.client_regions))
+            if unknown:
+                raise ValueError(f"deployment {self.name}: covered_regions {unknown} are not in sla.client_regions")
 
     @property
     def demand_replicas(self) -> int:
         return sum(self.replicas_by_region.values())
 
+    @property
+    def coverage(self) -> tuple[str, ...]:
+        """Client regions that must have a replica within their SLA's reach (sorted): those named in
+        ``covered_regions``, those with demand and the always-served ones."""
+        named = set(self.covered_regions or ()) | {r for r, n in self.replicas_by_region.items() if n > 0}
+        return tuple(sorted(named | set(self.spec.sla.always_served_regions)))
+
     @classmethod
     def of(cls, deployment: deployment_spec.ModelDeployment, replicas_by_region: Mapping[str, int],
            policy: policy_spec.CapacityPolicySpec | None = None,
-           reference_gpu_type: str | None = None) -> DeploymentDemand:
+           reference_gpu_type: str | None = None, covered_regions: Iterable[str] | None = None) -> DeploymentDemand:
         """From a ModelDeployment document, taking team and priority value from the policy."""
         spec = deployment.spec
         value = policy.priority_of(spec.priority_class) if policy is not None else None
@@ -62,6 +78,7 @@ class DeploymentDemand:
             priority_class=spec.priority_class,
             priority=100 if value is None else value,
             reference_gpu_type=reference_gpu_type,
+            covered_regions=None if covered_regions is None else frozenset(covered_regions),
         )
 
 
@@ -159,6 +176,8 @@ class Placement:
     # deployment -> client region -> replicas wanted when this placement was planned (set by the
     # solver); an incremental re-solve leaves a deployment alone while its demand is unchanged.
     demand: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+    # deployment -> the client regions it had to cover (DeploymentDemand.coverage) when planned.
+    coverage: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for key, count in self.replicas.items():
@@ -207,14 +226,55 @@ class SolveStatus(str, enum.Enum):
 class Unplaced:
     """Demand left unserved, and the constraint that stops it, in words and as a code.
 
-    ``constraint`` is one of: gpu_type, placement, policy, excluded, latency, capacity, team_quota,
-    cloud_quota, budget, max_replicas, isolation, spot, priority."""
+    ``constraint`` is one of: ttft, tpot, max_rtt, gpu_type, memory, placement, policy, spot,
+    stock_out, capacity, team_quota, cloud_quota, budget, max_replicas, isolation, priority,
+    time_limit, error (see ``CONSTRAINTS``)."""
 
     deployment: str
     client_region: str
     replicas: float
     constraint: str
     reason: str
+
+
+# What can stop demand or coverage, as ``Unplaced.constraint`` and ``Uncovered.constraint`` name it.
+CONSTRAINTS = {
+    "ttft": "RTT + prefill + headroom exceeds the TTFT target",
+    "tpot": "no batch keeps the TPOT target on the allowed GPU types",
+    "max_rtt": "no pool within max_rtt_ms",
+    "gpu_type": "no allowed GPU type (or a replica does not fit one node)",
+    "memory": "the model does not fit the GPU memory (or min_gpu_memory_gib)",
+    "placement": "the deployment's placement.clouds / placement.regions",
+    "policy": "the capacity policy's clouds and regions",
+    "spot": "spot not allowed, or the spot share cap",
+    "stock_out": "the pools that could serve are stocked out",
+    "capacity": "the pools that could serve are full",
+    "team_quota": "the team's GPU quota",
+    "cloud_quota": "the cloud's GPU quota",
+    "budget": "a team or fleet budget",
+    "max_replicas": "scaling.max_replicas",
+    "isolation": "min_distinct_clouds / min_distinct_regions cannot be met",
+    "priority": "the pools are held by higher-priority deployments",
+    "time_limit": "the solve ran out of time",
+    "error": "the solver could not evaluate a pool",
+}
+# Causes no plan can change while the specs and pools stay as they are (filters and isolation).
+STRUCTURAL = frozenset({"ttft", "tpot", "max_rtt", "gpu_type", "memory", "placement", "policy", "spot", "stock_out",
+                        "isolation", "error"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Uncovered:
+    """A client region that must be covered (``DeploymentDemand.coverage``) with no replica of the
+    plan within its SLA's reach, and the constraint that stops it (``CONSTRAINTS``). ``served_from``
+    names the pool that serves it anyway beyond ``max_rtt_ms`` (constraint max_rtt: no pool is
+    within it), else ""."""
+
+    deployment: str
+    client_region: str
+    constraint: str
+    reason: str
+    served_from: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,6 +289,7 @@ class PlacementResult:
     mode: str = "full"
     message: str = ""
     stats: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    uncovered: tuple[Uncovered, ...] = ()
 
     @property
     def gap(self) -> float:
@@ -244,6 +305,9 @@ class PlacementResult:
 
     def unplaced_of(self, deployment: str) -> list[Unplaced]:
         return [u for u in self.unplaced if u.deployment == deployment]
+
+    def uncovered_of(self, deployment: str) -> list[Uncovered]:
+        return [u for u in self.uncovered if u.deployment == deployment]
 
 
 class SolverSettings(pydantic.BaseModel):
@@ -273,6 +337,10 @@ class SolverSettings(pydantic.BaseModel):
                     "prefill + this is within the TTFT target, leaving room for the router's hop, the engine's "
                     "scheduling and the jitter a p99 must absorb (an embedding model with a 150 ms target is not "
                     "served from 147 ms away).")
+    demand_region_filters: bool = pydantic.Field(
+        default=True, description="False: a deployment's demand may be served from any pool that passes the pair "
+                                  "filters (its regions' latency rules lifted) while coverage still needs a pool "
+                                  "within each covered region's SLA: the cost floor's relaxation.")
     spot_capacity_credit: float = pydantic.Field(
         default=0.85, gt=0, le=1, description="Share of a spot replica's capacity counted toward demand (SpotHedge).")
     num_search_workers: int = pydantic.Field(default=2, ge=1, le=64,

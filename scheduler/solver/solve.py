@@ -50,7 +50,8 @@ def solve(prob: problem.PlacementProblem, *, time_limit_s: float = 10.0,
         if changed is not None and (settings.incremental == "always" or share <= settings.incremental_max_share):
             result = _solve(prob, settings, current, deadline, start, changed)
             names = {prob.deployments[d].name for d in changed}
-            blocked = [u for u in result.unplaced if u.constraint not in _FILTER_CONSTRAINTS and u.deployment in names]
+            blocked = [u for u in (*result.unplaced, *result.uncovered)
+                       if u.constraint not in problem.STRUCTURAL and u.deployment in names]
             # A repaired plan means the kept replicas no longer fit the problem (a pool or a limit
             # shrank): a full solve may place better what the repair dropped.
             repaired = bool(result.stats.get("repaired_replicas"))
@@ -61,9 +62,6 @@ def solve(prob: problem.PlacementProblem, *, time_limit_s: float = 10.0,
             log.info("solver incremental=fallback reason=%s",
                      "repaired" if repaired else "unplaced" if blocked else result.status.value)
     return _solve(prob, settings, current, deadline, start, None)
-
-
-_FILTER_CONSTRAINTS = {"gpu_type", "placement", "policy", "excluded", "latency", "spot", "error"}
 
 
 def _kept_conflicts(prob: problem.PlacementProblem, current: problem.Placement, changed: set[int],
@@ -116,13 +114,14 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
     for (d, key), n in current.replicas.items():
         if n > 0:
             replicas.setdefault(d, []).append((key, n))
-    reach: dict[tuple[str, str], bool] = {}
+    reach: dict[tuple, bool] = {}
     out = set()
     for d, demand in enumerate(prob.deployments):
         mine = replicas.get(demand.name, [])
         planned = current.demand.get(demand.name)
         same = planned is not None and ({r: w for r, w in planned.items() if w > 0}
                                         == {r: w for r, w in demand.replicas_by_region.items() if w > 0})
+        same = same and tuple(current.coverage.get(demand.name, demand.coverage)) == demand.coverage
         if not mine:
             if demand.demand_replicas > 0 and not same:
                 out.add(d)
@@ -146,19 +145,37 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
             covered[region] = covered.get(region, 0.0) + units * formulation.SCALE
             served_from[key] = served_from.get(key, 0.0) + units * formulation.SCALE
         spare = False
+        reaching: dict[str, set[str]] = {}  # covered region -> pools of ``mine`` within its reach
+        beyond: dict[str, set[str]] = {}  # covered region -> pools of ``mine`` beyond its max_rtt_ms only
         for key, n in mine:
             offer = offers.get(key)
             if offer is None or key in prob.excluded_pools or not all(
                     plugin.filter(framework.Candidate(cycle, view, offer)).ok for plugin in filters if not plugin.per_region):
                 ok = False
                 break
+            for region in demand.coverage:
+                statuses = [plugin.filter(framework.Candidate(cycle, view, offer, region))
+                            for plugin in filters if plugin.per_region]
+                failed = [st for st in statuses if not st.ok]
+                if not failed:
+                    reaching.setdefault(region, set()).add(key)
+                elif settings.relax_max_rtt and all(st.relaxable for st in failed):
+                    beyond.setdefault(region, set()).add(key)
             units = view.units_by_type.get(offer.gpu_type, 1.0)
             if offer.tier.value == "spot":
                 units *= settings.spot_capacity_credit
             cov = formulation.coverage(units)
-            # A whole replica serving nobody is spare (unless it may be what isolation needs).
-            if n * cov - served_from.get(key, 0.0) >= cov and (n > 1 or not isolated):
+            # A whole replica serving nobody is spare (unless it may be what isolation or the
+            # coverage of a region needs).
+            covers = any(key in keys for keys in (*reaching.values(), *beyond.values()))
+            if n * cov - served_from.get(key, 0.0) >= cov and (n > 1 or not (isolated or covers)):
                 spare = True
+        for region, keys in beyond.items():
+            # Beyond max_rtt_ms covers only where no pool is within it (searched only when needed).
+            if region not in reaching and not cand_mod.reachable(reach, cycle, filters, view, prob.pools, region):
+                reaching[region] = keys
+        if ok and any(region not in reaching for region in demand.coverage):
+            ok = False  # a covered region without a replica within its reach
         total = sum(n for _, n in mine)
         if planned is not None:
             # Planned for this very demand on pools that still qualify: what it serves, or leaves
@@ -210,18 +227,20 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     scope = sorted(changed) if changed is not None else range(len(c.views))
     unplaced: list[problem.Unplaced] = []
     active: list[int] = []
+    no_isolation: set[int] = set()
     for d in scope:
         view = c.views[d]
-        if view.demand.demand_replicas == 0:
+        if view.demand.demand_replicas == 0 and not view.demand.coverage:
             continue
         reason = cand_mod.isolation_reason(c, d)
         if reason:
+            no_isolation.add(d)
             for region, wanted in sorted(view.demand.replicas_by_region.items()):
                 if wanted > 0:
                     unplaced.append(problem.Unplaced(view.name, region, float(wanted), "isolation",
                                                      f"{wanted} replica(s) of {view.name} for {region} unplaced: {reason}"))
             continue
-        if c.arcs_by_d[d]:
+        if c.arcs_by_d[d] or c.cover[d]:
             active.append(d)
     t = time.perf_counter()
     warm = current_g if current is not None else None
@@ -337,7 +356,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     for k, v in fixed_serving.items():
         merged_serving[k] = merged_serving.get(k, 0.0) + v
     planned = {d.name: dict(d.replicas_by_region) for d in prob.deployments}
-    placement = problem.Placement(merged, merged_serving, planned)
+    placement = problem.Placement(merged, merged_serving, planned, {d.name: d.coverage for d in prob.deployments})
     views = {view.name: view for view in c.views}
     found = validate.violations(prob, placement, settings, views)
     if found and settings.aggregate_pools and len(c.groups) < len(members) and _time_to_resolve(deadline, start):
@@ -380,6 +399,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
             unplaced.append(explain.unplaced(c, book, d, region, short, False))
     if repaired is not None:
         unplaced.extend(repaired.unplaced)
+    uncovered = _uncovered(prob, settings, placement, views, c, book, iso_off | no_isolation)
     parts = evaluate.breakdown(prob, c, settings, sol, placement, current, covered, set(active))
     if repaired is not None:
         # Dropped demand pays its penalty; scores of dropped replicas stay in (an upper bound).
@@ -388,14 +408,41 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
         parts = dataclasses.replace(parts, unplaced_usd=parts.unplaced_usd + extra)
     elapsed = time.perf_counter() - start
     stats.update(cost_usd=parts.cost_usd, score_usd=parts.score_usd, churn_usd=parts.churn_usd,
-                 unplaced_usd=parts.unplaced_usd, sat_bound=sat_bound)
+                 unplaced_usd=parts.unplaced_usd, uncovered_usd=parts.uncovered_usd, sat_bound=sat_bound)
     result = problem.PlacementResult(status, placement, parts.cost_usd, parts.objective, min(lower, parts.objective),
                                      elapsed, tuple(unplaced), "incremental" if changed is not None else "full",
-                                     message, stats)
+                                     message, stats, tuple(uncovered))
     log.info("solver mode=%s status=%s cost_usd_per_h=%.2f objective=%.2f bound=%.2f gap=%.4f solve_s=%.3f "
-             "variables=%d unplaced=%d", result.mode, status.value, result.cost_per_hour_usd, result.objective,
-             result.lower_bound, result.gap, elapsed, built.model.size, len(unplaced))
+             "variables=%d unplaced=%d uncovered=%d", result.mode, status.value, result.cost_per_hour_usd,
+             result.objective, result.lower_bound, result.gap, elapsed, built.model.size, len(unplaced), len(uncovered))
     return result
+
+
+def _uncovered(prob: problem.PlacementProblem, settings: problem.SolverSettings, placement: problem.Placement,
+               views, c: cand_mod.Candidates, book: ledger.Ledger, isolation_off: set[int]) -> list[problem.Uncovered]:
+    """Every covered region the final plan leaves without a replica within its SLA's reach (or
+    serves only beyond max_rtt_ms), each explained: read from the last check's coverage, so it holds
+    whichever path made the plan (a deployment kept by an incremental re-solve is explained from
+    candidates built for it here)."""
+    reach = validate.coverage(prob, placement, settings, views)
+    index = {d.name: i for i, d in enumerate(prob.deployments)}
+    missing = [(name, region, r) for (name, region), r in sorted(reach.items()) if not r.covered]
+    if not missing:
+        return []
+    # Served beyond max_rtt_ms needs no candidates to explain; the rest of a deployment the model
+    # did not build (kept by an incremental re-solve) gets them built here.
+    unbuilt = sorted({index[name] for name, _, r in missing if not c.built(index[name]) and not r.relaxed})
+    extra = cand_mod.build(prob, settings, unbuilt) if unbuilt else None
+    extra_book = ledger.Ledger(prob, extra) if extra is not None else None
+    out = []
+    for name, region, r in missing:
+        d = index[name]
+        if r.relaxed and not c.built(d):
+            out.append(explain.served_beyond(prob, name, region, r.relaxed[0]))
+            continue
+        here, ledger_here = (c, book) if c.built(d) else (extra, extra_book)
+        out.append(explain.uncovered(here, ledger_here, d, region, d in isolation_off, r.relaxed[0] if r.relaxed else ""))
+    return out
 
 
 def _time_to_resolve(deadline: float, start: float) -> bool:

@@ -84,8 +84,8 @@ def restrict(c: cand_mod.Candidates, built: formulation.Built, lp_values: list[f
              per_region: int) -> set[int]:
     """Pairs CP-SAT keeps on a large instance: every pair the LP optimum uses (so the restricted LP
     is as good as the full one), the start's pairs, the ``per_region`` cheapest per capacity for
-    each (deployment, region), and the cheapest per cloud and per region for deployments that need
-    isolation."""
+    each (deployment, region), the ``per_region`` cheapest per replica within each covered region's
+    reach, and the cheapest per cloud and per region for deployments that need isolation."""
     keep = {p for p, v in built.x.items() if lp_values[v] > 1e-6}
     keep |= {p for p, n in start.counts.items() if n > 0 and p in built.x}
     by_key: dict[tuple[int, str], list[int]] = {}
@@ -94,6 +94,10 @@ def restrict(c: cand_mod.Candidates, built: formulation.Built, lp_values: list[f
             by_key.setdefault((c.arcs[a].d, c.arcs[a].region), []).append(a)
     for arcs in by_key.values():
         keep.update(c.arcs[a].p for a in sorted(arcs, key=lambda a: (greedy.unit_price(c, a), a))[:per_region])
+    for d in {c.pairs[p].d for p in built.x}:
+        # Coverage: the cheapest replicas within each covered region's reach (one replica is enough there).
+        for near in c.cover[d].values():
+            keep.update(sorted((p for p in near if p in built.x), key=lambda p: (greedy.replica_price(c, p), p))[:per_region])
     for d in built.iso:
         cheapest: dict[tuple[str, str], int] = {}
         for p in sorted((p for p in c.pairs_by_d[d] if p in built.x), key=lambda p: (greedy.pair_price(c, p), p)):
@@ -129,6 +133,8 @@ def complete(c: cand_mod.Candidates, built: formulation.Built, sol: greedy.Solut
         hint.setdefault(v, 0)
     for key, u in built.u.items():
         hint[u] = max(0, built.wanted[key] - cov.get(key, 0))
+    for (d, region), v in built.miss.items():
+        hint[v] = 0 if any(hint.get(built.x[p], 0) > 0 for p in c.cover[d].get(region, ()) if p in built.x) else 1
     for g, v in built.nodes.items():
         group = c.groups[g]
         hint[v] = max(group.nodes_min, math.ceil(packed.get(g, 0) / group.offer.gpus_per_node))

@@ -22,13 +22,19 @@ MIN_UNITS, MAX_UNITS = 0.02, 50.0
 @dataclasses.dataclass(frozen=True)
 class TypeFit:
     """One deployment on one GPU type. ``capacity_rps`` None: no figure (no architecture and no
-    profile entry); 0 with ``unfit`` set: the type cannot serve the model within the SLA."""
+    profile entry); 0 with ``unfit`` set: the type cannot serve the model within the SLA, and
+    ``binding`` names why as a constraint code: ``memory`` (the weights leave no KV room), ``ttft``
+    (the prompt's prefill alone exceeds the TTFT target), ``tpot`` (no batch, not even one request,
+    keeps the TPOT target) or ``gpu_type`` (unknown type). ``tpot_min_ms``: the time per output token
+    of a lone request (prefill stall included), the best TPOT the type can give; 0 when unknown."""
 
     gpu_type: str
     gpus: int
     capacity_rps: float | None
     prefill_ms: float
     unfit: str = ""
+    binding: str = ""
+    tpot_min_ms: float = 0.0
 
 
 def allowed_gpu_types(spec: deployment_spec.ModelDeploymentSpec) -> list[str]:
@@ -60,21 +66,30 @@ def _assess(arch: capacity.Architecture | None, gpu_type: str, count: int, quant
             prompt_tokens: float, output_tokens: float, ttft_ms: float, tpot_ms: float | None,
             max_running: int | None) -> TypeFit:
     if gpu_type not in gpus.GPUS:
-        return TypeFit(gpu_type, count, 0.0, 0.0, f"unknown GPU type {gpu_type}")
+        return TypeFit(gpu_type, count, 0.0, 0.0, f"unknown GPU type {gpu_type}", "gpu_type")
     if arch is None:
         return TypeFit(gpu_type, count, None, 0.0)
     try:
         perf = capacity.replica_perf(arch, gpu_type, count, quant, mem_fraction)
     except capacity.DoesNotFit as exc:
-        return TypeFit(gpu_type, count, 0.0, 0.0, f"does not fit {count}x{gpu_type}: {exc}")
+        return TypeFit(gpu_type, count, 0.0, 0.0, f"does not fit {count}x{gpu_type}: {exc}", "memory")
     workload = capacity.Workload(prompt_tokens, output_tokens)
     prefill_ms = perf.prefill_s(prompt_tokens) * 1000.0
+    tpot_min_ms = 0.0
+    if not arch.is_embedding:
+        output = max(1.0, output_tokens)
+        # One request alone: its decode steps plus its own prefill, per output token (capacity model).
+        tpot_min_ms = (output * perf.decode_step_s(1, prompt_tokens + output / 2) + perf.prefill_s(prompt_tokens)) \
+            / output * 1000.0
     rps = perf.capacity_rps(workload, ttft_ms, tpot_ms, max_running)
     if rps <= 0:
-        why = (f"prefill of {prompt_tokens:g} tokens takes {prefill_ms:.0f} ms > TTFT p99 {ttft_ms:g} ms"
-               if prefill_ms > ttft_ms else f"cannot meet TPOT p99 {tpot_ms} ms at any batch")
-        return TypeFit(gpu_type, count, 0.0, prefill_ms, f"{count}x{gpu_type}: {why}")
-    return TypeFit(gpu_type, count, rps, prefill_ms)
+        if prefill_ms > ttft_ms:
+            why, binding = f"prefill of {prompt_tokens:g} tokens takes {prefill_ms:.0f} ms > TTFT p99 {ttft_ms:g} ms", "ttft"
+        else:
+            why, binding = (f"TPOT {tpot_min_ms:.0f} ms at batch 1 > TPOT p99 {tpot_ms:g} ms (no batch keeps it)",
+                            "tpot")
+        return TypeFit(gpu_type, count, 0.0, prefill_ms, f"{count}x{gpu_type}: {why}", binding, tpot_min_ms)
+    return TypeFit(gpu_type, count, rps, prefill_ms, tpot_min_ms=tpot_min_ms)
 
 
 def reference_gpu_type(spec: deployment_spec.ModelDeploymentSpec, preferred: str | None = None) -> str:

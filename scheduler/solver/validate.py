@@ -12,6 +12,12 @@ each region wants. A plan that fails is repaired by dropping replicas (lowest pr
 serving until every check passes; demand that loses service is reported as unplaced with the
 constraint that cost it, never returned as if served.
 
+Coverage is checked here too (``coverage``): for every region a deployment must cover
+(``DeploymentDemand.coverage``), which of the plan's pools hold a replica within that region's SLA
+(the filter plugins per pair and region; beyond max_rtt_ms only where no pool is within it). A
+region left without one is not a violation (limits may forbid it) but the solver names every such
+region, with its cause, from this check, whatever path made the plan.
+
 Shared limits are read as the model reads them: a pool runs max(nodes_min, ceil(GPUs used / GPUs per
 node)) nodes, and the nodes_min that run anyway make a cloud quota or the fleet budget max(limit,
 that floor)."""
@@ -72,6 +78,27 @@ def violations(prob: problem.PlacementProblem, placement: problem.Placement,
     return _Plan(prob, settings or problem.SolverSettings(), _views(prob, views), placement).violations()
 
 
+@dataclasses.dataclass(frozen=True)
+class Reach:
+    """The plan's pools that hold a replica of a deployment within a covered region's SLA
+    (``strict``), or only beyond its max_rtt_ms where no pool at all is within it (``relaxed``)."""
+
+    strict: tuple[str, ...] = ()
+    relaxed: tuple[str, ...] = ()
+
+    @property
+    def covered(self) -> bool:
+        return bool(self.strict)
+
+
+def coverage(prob: problem.PlacementProblem, placement: problem.Placement,
+             settings: problem.SolverSettings | None = None,
+             views: Mapping[str, framework.DeploymentView] | None = None) -> dict[tuple[str, str], Reach]:
+    """(deployment, covered region) -> the pools of ``placement`` that reach it (``Reach``), for every
+    region of every deployment's ``coverage``."""
+    return _Plan(prob, settings or problem.SolverSettings(), _views(prob, views), placement).coverage()
+
+
 def repair(prob: problem.PlacementProblem, placement: problem.Placement,
            settings: problem.SolverSettings | None = None,
            views: Mapping[str, framework.DeploymentView] | None = None) -> Repaired:
@@ -99,7 +126,7 @@ def repair(prob: problem.PlacementProblem, placement: problem.Placement,
                 name, region, round(lost, 2), why.constraint,
                 f"{lost:.2f} replica(s) of {name} for {region} unplaced: dropped from the plan by the "
                 f"validity check ({why.detail})"))
-    repaired = problem.Placement(dict(plan.replicas), dict(plan.serving), placement.demand)
+    repaired = problem.Placement(dict(plan.replicas), dict(plan.serving), placement.demand, placement.coverage)
     return Repaired(repaired, found, fixer.dropped, tuple(unplaced))
 
 
@@ -126,7 +153,7 @@ class _Plan:
         self.pair_filters = [f for f in plugins if not f.per_region]
         self.region_filters = [f for f in plugins if f.per_region]
         self.memo: dict[tuple, framework.Status] = {}
-        self._reachable: dict[tuple[str, str], bool] = {}
+        self._reachable: dict[tuple, bool] = {}
 
     def known(self, name: str, key: str) -> bool:
         return name in self.deps and name in self.views and key in self.offers
@@ -208,6 +235,42 @@ class _Plan:
                 out.append(((name, key), _of(name, status.constraint or "error", f"{name} on {key}: {status.reason}")))
         return out
 
+    def within_reach(self, name: str, key: str, region: str) -> str:
+        """"strict" when a replica of ``name`` on pool ``key`` is within ``region``'s SLA, "relaxed"
+        when only beyond max_rtt_ms and no pool is within it (the solver may serve it so), else ""."""
+        if not self.known(name, key) or not self.verdict(self.pair_filters, name, key, "").ok:
+            return ""
+        status = self.verdict(self.region_filters, name, key, region)
+        if status.ok:
+            return "strict"
+        if status.relaxable and self.settings.relax_max_rtt and not cand_mod.reachable(
+                self._reachable, self.cycle, self.pair_filters + self.region_filters, self.views[name],
+                self.prob.pools, region):
+            return "relaxed"
+        return ""
+
+    def coverage(self) -> dict[tuple[str, str], Reach]:
+        mine = self.by_deployment()
+        out = {}
+        for name, dep in sorted(self.deps.items()):
+            if name not in self.views:
+                continue
+            keys = [k for k in sorted(mine.get(name, {}))
+                    if self.known(name, k) and self.verdict(self.pair_filters, name, k, "").ok]
+            for region in dep.coverage:
+                statuses = {k: self.verdict(self.region_filters, name, k, region) for k in keys}
+                strict = tuple(k for k, st in statuses.items() if st.ok)
+                relaxed: tuple[str, ...] = ()
+                beyond = [k for k, st in statuses.items() if not st.ok and st.relaxable]
+                # Beyond max_rtt_ms counts only where no pool at all is within it (asked only then:
+                # the whole-fleet search is the costly part).
+                if not strict and beyond and self.settings.relax_max_rtt and not cand_mod.reachable(
+                        self._reachable, self.cycle, self.pair_filters + self.region_filters, self.views[name],
+                        self.prob.pools, region):
+                    relaxed = tuple(beyond)
+                out[(name, region)] = Reach(strict, relaxed)
+        return out
+
     def serving_violations(self) -> list[tuple[tuple[str, str, str], Violation]]:
         out = []
         for name, region, key in sorted(self.serving):
@@ -215,6 +278,8 @@ class _Plan:
                 out.append(((name, region, key), _of(name, "capacity", f"{name} serves {region} from {key} "
                                                                        "without replicas there")))
                 continue
+            if not self.settings.demand_region_filters:
+                continue  # the cost floor's relaxation: demand may be served from any pool
             status = self.verdict(self.region_filters, name, key, region)
             if not status.ok and status.relaxable and self.settings.relax_max_rtt and not cand_mod.reachable(
                     self._reachable, self.cycle, self.pair_filters + self.region_filters, self.views[name],

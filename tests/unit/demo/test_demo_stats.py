@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
-from meridian.demo import stats, traffic, view
+from meridian import latency
+from meridian.demo import sla, stats, traffic, view
 
-SLA = {"chat": stats.Sla(ttft_ms=500, tpot_ms=50)}
+SLA = {"chat": sla.Target(ttft_ms=500, tpot_ms=50)}
 
 
-def rec(ok=True, ttft=0.1, total=1.0, tokens=21, region="eu-west", model="chat", error=""):
-    return traffic.Record(0.0, model, region, ok, ttft, total, tokens, error)
+def rec(ok=True, ttft=0.1, total=1.0, tokens=21, region="eu-west", model="chat", error="", at=0.0):
+    return traffic.Record(at, model, region, ok, ttft, total, tokens, error)
+
+
+def reach_with(model: str, cluster_region: str, at: float = 0.0, gpu: str = "L4") -> sla.ReachLog:
+    """A reach log of one poll: one ready replica of ``model`` in ``cluster_region``."""
+    log = sla.ReachLog(latency.default())
+    status = {"clusters": [{"cluster_id": "c", "region": cluster_region, "pool_details": [{"pool_id": "p", "gpu_type": gpu}],
+                            "replica_details": [{"deployment": model, "served_model_name": model, "state": "ready",
+                                                 "pool_id": "p"}]}]}
+    log.add(at, status, {model: ["eu-west", "na-east", "ap-northeast"]})
+    return log
 
 
 def test_attainment_counts_ttft_tpot_and_failures():
     """A request counts as within SLA only if it succeeded, met the TTFT target and the TPOT target."""
     records = [rec(), rec(ttft=0.6), rec(total=0.1 + 20 * 0.06), rec(ok=False, error="boom"), rec(region="na-east")]
-    rows = {(r.model, r.region): r for r in stats.attainment(records, SLA)}
+    rows = {(r.model, r.region): r for r in sla.per_region(records, SLA, [], reach_with("chat", "eu-west-1"))}
     eu = rows[("chat", "eu-west")]
-    assert (eu.requests, eu.within_sla, eu.failed) == (4, 1, 1)
-    assert rows[("chat", "na-east")].attainment == 1.0
+    assert (eu.steady, eu.steady_within, eu.failed) == (4, 1, 1)
+    assert eu.misses == {"ttft": 1, "tpot": 1, "failed": 1}
+    assert rows[("chat", "na-east")].steady_share == 1.0
 
 
 def test_placement_rows_price_replicas_by_their_pool_and_skip_lost_clusters():
@@ -46,31 +58,34 @@ def test_failure_reasons_most_common_first_and_report_renders():
     records = [rec(ok=False, error="503 no replica")] * 3 + [rec(ok=False, error="502 all failed")] + [rec()]
     reasons = stats.failure_reasons(records)
     assert reasons == [("503 no replica", 3), ("502 all failed", 1)]
-    text = view.report([], stats.attainment(records, SLA), 5, 4, {"time to re-place": 12.5}, ["t=1 x"], SLA, reasons)
-    assert "3 x 503 no replica" in text and "time to re-place: 12.5 s" in text and "80.00%" in text
+    regions = sla.per_region(records, SLA, [], reach_with("chat", "eu-west-1"))
+    text = view.report([], regions, 5, 4, {"time to re-place": 12.5}, ["t=1 x"], SLA, reasons)
+    assert "3 x 503 no replica" in text and "time to re-place: 12.5 s" in text and "20.0%" in text
 
 
 def test_cold_start_counts_the_requests_sent_before_the_first_answer():
     """Requests to a model scaled to zero that were sent before its first answer waited for a
     replica; the report says how many, how long, and how many of them missed the SLA."""
-    sla = {"embed": stats.Sla(ttft_ms=150, tpot_ms=None)}
+    targets = {"embed": sla.Target(ttft_ms=150, tpot_ms=None)}
+    reach = reach_with("embed", "eu-west-1")
     records = [traffic.Record(10.0, "embed", "eu-west", True, 7.0, 7.0, 0),   # answered at 17.0: the first
                traffic.Record(12.0, "embed", "eu-west", True, 5.1, 5.1, 0),   # 17.1
                traffic.Record(16.9, "embed", "na-east", True, 0.12, 0.12, 0),  # 17.02, within SLA
                traffic.Record(17.5, "embed", "eu-west", True, 0.01, 0.01, 0),  # after: did not wait
                traffic.Record(11.0, "chat", "eu-west", True, 0.1, 1.0, 10)]
-    (cold,) = stats.cold_starts(records, ["embed"], sla)
+    (cold,) = stats.cold_starts(records, ["embed"], targets, reach)
     assert (cold.model, cold.waited, cold.missed) == ("embed", 3, 2)
-    assert abs(cold.ready_after_s - 7.0) < 1e-9
-    assert stats.cold_starts(records[:0], ["embed"], sla) == []
-    text = view.report([], stats.attainment(records, sla), 5, 0, {}, [], sla, [], [cold])
+    assert abs(cold.ready_after_s - 7.0) < 1e-9 and cold.first_answer_s == 17.0
+    assert stats.cold_starts(records[:0], ["embed"], targets, reach) == []
+    text = view.report([], sla.per_region(records, targets, [], reach), 5, 0, {}, [], targets, [], [cold])
     assert "embed started with no replica (scale to zero): its first answer came 7.0 s after its first request; " \
            "3 request(s) were sent before that answer" in text
     # A model that never answered is the worst cold start: reported, not left out.
     failed = [traffic.Record(10.0, "embed", "eu-west", False, None, 30.0, 0, "timeout")] * 2
-    (never,) = stats.cold_starts(failed, ["embed"], sla)
+    (never,) = stats.cold_starts(failed, ["embed"], targets, reach)
     assert (never.ready_after_s, never.waited, never.missed) == (None, 2, 2)
-    assert "never answered: none of its 2 request(s) got a replica" in view.report([], [], 2, 2, {}, [], sla, [], [never])
+    assert "never answered: none of its 2 request(s) got a replica" in view.report([], [], 2, 2, {}, [], targets, [],
+                                                                                    [never])
 
 
 def test_failures_after_a_loss_are_counted_until_the_next_event():
@@ -149,3 +164,78 @@ def test_after_the_traffic_the_demo_waits_for_the_lost_regions_capacity():
     asyncio.run(run._await_replacement(Fleet([1]), None, never, status(1), traffic.Recorder(), run.Timeline(),
                                        0.2, io.StringIO(), poll_s=0.01))
     assert "replaced_s" not in never and time.monotonic() - started < 2.0
+
+
+def test_each_request_is_judged_by_ttft_tpot_and_max_rtt_per_client_region():
+    """With max_rtt_ms 90, a request from ap-northeast while the only ready replica is in eu-west-1
+    (130 ms away) is outside its SLA although its TTFT met the target; eu-west's is within."""
+    target = {"chat": sla.Target(ttft_ms=800, tpot_ms=100, max_rtt_ms=90)}
+    reach = reach_with("chat", "eu-west-1")
+    rows = {r.region: r for r in sla.per_region([rec(region="ap-northeast"), rec(region="eu-west")], target, [], reach)}
+    assert rows["ap-northeast"].misses == {"max_rtt": 1} and rows["ap-northeast"].steady_within == 0
+    assert rows["ap-northeast"].nearest.region == "eu-west-1" and rows["ap-northeast"].nearest.rtt_ms > 90
+    assert rows["eu-west"].steady_within == 1
+    assert "had no ready replica within max_rtt_ms 90" in rows["ap-northeast"].why
+
+
+def test_windows_separate_cold_start_and_faults_from_steady_state():
+    """Requests in a window count under it, not in steady state (a model's cold start only for that
+    model); every failed request is listed by window, model, region and error, with its moment."""
+    windows = [sla.Window("cold start of embed", 0.0, 5.0, frozenset({"embed"})), sla.Window("region lost (c)", 10.0, 20.0)]
+    records = [rec(at=1.0, ok=False, error="502"), rec(at=1.0, model="embed", ok=False, error="timeout"),
+               rec(at=12.0, ok=False, error="cut"), rec(at=12.5, ok=False, error="cut"), rec(at=30.0)]
+    targets = {"chat": SLA["chat"], "embed": sla.Target(ttft_ms=150, tpot_ms=None)}
+    rows = {(r.model, r.region): r for r in sla.per_region(records, targets, windows, reach_with("chat", "eu-west-1"))}
+    chat = rows[("chat", "eu-west")]
+    assert (chat.steady, chat.steady_within) == (2, 1)  # t=1 (failed) and t=30
+    assert chat.windows == {"region lost (c)": sla.Count(2, 0, {"failed": 2})}
+    assert rows[("embed", "eu-west")].windows == {"cold start of embed": sla.Count(1, 0, {"failed": 1})}
+    groups = sla.failures(records, windows, t0=0.0)
+    assert [(g.window, g.model, g.error, g.count, g.first_s, g.last_s) for g in groups] == [
+        ("cold start of embed", "embed", "timeout", 1, 1.0, 1.0), ("steady", "chat", "502", 1, 1.0, 1.0),
+        ("region lost (c)", "chat", "cut", 2, 12.0, 12.5)]
+    text = view.report([], list(rows.values()), 5, 4, {}, [], targets, [], [], None, windows, groups, 0.0)
+    assert "region lost (c): t=10.0-20.0 s: 2 request(s), 0.0% within SLA (misses: failed 2)" in text
+    assert "Every failed request, by window" in text and "12.0-12.5 s" in text
+
+
+def test_a_region_under_99_percent_gets_a_line_naming_why_from_the_reports_own_data():
+    """Steady-state requests over the TTFT target with a replica near enough: the line names the
+    nearest replica, what network and prefill leave of the target and how far beyond them the
+    requests took (the host's share)."""
+    target = {"embed": sla.Target(ttft_ms=150, tpot_ms=None, prefill_ms={"H100": 0.7})}
+    reach = reach_with("embed", "eu-west-1", gpu="H100")
+    records = [rec(model="embed", ttft=0.2, tokens=0, at=float(i)) for i in range(10)]
+    (row,) = sla.per_region(records, target, [], reach, host="2 cores at load average 6.5")
+    assert row.steady_share == 0.0
+    assert "10 of 10 steady-state requests outside the SLA" in row.why
+    assert "the nearest ready replica (H100 in eu-west-1) is 8.2 ms away and its prefill 0.7 ms, leaving 141 ms" \
+           in row.why, row.why
+    assert "191 ms (191 ms at p99) beyond the network and the prefill: more than the 141 ms left" in row.why
+    assert "the median request took 200 ms" in row.why and "on 2 cores at load average 6.5" in row.why
+
+
+def test_cold_start_lasts_per_region_until_a_replica_within_reach_is_ready():
+    """The demo's cold start window of a model in a client region ends when a ready replica within
+    that region's reach first shows (eu-west from the start: none; ap-south only once Mumbai's
+    replica is ready); the fault windows end per model when its capacity is back."""
+    from meridian.demo import run  # noqa: PLC0415
+
+    log = sla.ReachLog(latency.default())
+
+    def status(*regions: str) -> dict:
+        return {"clusters": [{"cluster_id": f"c{i}", "region": r, "pool_details": [{"pool_id": "p", "gpu_type": "L4"}],
+                              "replica_details": [{"deployment": "chat", "served_model_name": "chat", "state": "ready",
+                                                   "pool_id": "p"}]} for i, r in enumerate(regions)]}
+
+    log.add(100.0, status("eu-west-1"), {"chat": ["eu-west", "ap-south"]})
+    log.add(105.0, status("eu-west-1", "ap-south-1"), {"chat": ["eu-west", "ap-south"]})
+    targets = {"chat": sla.Target(ttft_ms=800, tpot_ms=100, max_rtt_ms=90, prefill_ms={"L4": 159.0}, headroom_ms=40)}
+    phases = run.Phases(run.DemoOptions(duration_s=100))
+    windows = run._windows([], phases, 100.0, {"cluster": "c0", "at_wall": 150.0}, None,
+                           {"lost:models": {"chat"}, "lost:chat": 160.0}, 200.0, log, targets,
+                           {"chat": {"eu-west", "ap-south"}})
+    cold = [(sorted(w.regions), w.end_s) for w in windows if w.name == "cold start"]
+    assert cold == [(["ap-south"], 105.0)]
+    lost = [w for w in windows if w.name.startswith("region lost")]
+    assert [(w.start_s, w.end_s, set(w.models)) for w in lost] == [(150.0, 160.0, {"chat"})]

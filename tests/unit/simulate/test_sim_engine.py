@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from meridian.simulate import engine, policies, runner, trace
+from meridian.simulate import engine, metrics, policies, runner, trace
 
 
 def _run(sc, name):
@@ -137,3 +137,14 @@ def test_rule_keeping_policies_cost_at_least_the_specs_floor(all_policies):
     assert f.proven
     for name in ("meridian", "round-robin", "od-multi-region"):
         assert all_policies[name].cost_per_hour_usd >= f.usd_per_hour, name
+
+
+def test_requests_served_beyond_max_rtt_miss_their_slo_and_are_named_so(all_policies):
+    """Region-unaware round robin sends chat-8b's requests across oceans: beyond its 90 ms max_rtt_ms
+    they miss the SLO whatever their TTFT, counted by cause per client region; Meridian's routing
+    keeps steady-state requests within reach."""
+    rr, meridian = all_policies["round-robin"], all_policies["meridian"]
+    beyond = sum(c.steady.get("max_rtt", 0.0) for (d, _), c in rr.cells.items() if d == "chat-8b")
+    assert beyond > 0
+    assert all(c.steady.get("max_rtt", 0.0) == 0.0 for (d, _), c in meridian.cells.items() if d == "chat-8b")
+    assert any("served beyond max_rtt_ms" in v.why for v in metrics.region_view(rr))

@@ -7,11 +7,14 @@ import asyncio
 import json
 import pathlib
 
+import grpc
 import pytest
-from tests.unit.scheduler.service_harness import ADMIN_TOKEN, TOKENS, leading
+from tests.unit.scheduler.service_harness import ADMIN_TOKEN, ROUTER_TOKEN, TOKENS, leading
 
 from meridian.cli import main as cli
 from meridian.fleet import models as fm
+from meridian.fleet import wire
+from meridian.v1 import routing_pb2_grpc
 from scheduler import testing
 from scheduler.admin import client as admin_client
 
@@ -160,16 +163,21 @@ async def test_plan_is_a_dry_run_with_diff_cost_and_risks(make_service):
         assert report["placement"] == {"chat": {"c1/l4": 3}}
         assert report["diff"] == [{"deployment": "chat", "pool": "c1/l4", "current": 1, "target": 3, "delta": 2}]
         assert report["cost_per_hour_usd"]["after"] > report["cost_per_hour_usd"]["before"] > 0
-        assert report["changes"][0]["action"] == "configured"
+        assert report["changes"][0]["action"] == "would configure"  # a dry run: nothing was configured
         assert any("every replica is in us-east-1" in r for r in report["risks"]), report["risks"]
         assert (await svc.spec_store.get("ModelDeployment", "chat")).body.count('"min_replicas":1')
         far = (DEPLOYMENT % 1).replace("client_regions: [na-east]", "client_regions: [ap-south], max_rtt_ms: 50")
         risky = await call(c.plan, [{"name": "d.yaml", "text": far}])
         # Nothing within 50 ms of Mumbai: served from Virginia (within the TTFT SLA), named as a risk.
         assert not risky["unplaced"] and any("exceeds max_rtt_ms 50" in r for r in risky["risks"]), risky["risks"]
+        assert [(u["client_region"], u["constraint"], u["served_from"]) for u in risky["uncovered"]] == [
+            ("ap-south", "max_rtt", "c1/l4")]
         slow = far.replace("ttft_p99_ms: 2000", "ttft_p99_ms: 150")
         unserved = await call(c.plan, [{"name": "d.yaml", "text": slow}])
         assert unserved["unplaced"] and any("unplaced" in r for r in unserved["risks"])
+        # The cause is the TTFT target (Virginia is 173 ms from Mumbai), not the GPU type.
+        assert {u["constraint"] for u in unserved["unplaced"]} == {"ttft"}
+        assert [(u["client_region"], u["constraint"]) for u in unserved["uncovered"]] == [("ap-south", "ttft")]
     finally:
         await agent.close()
 
@@ -195,6 +203,7 @@ async def test_cli_apply_get_delete_plan(make_service, tmp_path, capsys, monkeyp
     assert await call(cli.main, ["plan", "-f", str(good)]) == 0
     out = capsys.readouterr().out
     assert "Cost per hour:" in out and "SLA risks:" in out
+    assert "unchanged" in out and "configured" not in out
     assert "Cost floor" not in out  # no Cluster specs stored: nothing to build a fleet from
     assert await call(cli.main, ["delete", "deployment", "chat"]) == 0
     assert "ModelDeployment/chat deleted" in capsys.readouterr().out
@@ -203,3 +212,125 @@ async def test_cli_apply_get_delete_plan(make_service, tmp_path, capsys, monkeyp
     # With the Cluster specs stored, plan also shows what the specs' rules alone cost (the cost floor).
     assert await call(cli.main, ["plan", "-f", str(ROOT / "examples" / "deployments.yaml")]) == 0
     assert "Cost floor of these specs: $92.36/h (proven)" in capsys.readouterr().out
+
+
+def impossible_examples() -> list[dict]:
+    """The example specs with embed's TTFT target at 1 ms: no declared pool can meet it anywhere."""
+    files = admin_client.AdminClient.read_files(EXAMPLES)
+    for f in files:
+        if f["name"].endswith("deployments.yaml"):
+            f["text"] = f["text"].replace("ttft_p99_ms: 150", "ttft_p99_ms: 1")
+    return files
+
+
+async def test_apply_refuses_an_sla_no_declared_capacity_can_meet_unless_accepted(make_service):
+    """A TTFT target of 1 ms: apply answers 422 naming, per client region, the nearest miss (GPU type,
+    region, RTT + prefill + headroom > TTFT) and stores nothing; with allow_unmet_sla it is applied,
+    each unmet region a warning."""
+    svc = await make_service()
+    c = client(svc)
+    with pytest.raises(admin_client.AdminError) as err:
+        await call(c.apply, impossible_examples())
+    assert err.value.status == 422 and "nothing was changed" in str(err.value)
+    issues = err.value.body["issues"]
+    assert {i["path"] for i in issues} == {f"spec.sla.client_regions.{k}" for k in range(3)}
+    msg = next(i["message"] for i in issues if i["path"].endswith(".2"))
+    assert "from ap-northeast: best is A100-80GB in japaneast" in msg and "> TTFT 1 ms" in msg, msg
+    assert "ms RTT + " in msg and "ms prefill of 512 tokens" in msg and "(ttft; " in msg
+    assert all(i["file"].endswith("deployments.yaml") and i["line"] for i in issues)
+    assert await svc.spec_store.generation() == 0 and await call(c.list) == {"items": [], "generation": 0}
+    done = await call(lambda: c.apply(impossible_examples(), allow_unmet_sla=True))
+    assert len(done["applied"]) == 14
+    assert sum("accepted an unmet SLA" in w for w in done["warnings"]) == 3
+    # Re-applying something else leaves the accepted deployment alone: it is not held against that apply.
+    again = await call(c.apply, [{"name": "d.yaml", "text": DEPLOYMENT % 1}])
+    assert again["applied"] == [{"kind": "ModelDeployment", "name": "chat", "action": "created"}]
+
+
+async def test_cli_apply_and_validate_refuse_an_unmet_sla_with_the_nearest_miss(make_service, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """meridian validate and meridian apply exit 1 on the impossible SLA with the nearest-miss line;
+    --allow-unmet-sla makes both exit 0 with warnings."""
+    svc = await make_service()
+    monkeypatch.setenv("MERIDIAN_SCHEDULER_URL", f"http://127.0.0.1:{svc.admin_port}")
+    monkeypatch.setenv("MERIDIAN_ADMIN_TOKEN", ADMIN_TOKEN)
+    paths = []
+    for f in impossible_examples():
+        path = tmp_path / pathlib.Path(f["name"]).name
+        path.write_text(f["text"])
+        paths.append(str(path))
+    assert await call(cli.main, ["validate", *paths]) == 1
+    captured = capsys.readouterr()
+    assert "embed/ap-northeast: UNMET (ttft): best is A100-80GB in japaneast" in captured.out
+    assert "deployments.yaml:107: spec.sla.client_regions.0: no declared capacity meets the SLA from na-east: " \
+           "best is H100 in us-east-1 (aws-use1/h100): 6.7 ms RTT + 0.7 ms prefill of 512 tokens + 10 ms headroom " \
+           "> TTFT 1 ms" in captured.err, captured.err
+    assert await call(cli.main, ["validate", *paths, "--allow-unmet-sla"]) == 0
+    assert "warning: " in capsys.readouterr().err
+    args = [a for p in paths for a in ("-f", p)]
+    assert await call(cli.main, ["apply", *args]) == 1
+    err = capsys.readouterr().err
+    assert "no declared capacity meets the SLA from ap-northeast" in err and "nothing was changed" in err
+    assert await svc.spec_store.generation() == 0
+    assert await call(cli.main, ["apply", *args, "--allow-unmet-sla"]) == 0
+    assert "warning: accepted an unmet SLA" in capsys.readouterr().err
+
+
+EMBED = """
+apiVersion: meridian/v1
+kind: ModelDeployment
+metadata: {name: embed}
+spec:
+  model: {source: BAAI/bge-large-en-v1.5, served_name: embed}
+  runtime: {is_embedding: true}
+  resources: {gpu_types: [L4]}
+  sla: {ttft_p99_ms: 60, client_regions: [na-east, eu-west, ap-south], always_served_regions: [eu-west]}
+  scaling: {min_replicas: 1, max_replicas: 4, scale_up_delay_s: 0}
+"""
+
+
+async def test_get_deployment_shows_the_sla_per_client_region(make_service, capsys, monkeypatch):
+    """meridian get deployment NAME prints, per client region: covered by which replicas, expected
+    TTFT p99 (RTT + prefill + headroom), the TTFT p99 routers report, and why a region is unmet; the
+    admin API serves the same under the item's "sla"."""
+    svc = await leading(await make_service())
+    c = client(svc)
+    await call(c.apply, [{"name": "e.yaml", "text": EMBED}])
+    agent = testing.FakeAgent([f"127.0.0.1:{svc.grpc_port}"], "c1", TOKENS["c1"], cloud=fm.Cloud.AWS,
+                              region="us-east-1")
+    cluster = testing.FakeCluster(agent, [testing.gpu_pool("l4", nodes=2, nodes_max=4)])
+    await cluster.connect()
+    try:
+        now = svc.clock.now()
+        report = fm.TrafficReport("router-a", "na-east", now - 10, now, (
+            fm.TrafficSample("embed", "na-east", requests=20, ttft_p99_ms=31.0),))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as ch:
+            await routing_pb2_grpc.RoutingServiceStub(ch).ReportTraffic(wire.traffic_to_pb(report, ROUTER_TOKEN))
+
+        async def covered() -> dict | None:
+            await cluster.step()
+            item = await call(c.get, "deployment", "embed")
+            regions = {r["client_region"]: r for r in item["sla"]["regions"]}
+            return regions if regions["na-east"]["covered_by"] else None
+
+        regions = await testing.wait_for(covered, interval_s=0.2, what="a replica covering na-east")
+        na = regions["na-east"]
+        assert na["required"] and na["covered"] and na["status"] == "met"
+        assert na["covered_by"][0]["cluster"] == "c1" and na["covered_by"][0]["gpu_type"] == "L4"
+        assert na["expected_ttft_p99_ms"] == pytest.approx(6.7 + 5.7 + 10, abs=1.0)
+        assert na["measured_ttft_p99_ms"] == 31.0 and na["traffic_rps"] == 2.0
+        eu = regions["eu-west"]  # always served, but no pool is within 60 ms of it
+        assert (eu["always_served"], eu["status"], eu["cause"]) == (True, "unmet", "ttft")
+        assert "no replica of embed within reach of eu-west" in eu["reason"]
+        south = regions["ap-south"]  # no traffic, not always served
+        assert (south["required"], south["status"]) == (False, "not_required")
+        monkeypatch.setenv("MERIDIAN_SCHEDULER_URL", f"http://127.0.0.1:{svc.admin_port}")
+        monkeypatch.setenv("MERIDIAN_ADMIN_TOKEN", ADMIN_TOKEN)
+        assert await call(cli.main, ["get", "deployment", "embed"]) == 0
+        out = capsys.readouterr().out
+        assert "# sla: TTFT p99 60 ms, per client region" in out
+        assert "#   na-east: met: covered by " in out and "(c1, us-east-1, L4, 6.7 ms)" in out
+        assert "measured 31 ms; 2 req/s" in out
+        assert "#   eu-west: UNMET (ttft): no replica within reach" in out and "always served" in out
+    finally:
+        await agent.close()

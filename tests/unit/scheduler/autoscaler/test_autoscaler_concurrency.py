@@ -256,3 +256,18 @@ def test_decisions_always_within_bounds_and_regions_add_up(steps, to_zero, warm)
         assert decision.replicas >= (0 if to_zero else 1)
         if decision.replicas == 0:
             assert to_zero and east == 0 and west == 0
+
+
+def test_regions_with_traffic_are_covered_and_stay_covered_for_the_down_delay():
+    """A region that sends traffic is in covered_regions at once; after it goes quiet it stays
+    covered for scale_down_delay_s (120 s here), then drops out; at zero replicas nothing is."""
+    drv = Driver(make_spec(), replicas=1)
+    assert drv.step(5, {"na-east": 5, "eu-west": 1}).covered_regions == ("eu-west", "na-east")
+    for _ in range(20):  # 100 s without eu-west traffic
+        decision = drv.step(5, {"na-east": 5})
+    assert decision.covered_regions == ("eu-west", "na-east")
+    for _ in range(5):
+        decision = drv.step(5, {"na-east": 5})
+    assert decision.covered_regions == ("na-east",)
+    idle = Driver(make_spec(min_replicas=0, scale_to_zero=True, scale_to_zero_after_s=0), replicas=0)
+    assert idle.step(5, {}).covered_regions == ()

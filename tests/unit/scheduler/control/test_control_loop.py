@@ -384,3 +384,31 @@ spec:
     h = await lead(store, clock_mod.ManualClock(1_800_000_000.0))
     assert "chat" in h.loop.specs.deployments and h.loop.specs.policy is not None
     assert any("event=spot_fallback_unsupported" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_always_served_region_no_cluster_reaches_is_named_in_the_log_and_the_metric(store, caplog):
+    """ap-south must always be served but every cluster is in the US (173 ms + an L4's prefill over a
+    300 ms TTFT): the plan names it uncovered (ttft), the loop logs event=sla_unmet and sets
+    meridian_scheduler_unmet_sla; once the spec drops the region, the gauge drops to 0 and sla_met is logged."""
+    far = SPECS.replace("sla: {ttft_p99_ms: 2000, tpot_p99_ms: 200, client_regions: [na-east]}",
+                        "sla: {ttft_p99_ms: 300, tpot_p99_ms: 200, client_regions: [na-east, ap-south], "
+                        "always_served_regions: [ap-south]}")
+    await apply_specs(store, far)
+    h = await lead(store, CLOCK)
+    c1, c2 = SimCluster("c1"), SimCluster("c2")
+    await c1.hello(h)
+    await c2.hello(h)
+    with caplog.at_level("INFO", logger="meridian.scheduler.loop"):
+        await converge(h, [c1, c2], rounds=2)
+        [u] = h.loop.plan.result.uncovered
+        assert (u.deployment, u.client_region, u.constraint) == ("chat", "ap-south", "ttft")
+        sample = {"deployment": "chat", "client_region": "ap-south", "cause": "ttft"}
+        assert h.metrics.registry.get_sample_value("meridian_scheduler_unmet_sla", sample) == 1.0
+        assert any("event=sla_unmet deployment=chat client_region=ap-south cause=ttft" in r.getMessage()
+                   for r in caplog.records)
+        await apply_specs(store, far.replace("client_regions: [na-east, ap-south], always_served_regions: [ap-south]",
+                                             "client_regions: [na-east]"))
+        await converge(h, [c1, c2], rounds=2)
+        assert h.loop.plan.result.uncovered == ()
+        assert h.metrics.registry.get_sample_value("meridian_scheduler_unmet_sla", sample) == 0.0
+        assert any("event=sla_met deployment=chat client_region=ap-south" in r.getMessage() for r in caplog.records)

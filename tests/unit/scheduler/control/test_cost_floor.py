@@ -117,3 +117,29 @@ def test_validate_prints_the_floor_and_its_plan(capsys):
     assert cli.main(["validate", *deployments_only, "--cost-floor"]) == 1
     assert "needs the Cluster specs" in capsys.readouterr().err
     assert cli.main(["validate", *deployments_only]) == 0  # without the flag the same files are valid
+
+
+def _sla(specs: planner.SpecView, name: str, **sla) -> planner.SpecView:
+    doc = specs.deployments[name]
+    s = doc.spec.model_copy(update={"sla": doc.spec.sla.model_copy(update=sla)})
+    if "always_served_regions" in sla:
+        s = s.model_copy(update={"scaling": s.scaling.model_copy(update={"scale_to_zero": False})})
+    deps = dict(specs.deployments)
+    deps[name] = doc.model_copy(update={"spec": s})
+    return dataclasses.replace(specs, deployments=deps)
+
+
+def test_always_served_regions_raise_the_floor_and_every_unplaceable_deployment_says_why(examples):
+    """embed scales to zero (no floor); always serving ap-northeast within a 60 ms TTFT (no paid node
+    of the floor's plan is that near) puts a replica near Tokyo in the floor's plan and raises it. A TTFT target no GPU type meets leaves
+    chat-8b out, with the nearest miss as the reason (not a bare name)."""
+    base = floor.compute(examples)
+    served = floor.compute(_sla(examples, "embed", always_served_regions=["ap-northeast"], ttft_p99_ms=60))
+    assert served.usd_per_hour > base.usd_per_hour
+    offers = {o.key: o for o in inputs.pools_from_clusters(examples.clusters.values(), examples.policy)}
+    embed_regions = {offers[k].region for (d, k) in served.placement if d == "embed"}
+    assert embed_regions & {"asia-northeast1", "japaneast"}
+    impossible = floor.compute(_sla(examples, "chat-8b", ttft_p99_ms=1))
+    assert impossible.unplaced == ("chat-8b",)
+    assert any(r.startswith("chat-8b: ") and "> TTFT 1 ms" in r and "best is" in r for r in impossible.reasons), \
+        impossible.reasons

@@ -24,20 +24,25 @@ def dep(name: str, *, regions: dict[str, int], gpu_types: Iterable[str] = ("L4",
         spot_share: float = 0.5, team: str = "", priority_class: str = "standard", priority: int = 100,
         source: str = CHAT, gpus: int = 1, gpus_by_type: dict[str, int] | None = None, max_replicas: int = 50,
         profile: dict[str, float] | None = None, placement_clouds: Iterable[str] = (),
-        min_memory_gib: int | None = None) -> solver.DeploymentDemand:
+        min_memory_gib: int | None = None, covered: Iterable[str] | None = None, always_served: Iterable[str] = (),
+        tpot_ms: float = 200, embedding: bool = False, source_regions: Iterable[str] | None = None
+        ) -> solver.DeploymentDemand:
     spec = deployment_spec.ModelDeploymentSpec.model_validate({
         "model": {"source": source, "served_name": name},
         "resources": {"gpus_per_replica": gpus, "gpu_types": list(gpu_types), "gpus_by_type": gpus_by_type or {},
                       "min_gpu_memory_gib": min_memory_gib,
                       "throughput_profile": profile or {}},
-        "sla": {"ttft_p99_ms": ttft_ms, "tpot_p99_ms": 200, "client_regions": list(regions),
-                "max_rtt_ms": max_rtt_ms},
+        "sla": {"ttft_p99_ms": ttft_ms, "tpot_p99_ms": None if embedding else tpot_ms,
+                "client_regions": list(source_regions or regions), "max_rtt_ms": max_rtt_ms,
+                "always_served_regions": list(always_served)},
+        "runtime": {"is_embedding": embedding},
         "scaling": {"min_replicas": 0, "max_replicas": max_replicas},
         "placement": {"min_distinct_clouds": clouds, "min_distinct_regions": distinct_regions,
                       "clouds": list(placement_clouds), "spot": {"allowed": spot, "max_share": spot_share}},
         "priority_class": priority_class,
     })
-    return solver.DeploymentDemand(name, spec, dict(regions), team, priority_class, priority)
+    return solver.DeploymentDemand(name, spec, dict(regions), team, priority_class, priority,
+                                   covered_regions=None if covered is None else frozenset(covered))
 
 
 def pool(cluster: str, cloud: str, region: str, gpu_type: str, price_per_node: float, *, gpus_per_node: int = 1,
@@ -73,8 +78,10 @@ def prefill_ms(spec: deployment_spec.ModelDeploymentSpec, gpu_type: str) -> floa
     return perf.prefill_s(spec.workload.prompt_tokens_mean) * 1000.0
 
 
-def violations(prob: solver.PlacementProblem, result: solver.PlacementResult) -> list[str]:
-    """Every hard constraint the placement breaks, checked from first principles."""
+def violations(prob: solver.PlacementProblem, result: solver.PlacementResult,
+               settings: solver.SolverSettings | None = None, coverage: bool = True) -> list[str]:
+    """Every hard constraint the placement breaks, checked from first principles (and coverage:
+    ``coverage_violations``, with the TTFT headroom of ``settings``)."""
     out: list[str] = []
     offers = {p.key: p for p in prob.pools}
     deps = {d.name: d for d in prob.deployments}
@@ -182,6 +189,46 @@ def violations(prob: solver.PlacementProblem, result: solver.PlacementResult) ->
                 out.append(f"{d.name} in {region}: served {got:.2f} + reported unplaced {missing} < wanted {wanted}")
             if missing and not all(u.reason and u.constraint for u in result.unplaced if u.deployment == d.name):
                 out.append(f"{d.name}: unplaced demand without a reason")
+    if coverage:
+        out += coverage_violations(prob, result, (settings or solver.SolverSettings()).ttft_headroom_ms)
+    return out
+
+
+def coverage_violations(prob: solver.PlacementProblem, result: solver.PlacementResult,
+                        headroom_ms: float = 10.0) -> list[str]:
+    """Every region a deployment must cover (its regions with demand, those named in
+    covered_regions and its always-served ones) has a replica within its SLA's reach (RTT +
+    prefill + headroom within TTFT, RTT within max_rtt_ms unless no pool is), or is reported in
+    ``uncovered`` with a reason; what is reported uncovered really is (served beyond max_rtt_ms at
+    most)."""
+    out: list[str] = []
+    offers = {p.key: p for p in prob.pools}
+    reported = {(u.deployment, u.client_region): u for u in result.uncovered}
+    for d in prob.deployments:
+        named = set(d.covered_regions or ()) | {r for r, w in d.replicas_by_region.items() if w > 0}
+        sla = d.spec.sla
+        for region in sorted(set(named) | set(sla.always_served_regions)):
+            strict, beyond = [], []
+            for key in result.placement.of(d.name):
+                offer = offers[key]
+                rtt = prob.latency_map.rtt_ms(region, offer.region)
+                if rtt + prefill_ms(d.spec, offer.gpu_type) + headroom_ms > sla.ttft_p99_ms:
+                    continue
+                (beyond if sla.max_rtt_ms is not None and rtt > sla.max_rtt_ms else strict).append(key)
+            u = reported.get((d.name, region))
+            if strict and u is not None:
+                out.append(f"{d.name}: {region} reported uncovered ({u.constraint}) but {strict[0]} is within reach")
+            if not strict and u is None:
+                out.append(f"{d.name}: {region} has no replica within reach and is not reported uncovered")
+            if u is not None and not (u.reason and u.constraint):
+                out.append(f"{d.name}: {region} uncovered without a reason")
+            if u is not None and u.served_from and within_reach(prob, d.name, region):
+                out.append(f"{d.name}: {region} reported served beyond max_rtt_ms though a pool is within it")
+            if u is not None and u.served_from and u.served_from not in beyond:
+                out.append(f"{d.name}: {region} reported served from {u.served_from}, which holds no replica in reach")
+    for key in reported:
+        if key[0] not in {d.name for d in prob.deployments}:
+            out.append(f"uncovered region of an unknown deployment {key}")
     return out
 
 

@@ -1,5 +1,6 @@
-"""Property tests: on random small fleets no plan breaks a hard constraint, and every unserved
-demand is reported with the constraint that stops it, by whichever path the solve meets its time
+"""Property tests: on random small fleets no plan breaks a hard constraint, every unserved demand
+is reported with the constraint that stops it and every covered region has a replica within reach
+or is reported uncovered with its cause, by whichever path the solve meets its time
 limit (CP-SAT in time, a tiny limit, no CP-SAT solution, CP-SAT's first solution, the LP out of
 time: ``solver_cases.TIMEOUT_PATHS``), first placements and warm-started re-solves alike.
 Bounded: few examples, at most 1 s per solve (most take tens of ms). Settings: the
@@ -21,8 +22,7 @@ CLOUD_REGIONS = [("aws", "us-east-1"), ("aws", "eu-west-1"), ("aws", "ap-south-1
                  ("gcp", "europe-west4"), ("azure", "eastus2"), ("azure", "japaneast")]
 CLIENTS = ["na-east", "na-west", "eu-west", "ap-south", "ap-northeast"]
 TYPES = [("L4", 1), ("A10G", 1), ("L40S", 1), ("H100", 8)]
-CONSTRAINTS = {"gpu_type", "placement", "policy", "excluded", "latency", "capacity", "team_quota", "cloud_quota",
-               "budget", "max_replicas", "isolation", "spot", "priority", "time_limit", "error"}
+CONSTRAINTS = set(solver.problem.CONSTRAINTS)
 
 
 @st.composite
@@ -49,7 +49,10 @@ def instances(draw: st.DrawFn) -> solver.PlacementProblem:
             distinct_regions=draw(st.integers(1, 2)), spot=draw(st.booleans()),
             spot_share=draw(st.sampled_from([0.0, 0.3, 0.5, 1.0])), team=draw(st.sampled_from(["a", "b", ""])),
             priority_class=prio[0], priority=prio[1], max_replicas=draw(st.integers(2, 12)),
-            profile={t: draw(st.sampled_from([0.5, 1.0, 2.0, 4.0])) for t in types}))
+            profile={t: draw(st.sampled_from([0.5, 1.0, 2.0, 4.0])) for t in types},
+            # Coverage: traffic from regions demand may not reach (None: the regions with demand).
+            covered=draw(st.one_of(st.none(), st.lists(st.sampled_from(regions), unique=True))),
+            always_served=draw(st.lists(st.sampled_from(regions), max_size=1))))
     teams = [{"name": t, "max_gpus": draw(st.one_of(st.none(), st.integers(0, 16))),
               "max_gpus_by_type": draw(st.dictionaries(st.sampled_from(["L4", "H100"]), st.integers(0, 8), max_size=1)),
               "budget_per_hour_usd": draw(st.one_of(st.none(), st.floats(0, 60)))} for t in ("a", "b")]
@@ -68,7 +71,7 @@ def check(prob: solver.PlacementProblem, result: solver.PlacementResult) -> None
     """A returned plan breaks nothing, and what it leaves unserved is explained."""
     assert result.status in (solver.SolveStatus.OPTIMAL, solver.SolveStatus.FEASIBLE)
     assert sc.violations(prob, result) == []
-    for u in result.unplaced:
+    for u in (*result.unplaced, *result.uncovered):
         assert u.constraint in CONSTRAINTS
         assert u.deployment in u.reason and u.client_region in u.reason
     assert result.lower_bound <= result.objective + 1e-6

@@ -133,11 +133,12 @@ def test_validate_names_every_broken_constraint():
         {("chat", "na-east", "a/l4-on-demand"): 3.0, ("chat", "na-east", "m/l4-on-demand"): 1.0,
          ("iso", "na-east", "a/l4-on-demand"): 2.0})
     found = {v.constraint for v in validate.violations(prob, bad)}
-    assert found >= {"excluded", "capacity", "team_quota", "max_replicas", "spot", "isolation", "latency"}
+    assert found >= {"stock_out", "capacity", "team_quota", "max_replicas", "spot", "isolation", "max_rtt"}
     repaired = validate.repair(prob, bad)
     assert validate.violations(prob, repaired.placement) == []
+    # (Uncovered regions are named by solve from the repaired plan, not by repair itself.)
     assert sc.violations(prob, solver.PlacementResult(solver.SolveStatus.FEASIBLE, repaired.placement, 0, 0, 0, 0,
-                                                      repaired.unplaced)) == []
+                                                      repaired.unplaced), coverage=False) == []
     assert repaired.dropped_replicas > 0 and {u.deployment for u in repaired.unplaced} <= {"chat", "iso"}
 
 
