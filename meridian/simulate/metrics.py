@@ -68,6 +68,7 @@ class RunResult:
     stats: dict[str, float]
     notes: tuple[str, ...] = ()
     usage: dict[str, float] = dataclasses.field(default_factory=dict)  # READY replica-hours by USAGE_KEY
+    bill: dict = dataclasses.field(default_factory=dict)  # the run's bill (meridian.cost.document.of_window)
 
     USAGE_KEY = ("deployment", "cloud", "region", "tier", "gpu_type")
 
@@ -87,7 +88,7 @@ class RunResult:
                 "regions": {k: v.to_dict() for k, v in self.regions.items()},
                 "deployments": {k: v.to_dict() for k, v in self.deployments.items()},
                 "stats": {k: _round(v, 4) for k, v in self.stats.items()}, "notes": list(self.notes),
-                "replica_hours": self.replica_hours(), "series": self.series}
+                "replica_hours": self.replica_hours(), "bill": self.bill, "series": self.series}
 
 
 def _round(x: float, digits: int) -> float | None:
@@ -182,7 +183,8 @@ class Collector:
                            percentile_ms(hist, 0.9), percentile_ms(hist, 0.99))
 
     def result(self, *, policy: str, label: str, routing: str, placement: str, hours: float,
-               stats: dict[str, float], notes: Sequence[str] = (), usage: dict[str, float] | None = None) -> RunResult:
+               stats: dict[str, float], notes: Sequence[str] = (), usage: dict[str, float] | None = None,
+               bill: dict | None = None) -> RunResult:
         self.flush()
         by_region = self.counts.sum(axis=0)
         regions = {r: self._group(by_region[i], self.hist[i]) for i, r in enumerate(self.regions)
@@ -210,4 +212,4 @@ class Collector:
         for cause, n in sorted(self.failures.items()):
             stats[f"failed_{cause}"] = n
         return RunResult(policy, label, routing, placement, hours, self.cost_usd, total, regions, deployments,
-                         series, stats, tuple(notes), dict(usage or {}))
+                         series, stats, tuple(notes), dict(usage or {}), dict(bill or {}))
