@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "delete": ("meridian.cli.delete", "delete an applied spec (delete KIND NAME)"),
     "plan": ("meridian.cli.plan", "dry run: placement, diff, cost before/after, SLA risks (-f FILE)"),
     "state": ("meridian.cli.state", "back up or restore the scheduler's state store (state export|import FILE)"),
+    "cost": ("meridian.cli.cost", "the bill: per model, team, cloud and tier, idle GPUs apart, $/M tokens, cost floor"),
     "demo": ("meridian.cli.demo", "run the whole system on this machine: clusters, traffic, failures, report"),
     "simulate": ("meridian.cli.simulate", "simulate a day of traffic and compare Meridian with baselines"),
 }

@@ -9,6 +9,7 @@ Every ``/v1/`` route needs ``Authorization: Bearer <token>`` (the admin token; c
     DELETE /v1/specs/{kind}/{name}
     POST   /v1/plan                  same body as apply (empty files: plan the stored specs)
     GET    /v1/status
+    GET    /v1/cost[?floor=wait]     the bill now and since this node leads, the cost floor (admin/cost.py)
 
 A rejected apply or delete answers 422 with every problem (file, line, path, message) and stores
 nothing. Any node (leader or standby) accepts applies; they go to the shared store."""
@@ -26,9 +27,10 @@ from meridian import spec
 from scheduler import clock as clock_mod
 from scheduler import metrics as metrics_mod
 from scheduler import rollout
+from scheduler.admin import cost as cost_api
 from scheduler.admin import dryrun, specs
+from scheduler.control import billing, planner
 from scheduler.control import loop as loop_mod
-from scheduler.control import planner
 from scheduler.server import auth
 from scheduler.state import base, records
 
@@ -49,6 +51,8 @@ class AdminContext:
     status: Callable[[], Awaitable[dict]]
     is_leader: Callable[[], bool]
     solve_time_limit_s: float
+    meter: billing.CostMeter
+    floors: cost_api.FloorCache
     env: Mapping[str, str] | None = None
 
 
@@ -202,6 +206,22 @@ async def status(request: web.Request) -> web.Response:
     return web.json_response(await request.app[CTX].status())
 
 
+async def get_cost(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    await ctx.loop.refresh_specs()  # a standby's view of the specs too (the floor is theirs)
+    now = ctx.clock.now()
+    specs_now = ctx.loop.specs
+    fleet_bill = billing.bill_now(ctx.loop.fleet.snapshot(now), specs_now)
+    tokens = billing.tokens_per_s(await ctx.traffic.demand(now, ctx.loop.config.demand_max_age_s))
+    wait = request.query.get("floor", "")
+    if wait not in ("", "wait"):
+        return _error(400, f"floor={wait!r}: the only value is 'wait' (wait for the cost floor's solve)")
+    floor = await ctx.floors.wait(specs_now) if wait == "wait" else ctx.floors.get(specs_now)
+    return web.json_response(cost_api.document(
+        fleet_bill, ctx.meter.window(now) if ctx.is_leader() else None, tokens, now_s=now, leader=ctx.is_leader(),
+        floor=floor, scale_down_delay_s=ctx.loop.config.pool_scale_down_delay_s))
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "leader": request.app[CTX].is_leader()})
 
@@ -220,6 +240,7 @@ def build_app(ctx: AdminContext) -> web.Application:
     app.router.add_delete("/v1/specs/{kind}/{name}", delete_spec)
     app.router.add_post("/v1/plan", plan)
     app.router.add_get("/v1/status", status)
+    app.router.add_get("/v1/cost", get_cost)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     return app

@@ -1,4 +1,4 @@
-"""A small synchronous client of the admin API, for the CLI (``meridian apply/get/delete/plan``)
+"""A small synchronous client of the admin API, for the CLI (``meridian apply/get/delete/plan/cost``)
 and scripts. Server address: ``--server`` or ``MERIDIAN_SCHEDULER_URL`` (default
 http://127.0.0.1:7071); token: ``--token-file`` or ``MERIDIAN_ADMIN_TOKEN``."""
 
@@ -107,3 +107,7 @@ class AdminClient:
 
     def status(self) -> dict:
         return self._call("GET", "/v1/status")
+
+    def cost(self, wait_floor: bool = True) -> dict:
+        """The bill (``GET /v1/cost``); ``wait_floor``: wait for the cost floor's solve."""
+        return self._call("GET", "/v1/cost" + ("?floor=wait" if wait_floor else ""))
