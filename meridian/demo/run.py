@@ -178,11 +178,14 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
     traffic_started = time.monotonic()
     last_print = 0.0
     status: dict = {}
+    bill: dict = {}
     try:
         while not all(g.done() for g in gens):
             elapsed = time.monotonic() - traffic_started
             with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
                 status = await fleet.status(session)
+                if interactive:
+                    bill = await fleet.cost(session)
             if elapsed >= phases.lose_at and not lost:
                 lost = _lose_region(fleet, status, opts, timeline)
             if lost:
@@ -197,12 +200,15 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
             rows = stats.region_rows(window, min(10.0, max(1.0, elapsed)))
             if interactive:
                 out.write("\x1b[H\x1b[2J" + view.frame(elapsed, opts.duration_s, phases.name(elapsed), status, rows,
-                                                      timeline.lines) + "\n")
+                                                      timeline.lines, bill) + "\n")
                 out.flush()
             elif elapsed - last_print >= 10:
                 last_print = elapsed
                 line = "  ".join(f"{r.region} {r.rps:.1f}rps p99 {r.ttft_p99_ms or 0:.0f}ms" for r in rows)
-                print(f"[{elapsed:4.0f}s/{opts.duration_s:.0f}s] {phases.name(elapsed)} | {line}", file=out, flush=True)
+                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
+                    bill = await fleet.cost(session)
+                print(f"[{elapsed:4.0f}s/{opts.duration_s:.0f}s] {phases.name(elapsed)} | {line} | "
+                      f"{view.bill_short(bill)}", file=out, flush=True)
             await asyncio.sleep(1.0)
         await asyncio.gather(*gens)
     finally:
@@ -235,9 +241,11 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
                "time to re-place its capacity": lost.get("replaced_s")}
     for u in (status.get("plan") or {}).get("unplaced", []):
         timeline.note(f"unplaced at the end: {u.get('reason', '')}")
-    print(view.report(stats.placement_rows(status), stats.attainment(recorder.records, slas), total, failed,
-                      timings, timeline.lines, slas, stats.failure_reasons(recorder.records),
-                      stats.cold_starts(recorder.records, cold, slas), stats.billed_per_hour(status)),
+    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
+        bill = await fleet.cost(session, wait_floor=True)
+    print(view.report(stats.placement_rows(bill.get("now") or {}), stats.attainment(recorder.records, slas), total,
+                      failed, timings, timeline.lines, slas, stats.failure_reasons(recorder.records),
+                      stats.cold_starts(recorder.records, cold, slas), bill),
           file=out, flush=True)
     return 0
 
