@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="after the traffic, wait up to this long for the lost region's capacity to be re-placed "
                              f"if it is not yet, so the report can time it (default {d.replace_wait_s:.0f}; 0: do not "
                              "wait)")
+    parser.add_argument("--scale-down-delay", type=float, default=d.pool_scale_down_delay_s, metavar="SECONDS",
+                        help="the scheduler's pool_scale_down_delay_s in the demo: idle nodes are given back after "
+                             f"this (default {d.pool_scale_down_delay_s:g}; the scheduler's own default, 300, "
+                             "outlasts the demo)")
     parser.add_argument("--no-live", action="store_true", help="print a progress line every 10 s instead of the live view")
     parser.add_argument("--workdir", type=pathlib.Path, help="keep logs, state and configs here (default: a temp dir, removed)")
     parser.add_argument("--seed", type=int, default=d.seed)
@@ -40,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
     opts = demo_run.DemoOptions(duration_s=args.duration, base_rps_per_region=args.rps, spike_factor=args.spike,
                                 live=not args.no_live, workdir=args.workdir, keep_workdir=args.workdir is not None,
-                                seed=args.seed, lose_cluster=args.lose, replace_wait_s=args.replace_wait)
+                                seed=args.seed, lose_cluster=args.lose, replace_wait_s=args.replace_wait,
+                                pool_scale_down_delay_s=args.scale_down_delay)
     return asyncio.run(_main(opts))
 
 

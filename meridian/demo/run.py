@@ -42,6 +42,9 @@ class DemoOptions:
     # when it is not yet (a 70B replica on a new node takes over a minute to load its weights).
     replace_wait_s: float = 60.0
     startup_timeout_s: float = 120.0
+    # The scheduler's pool_scale_down_delay_s for the demo: its default (300 s) outlasts the whole run,
+    # so the nodes a replacement or a preemption's backfill leaves idle would be billed to the end.
+    pool_scale_down_delay_s: float = 20.0
 
 
 @dataclasses.dataclass
@@ -123,7 +126,8 @@ async def _wait_routable(fleet: fleet_mod.LocalFleet, session: aiohttp.ClientSes
 async def demo(opts: DemoOptions, out=sys.stdout) -> int:
     workdir = pathlib.Path(opts.workdir or tempfile.mkdtemp(prefix="meridian-demo-"))
     # An edge router per client region, as a global endpoint would run (anycast to the nearest).
-    cfg = fleet_mod.FleetConfig(workdir=workdir, edge_regions=CLIENT_REGIONS)
+    cfg = fleet_mod.FleetConfig(workdir=workdir, edge_regions=CLIENT_REGIONS, scheduler_settings=(
+        *fleet_mod.FleetConfig.scheduler_settings, f"pool_scale_down_delay_s={opts.pool_scale_down_delay_s:g}"))
     fleet = fleet_mod.LocalFleet(cfg)
     spec_set = spec.load_files([*cfg.spec_files, cfg.cluster_file])
     models, slas, model_regions, cold = _models(spec_set)

@@ -114,7 +114,8 @@ def bill_lines(bill: Mapping | None) -> list[str]:
     if not bill or not bill.get("now"):
         return ["bill: the scheduler did not answer GET /v1/cost"]
     out = cost.text.headline(bill["now"], bill.get("floor"), what="Bill at the end")
-    out += ["By model:", cost.text.table(bill["now"], "model"), "By team:", cost.text.table(bill["now"], "team")]
+    out += ["", "By model:", cost.text.table(bill["now"], "model"), "", "By team:", cost.text.table(bill["now"], "team"),
+            "", "By cluster:", cost.text.table(bill["now"], "cluster"), ""]
     since = bill.get("since")
     if since and since.get("hours", 0) > 0:
         out += cost.text.headline(since, what="Billed over the run (since the scheduler took the lead)")
