@@ -208,18 +208,20 @@ async def status(request: web.Request) -> web.Response:
 
 async def get_cost(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
-    await ctx.loop.refresh_specs()  # a standby's view of the specs too (the floor is theirs)
-    now = ctx.clock.now()
-    specs_now = ctx.loop.specs
-    fleet_bill = billing.bill_now(ctx.loop.fleet.snapshot(now), specs_now)
-    tokens = billing.tokens_per_s(await ctx.traffic.demand(now, ctx.loop.config.demand_max_age_s))
     wait = request.query.get("floor", "")
     if wait not in ("", "wait"):
         return _error(400, f"floor={wait!r}: the only value is 'wait' (wait for the cost floor's solve)")
+    now = ctx.clock.now()
+    leader = ctx.is_leader()
+    # A standby knows no fleet (an empty bill) and its loop does not follow the specs: the floor is
+    # that of the specs as stored. Only the leader reads the traffic (its read prunes stale reports).
+    specs_now = ctx.loop.specs if leader else await cost_api.stored_specs(ctx.spec_store, ctx.loop.specs)
+    fleet_bill = billing.bill_now(ctx.loop.fleet.snapshot(now), specs_now)
+    tokens = billing.tokens_per_s(await ctx.traffic.demand(now, ctx.loop.config.demand_max_age_s)) if leader else {}
     floor = await ctx.floors.wait(specs_now) if wait == "wait" else ctx.floors.get(specs_now)
     return web.json_response(cost_api.document(
-        fleet_bill, ctx.meter.window(now) if ctx.is_leader() else None, tokens, now_s=now, leader=ctx.is_leader(),
-        floor=floor, scale_down_delay_s=ctx.loop.config.pool_scale_down_delay_s))
+        fleet_bill, ctx.meter.window(now) if leader else None, tokens, now_s=now, leader=leader, floor=floor,
+        scale_down_delay_s=ctx.loop.config.pool_scale_down_delay_s))
 
 
 async def healthz(request: web.Request) -> web.Response:

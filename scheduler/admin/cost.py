@@ -12,9 +12,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from meridian import cost
+from meridian import cost, spec
 from scheduler.control import billing, planner
 from scheduler.control import floor as floor_mod
+from scheduler.state import records
 
 log = logging.getLogger("meridian.scheduler.admin.cost")
 WAIT_MARGIN_S = 10.0
@@ -66,6 +67,20 @@ class FloorCache:
             result = {"status": "ready", **floor.to_dict()}
         self._done = (specs.generation, result)
         return result
+
+
+async def stored_specs(spec_store: records.SpecStore, fallback: planner.SpecView) -> planner.SpecView:
+    """The applied specs as the store holds them (a standby's loop does not follow them; the floor
+    is theirs); ``fallback`` when the stored set does not load."""
+    gen = await spec_store.generation()
+    if gen == fallback.generation:
+        return fallback
+    stored = await spec_store.all()
+    try:
+        return planner.SpecView.of(await asyncio.to_thread(records.spec_set, stored), gen)
+    except spec.SpecError as exc:
+        log.error("event=stored_specs_invalid where=cost generation=%d issues=%d", gen, len(exc.issues))
+        return fallback
 
 
 def document(fleet_bill: billing.FleetBill, window: cost.Window | None, tokens: dict[str, cost.Tokens], *,

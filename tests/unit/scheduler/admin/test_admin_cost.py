@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.error
+import urllib.request
 
 import grpc
 import pytest
@@ -175,11 +177,22 @@ async def test_cli_cost_prints_the_bill_the_endpoint_answers(make_service, capsy
 
 
 async def test_a_standby_answers_with_no_fleet_and_says_where_the_leader_is(make_service, tmp_path):
-    """A standby knows no fleet: its bill is empty, says so, and points at the leader."""
+    """A standby knows no fleet: its bill is empty, says so, and points at the leader; the cost floor
+    it gives is that of the specs as stored, the leader's; a bad ``floor`` parameter is a 400 naming
+    the valid value."""
     state = f"sqlite://{tmp_path}/shared.db"
     leader = await leading(await make_service(state_url=state))
     standby = await make_service(state_url=state)
     doc = await call(client(standby).cost, False)
     assert doc["leader"] is False and "stands by" in doc["note"]
     assert doc["now"]["usd_per_hour"] == 0 and doc["since"] is None
-    assert leader.token > 0
+    assert doc["floor"]["status"] == "none"
+    with pytest.raises(urllib.error.HTTPError) as err:
+        await call(urllib.request.urlopen, urllib.request.Request(
+            f"http://127.0.0.1:{standby.admin_port}/v1/cost?floor=later",
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}))
+    assert err.value.code == 400 and "the only value is 'wait'" in err.value.read().decode()
+    await call(client(leader).apply, [{"name": "p.yaml", "text": POLICY}, {"name": "d.yaml", "text": DEPLOYMENT},
+                                      {"name": "c.yaml", "text": CLUSTER}])
+    floors = [(await call(c.cost))["floor"] for c in (client(standby), client(leader))]
+    assert floors[0]["status"] == "ready" and floors[0]["usd_per_hour"] == floors[1]["usd_per_hour"] > 0
