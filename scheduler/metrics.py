@@ -67,12 +67,17 @@ class SchedulerMetrics:
         self.rollbacks = prom.Counter(
             f"{PREFIX}_rollbacks_total", "Automatic rollout rollbacks by reason (error_rate, ttft).",
             ["deployment", "reason"], registry=r)
+        self.bill_usd_per_hour = prom.Gauge(
+            f"{PREFIX}_bill_usd_per_hour", "What the nodes of the clusters this leader hears from bill per hour "
+            "(node-hours x price), by cloud, tier and part: shares (GPUs replicas hold) or idle; the parts sum to "
+            "the bill.", ["cloud", "tier", "part"], registry=r)
         self.errors = prom.Counter(f"{PREFIX}_errors_total", "Errors handled without crashing, by where.",
                                    ["where"], registry=r)
         self._replica_keys: set[tuple[str, str, str, str]] = set()
         self._unplaced_keys: set[str] = set()
         self._unplaced_demand_keys: set[tuple[str, str]] = set()
         self._unmet_keys: set[tuple[str, str, str]] = set()
+        self._bill_keys: set[tuple[str, str, str]] = set()
 
     def set_replicas(self, counts: collections.Counter) -> None:
         """Replace the replica gauge with ``counts`` keyed by (state, cloud, region, gpu_type); label sets no
@@ -102,6 +107,14 @@ class SchedulerMetrics:
         for key in keys:
             self.unmet_sla.labels(*key).set(1)
         self._unmet_keys |= keys
+
+    def set_bill(self, usd: dict[tuple[str, str, str], float]) -> None:
+        """Replace the bill gauge with ``usd`` keyed by (cloud, tier, part); absent label sets drop to 0."""
+        for key in self._bill_keys - set(usd):
+            self.bill_usd_per_hour.labels(*key).set(0)
+        for key, v in usd.items():
+            self.bill_usd_per_hour.labels(*key).set(v)
+        self._bill_keys |= set(usd)
 
     def exposition(self) -> bytes:
         return prom.generate_latest(self.registry)

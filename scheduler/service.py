@@ -23,11 +23,12 @@ from scheduler import metrics as metrics_mod
 from scheduler import reconciler, state
 from scheduler.admin import api as admin_api
 from scheduler.admin import tls as admin_tls
+from scheduler.admin import cost as cost_api
+from scheduler.control import billing, routes
 from scheduler.control import events as events_mod
 from scheduler.control import fleet as fleet_mod
 from scheduler.control import intake as intake_mod
 from scheduler.control import loop as loop_mod
-from scheduler.control import routes
 from scheduler.server import agents, auth, capacity, routing, tls
 from scheduler.solver import problem
 from scheduler.state import election, records
@@ -81,6 +82,7 @@ class SchedulerService:
             poll_interval_s=config.standby_poll_interval_s, clock=self.clock,
             meta={"grpc": advertise, "admin": config.admin_address}, on_elected=self._elected,
             on_deposed=self._deposed, on_error=lambda where: self.metrics.errors.labels(where).inc())
+        self.meter = billing.CostMeter()
         self._term_token = 0
         self._leader: state.Lease | None = None
         self._grpc: grpc.aio.Server | None = None
@@ -112,6 +114,7 @@ class SchedulerService:
             return
         self._term_token = lease.token
         self._leader = lease
+        self.meter.reset()
         self.metrics.is_leader.set(1)
         self.metrics.fencing_token.set(lease.token)
         self.loop.wake("elected")
@@ -124,6 +127,8 @@ class SchedulerService:
         self.metrics.leader_changes.labels("standby").inc()
         self.hub.close_all("this scheduler is no longer the leader")
         self.loop.end_term()
+        self.meter.reset()
+        self.metrics.set_bill({})
         log.warning("event=standing_down scheduler=%s token=%d", self.config.scheduler_id, lease.token)
 
     def _fenced(self) -> None:
@@ -164,7 +169,10 @@ class SchedulerService:
         app = admin_api.build_app(admin_api.AdminContext(
             spec_store=self.spec_store, traffic=self.traffic, loop=self.loop, tokens=self.tokens,
             admin_auth=self.admin_auth, metrics=self.metrics, clock=self.clock, status=self.status,
-            is_leader=lambda: bool(self.token), solve_time_limit_s=self.config.solve_time_limit_s, env=self.env))
+            is_leader=lambda: bool(self.token), solve_time_limit_s=self.config.solve_time_limit_s, meter=self.meter,
+            floors=cost_api.FloorCache(self.config.solve_time_limit_s,
+                                       on_error=lambda where: self.metrics.errors.labels(where).inc()),
+            env=self.env))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         host, port = self.config.admin_address.rsplit(":", 1)
@@ -180,7 +188,8 @@ class SchedulerService:
         self._log_admin_mode(host)
         self._tasks = [asyncio.create_task(self.elector.run(), name="elector"),
                        asyncio.create_task(self.loop.run(), name="control-loop"),
-                       asyncio.create_task(self._standby_duties(), name="standby")]
+                       asyncio.create_task(self._standby_duties(), name="standby"),
+                       asyncio.create_task(self._meter_duties(), name="cost-meter")]
         if self.admin_tls is not None:
             self._tasks.append(asyncio.create_task(
                 self.admin_tls.watch(self.config.admin_tls_reload_interval_s, self.clock), name="admin-tls-reload"))
@@ -212,6 +221,23 @@ class SchedulerService:
                 self.metrics.errors.labels("standby").inc()
                 log.warning("event=standby_error error=%r", str(exc))
             await self.clock.sleep(self.config.standby_poll_interval_s)
+
+    async def _meter_duties(self) -> None:
+        """While leading: observe the bill every tick interval, for ``GET /v1/cost``'s bill since this
+        node leads and the bill gauges."""
+        while True:
+            if self.token:
+                now = self.clock.now()
+                try:
+                    demand = await self.traffic.demand(now, self.config.demand_max_age_s)
+                except state.StateError as exc:
+                    self.metrics.errors.labels("cost_meter").inc()
+                    log.warning("event=cost_meter_error error=%r", str(exc))
+                    demand = []
+                fleet_bill = billing.bill_now(self.fleet.snapshot(now), self.loop.specs)
+                self.meter.observe(now, fleet_bill.reachable, billing.tokens_per_s(demand))
+                self.metrics.set_bill(billing.by_cloud_tier_part(fleet_bill.reachable))
+            await self.clock.sleep(self.config.tick_interval_s)
 
     async def stop(self, grace_s: float = 2.0) -> None:
         """Resign the lease (a standby takes over at once), then close everything. Idempotent."""

@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run these clusters' replicas as pods through the kubernetes backend, each on a fake "
                              "Kubernetes of its own with the sim cloud's nodes: a number N (the first N clusters of "
                              "examples/clusters.yaml) or cluster names, comma-separated (default: none)")
+    parser.add_argument("--scale-down-delay", type=float, default=d.pool_scale_down_delay_s, metavar="SECONDS",
+                        help="the scheduler's pool_scale_down_delay_s in the demo: idle nodes are given back after "
+                             f"this (default {d.pool_scale_down_delay_s:g}; the scheduler's own default, 300, "
+                             "outlasts the demo)")
     parser.add_argument("--no-live", action="store_true", help="print a progress line every 10 s instead of the live view")
     parser.add_argument("--workdir", type=pathlib.Path, help="keep logs, state and configs here (default: a temp dir, removed)")
     parser.add_argument("--seed", type=int, default=d.seed)
@@ -51,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     opts = demo_run.DemoOptions(duration_s=args.duration, base_rps_per_region=args.rps, spike_factor=args.spike,
                                 live=not args.no_live, workdir=args.workdir, keep_workdir=args.workdir is not None,
                                 seed=args.seed, lose_cluster=args.lose, replace_wait_s=args.replace_wait,
-                                k8s_clusters=args.k8s_clusters)
+                                k8s_clusters=args.k8s_clusters,
+                                pool_scale_down_delay_s=args.scale_down_delay)
     return asyncio.run(_main(opts))
 
 

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "state": ("meridian.cli.state", "back up or restore the scheduler's state store (state export|import FILE)"),
     "whoami": ("meridian.cli.whoami", "the admin token's principal, role and what it may do"),
     "token": ("meridian.cli.token", "make a token (new) or print its stored form (hash, from stdin)"),
+    "cost": ("meridian.cli.cost", "the bill: per model, team, cloud and tier, idle GPUs apart, $/M tokens, cost floor"),
     "demo": ("meridian.cli.demo", "run the whole system on this machine: clusters, traffic, failures, report"),
     "simulate": ("meridian.cli.simulate", "simulate a day of traffic and compare Meridian with baselines"),
 }

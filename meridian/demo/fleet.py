@@ -340,6 +340,10 @@ class LocalFleet:
             raise RuntimeError("no scheduler node answers")
         return next((a for a in answers if a.get("leader")), answers[0])
 
+    async def cost(self, session: aiohttp.ClientSession, wait_floor: bool = False) -> dict:
+        """The scheduler's bill (``GET /v1/cost``; ``wait_floor``: wait for the cost floor's solve)."""
+        return await self.admin(session, "GET", "/v1/cost" + ("?floor=wait" if wait_floor else ""))
+
     async def router_status(self, session: aiohttp.ClientSession, url: str | None = None) -> dict:
         """A router's status document (default: the first router's)."""
         async with session.get(f"{url or self.router_url}/router/status",

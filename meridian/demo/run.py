@@ -52,6 +52,9 @@ class DemoOptions:
     # Clusters whose replicas run as pods (kubernetes backend, a fake Kubernetes each): "N" (the first
     # N clusters) or "name,name"; "" none.
     k8s_clusters: str = ""
+    # The scheduler's pool_scale_down_delay_s for the demo: its default (300 s) outlasts the whole run,
+    # so the nodes a replacement or a preemption's backfill leaves idle would be billed to the end.
+    pool_scale_down_delay_s: float = 20.0
 
 
 @dataclasses.dataclass
@@ -139,7 +142,8 @@ async def demo(opts: DemoOptions, out=sys.stdout) -> int:
     kube = fleet_mod.resolve_k8s_clusters(fleet_mod.EXAMPLES / "clusters.yaml", opts.k8s_clusters)
     # With clusters on Kubernetes the agents take longer to report (their cluster starts first): the
     # scheduler waits for them before its first plan.
-    settings = ("heartbeat_interval_s=2", f"ttft_headroom_ms={DEMO_TTFT_HEADROOM_MS:g}") + (("adopt_grace_s=30",) if kube else ())
+    settings = (*fleet_mod.FleetConfig.scheduler_settings, f"ttft_headroom_ms={DEMO_TTFT_HEADROOM_MS:g}",
+                f"pool_scale_down_delay_s={opts.pool_scale_down_delay_s:g}") + (("adopt_grace_s=30",) if kube else ())
     cfg = fleet_mod.FleetConfig(workdir=workdir, edge_regions=CLIENT_REGIONS, k8s_clusters=kube,
                                 scheduler_settings=settings)
     fleet = fleet_mod.LocalFleet(cfg)
@@ -201,12 +205,15 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
     status: dict = {}
     loads: list[float] = []
     settled: dict = {}
+    bill: dict = {}
     try:
         while not all(g.done() for g in gens):
             elapsed = time.monotonic() - traffic_started
             with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
                 status = await fleet.status(session)
                 reach.add(time.time(), status, model_regions)
+                if interactive:
+                    bill = await fleet.cost(session)
             loads.append(os.getloadavg()[0])
             if elapsed >= phases.lose_at and not lost:
                 lost = _lose_region(fleet, status, opts, timeline)
@@ -223,12 +230,15 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
             rows = stats.region_rows(window, min(10.0, max(1.0, elapsed)))
             if interactive:
                 out.write("\x1b[H\x1b[2J" + view.frame(elapsed, opts.duration_s, phases.name(elapsed), status, rows,
-                                                      timeline.lines) + "\n")
+                                                      timeline.lines, bill) + "\n")
                 out.flush()
             elif elapsed - last_print >= 10:
                 last_print = elapsed
                 line = "  ".join(f"{r.region} {r.rps:.1f}rps p99 {r.ttft_p99_ms or 0:.0f}ms" for r in rows)
-                print(f"[{elapsed:4.0f}s/{opts.duration_s:.0f}s] {phases.name(elapsed)} | {line}", file=out, flush=True)
+                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
+                    bill = await fleet.cost(session)
+                print(f"[{elapsed:4.0f}s/{opts.duration_s:.0f}s] {phases.name(elapsed)} | {line} | "
+                      f"{view.bill_short(bill)}", file=out, flush=True)
             await asyncio.sleep(1.0)
         await asyncio.gather(*gens)
     finally:
@@ -262,6 +272,8 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
                "time to re-place its capacity": lost.get("replaced_s")}
     for u in (status.get("plan") or {}).get("unplaced", []):
         timeline.note(f"unplaced at the end: {u.get('reason', '')}")
+    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
+        bill = await fleet.cost(session, wait_floor=True)
     for u in (status.get("plan") or {}).get("uncovered", []):
         timeline.note(f"SLA unmet at the end: {u.get('deployment')}/{u.get('client_region')} ({u.get('constraint')}): "
                       f"{u.get('reason', '')}")
@@ -270,9 +282,9 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
                        model_regions)
     load = f"{os.cpu_count()} cores at load average {sum(loads) / len(loads):.1f}" if loads else ""
     regions = sla.per_region(recorder.records, slas, windows, reach, host=load, notes=_plan_notes(status))
-    print(view.report(stats.placement_rows(status), regions, total, failed,
+    print(view.report(stats.placement_rows(bill.get("now") or {}), regions, total, failed,
                       timings, timeline.lines, slas, stats.failure_reasons(recorder.records),
-                      colds, stats.billed_per_hour(status),
+                      colds, bill,
                       windows, sla.failures(recorder.records, windows, started_wall), started_wall),
           file=out, flush=True)
     return 0

@@ -47,26 +47,12 @@ class PlacementRow:
     cost_per_hour_usd: float
 
 
-def placement_rows(status: Mapping) -> list[PlacementRow]:
-    """Running replicas grouped by (model, cluster, pool), priced from the pools the agents report."""
-    rows: dict[tuple, list] = {}
-    for c in status.get("clusters", []):
-        if c.get("lost"):
-            continue
-        pools = {p["pool_id"]: p for p in c.get("pool_details", [])}
-        for r in c.get("replica_details", []):
-            if r.get("state") not in ("ready", "starting"):
-                continue
-            pool = pools.get(r.get("pool_id"), {})
-            per_gpu = pool.get("price_per_node_hour_usd", 0.0) / max(1, pool.get("gpus_per_node", 1))
-            key = (r.get("served_model_name") or r.get("deployment"), c.get("cloud", ""), c.get("region", ""),
-                   c.get("cluster_id", ""), pool.get("gpu_type", "?"), pool.get("tier", "?"))
-            acc = rows.setdefault(key, [0, 0, 0.0])
-            acc[0] += 1
-            acc[1] += int(r.get("gpu_count", 0))
-            acc[2] += per_gpu * int(r.get("gpu_count", 0))
-    return [PlacementRow(*k, replicas=v[0], gpus=v[1], cost_per_hour_usd=round(v[2], 2))
-            for k, v in sorted(rows.items())]
+def placement_rows(bill_now: Mapping) -> list[PlacementRow]:
+    """Replicas by (model, cluster, pool) with their share of the bill, from the scheduler's bill
+    (``GET /v1/cost``'s ``now``: ``meridian.cost`` prices them; lost clusters are not in it)."""
+    rows = [PlacementRow(s["model"], s["cloud"], s["region"], s["cluster"], s["gpu_type"], s["tier"], s["replicas"],
+                         s["gpus"], s["usd_per_hour"]) for s in bill_now.get("shares", [])]
+    return sorted(rows, key=lambda r: (r.model, r.cloud, r.region, r.cluster, r.gpu_type, r.tier))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,29 +67,19 @@ class ClusterRow:
     cost_per_hour_usd: float
 
 
-def cluster_rows(status: Mapping) -> list[ClusterRow]:
+def cluster_rows(status: Mapping, bill_now: Mapping | None = None) -> list[ClusterRow]:
+    """A row per cluster; its $/h is its nodes' part of the scheduler's bill (0 for a lost cluster,
+    which the bill leaves out)."""
+    usd = {r["key"]: r["usd_per_hour"] for r in (bill_now or {}).get("by", {}).get("cluster", [])}
     out = []
     for c in status.get("clusters", []):
         pools = c.get("pool_details", [])
         total = sum(p.get("nodes_current", 0) * p.get("gpus_per_node", 0) for p in pools)
         free = sum(p.get("gpus_free", 0) for p in pools)
-        cost = _nodes_cost(pools)
         out.append(ClusterRow(c.get("cluster_id", ""), c.get("cloud", ""), c.get("region", ""),
                               bool(c.get("connected")) and not c.get("lost"), total - free, total,
-                              int(c.get("replicas", {}).get("ready", 0)), round(cost, 2)))
+                              int(c.get("replicas", {}).get("ready", 0)), usd.get(c.get("cluster_id", ""), 0.0)))
     return out
-
-
-def billed_per_hour(status: Mapping) -> float:
-    """What the nodes of the clusters not lost cost per hour: whole nodes, idle GPUs included (the
-    placement rows price only each replica's share of its node)."""
-    return round(sum(_nodes_cost(c.get("pool_details", [])) for c in status.get("clusters", []) if not c.get("lost")),
-                 2)
-
-
-def _nodes_cost(pools: Iterable[Mapping]) -> float:
-    """What the running nodes of these reported pools cost per hour."""
-    return sum(p.get("nodes_current", 0) * p.get("price_per_node_hour_usd", 0.0) for p in pools)
 
 
 def replicas_by_model_region(status: Mapping) -> dict[str, dict[str, int]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from meridian import cost
 from meridian.demo import sla, stats
 
 
@@ -21,18 +22,36 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+def bill_line(bill: Mapping | None) -> str:
+    """The bill in one line, labelled: the bill, its shares and idle part, and the floor beside it."""
+    if not bill or not bill.get("now"):
+        return "bill: not known yet"
+    total, shares, idle = cost.text.split(bill["now"])
+    floor = (bill.get("floor") or {}).get("usd_per_hour")
+    beside = f"   cost floor {cost.text.money(floor)}/h (a bound, not a bill)" if floor is not None else ""
+    return (f"bill {cost.text.money(total)}/h (nodes x price) = replicas' shares {cost.text.money(shares)}/h "
+            f"+ idle GPUs {cost.text.money(idle)}/h{beside}")
+
+
+def bill_short(bill: Mapping | None) -> str:
+    """The bill and its idle part, for a progress line."""
+    if not bill or not bill.get("now"):
+        return "bill -"
+    total, _, idle = cost.text.split(bill["now"])
+    return f"bill {cost.text.money(total)}/h (idle GPUs {cost.text.money(idle)}/h)"
+
+
 def frame(elapsed_s: float, duration_s: float, phase: str, status: Mapping, regions: Sequence[stats.RegionRow],
-          events: Sequence[str]) -> str:
-    """One screen of the live view."""
-    plan = status.get("plan") or {}
-    clusters = stats.cluster_rows(status)
+          events: Sequence[str], bill: Mapping | None = None) -> str:
+    """One screen of the live view (``bill``: the scheduler's ``GET /v1/cost`` answer)."""
+    clusters = stats.cluster_rows(status, (bill or {}).get("now"))
     out = [f"Meridian demo  t={elapsed_s:5.0f}s / {duration_s:.0f}s   phase: {phase}   "
-           f"plan cost ${plan.get('cost_per_hour_usd', 0):,.2f}/h   fleet cost "
-           f"${sum(c.cost_per_hour_usd for c in clusters):,.2f}/h   routing v{status.get('routing_version', '-')}",
-           ""]
-    out.append(table(["cluster", "cloud", "region", "up", "GPUs used/total", "ready", "$/h"],
+           f"routing v{status.get('routing_version', '-')}", bill_line(bill), ""]
+    total = cost.text.split(bill["now"])[0] if bill and bill.get("now") else None
+    usd = cost.text.apportion([c.cost_per_hour_usd for c in clusters], total=total)
+    out.append(table(["cluster", "cloud", "region", "up", "GPUs used/total", "ready", "bill $/h"],
                      [(c.cluster, c.cloud, c.region, "yes" if c.up else "LOST", f"{c.gpus_used}/{c.gpus_total}",
-                       c.replicas_ready, f"{c.cost_per_hour_usd:,.2f}") for c in clusters]))
+                       c.replicas_ready, f"{u:,.2f}") for c, u in zip(clusters, usd, strict=True)]))
     out.append("")
     by_model = stats.replicas_by_model_region(status)
     out.append(table(["model", "ready replicas by region"],
@@ -51,21 +70,21 @@ def frame(elapsed_s: float, duration_s: float, phase: str, status: Mapping, regi
 def report(placement: Sequence[stats.PlacementRow], regions: Sequence[sla.RegionSla],
            total: int, failed: int, timings: Mapping[str, float | None], events: Sequence[str],
            targets: Mapping[str, sla.Target], failures: Sequence[tuple[str, int]] = (),
-           cold: Sequence[stats.ColdStart] = (), billed_usd_per_hour: float | None = None,
+           cold: Sequence[stats.ColdStart] = (), bill: Mapping | None = None,
            windows: Sequence[sla.Window] = (), failed_groups: Sequence[sla.FailureGroup] = (),
            t0: float = 0.0) -> str:
-    """The end-of-run report (``t0``: the wall time traffic started, for the windows' times)."""
-    out = ["", "=" * 78, "Meridian demo report", "=" * 78, "", "Placement at the end:"]
-    out.append(table(["model", "cloud", "region", "cluster", "GPU", "tier", "replicas", "GPUs", "$/h"],
-                     [(p.model, p.cloud, p.region, p.cluster, p.gpu_type, p.tier, p.replicas, p.gpus,
-                       f"{p.cost_per_hour_usd:,.2f}") for p in placement] or [("-",) * 9]))
-    out.append(f"total: ${sum(p.cost_per_hour_usd for p in placement):,.2f}/h for "
-               f"{sum(p.gpus for p in placement)} GPUs in {len({p.region for p in placement})} regions on "
+    """The end-of-run report (``bill``: the scheduler's ``GET /v1/cost`` answer at the end; ``t0``: the
+    wall time traffic started, for the windows' times)."""
+    out = ["", "=" * 78, "Meridian demo report", "=" * 78, "",
+           "Placement at the end (share: the GPUs held x their pool's price per GPU, a part of the bill):"]
+    shares = cost.text.split(bill["now"])[1] if bill and bill.get("now") else None
+    usd = cost.text.apportion([p.cost_per_hour_usd for p in placement], total=shares)
+    out.append(table(["model", "cloud", "region", "cluster", "GPU", "tier", "replicas", "GPUs", "share $/h"],
+                     [(p.model, p.cloud, p.region, p.cluster, p.gpu_type, p.tier, p.replicas, p.gpus, f"{u:,.2f}")
+                      for p, u in zip(placement, usd, strict=True)] or [("-",) * 9]))
+    out.append(f"{sum(p.gpus for p in placement)} GPUs held in {len({p.region for p in placement})} regions on "
                f"{len({p.cloud for p in placement})} clouds")
-    if billed_usd_per_hour is not None:
-        out.append(f"nodes billed: ${billed_usd_per_hour:,.2f}/h (whole nodes of the clusters not lost, idle GPUs "
-                   f"included; the $/h column is each replica's share of its node)")
-    out.append("")
+    out += ["", *bill_lines(bill), ""]
     out.append("SLA per model and client region (each request judged by its model's TTFT and TPOT targets and, "
                "with max_rtt_ms, a ready replica within it; steady state = outside the windows below):")
     out.append(table(["model", "client region", "SLA TTFT/TPOT/RTT ms", "steady", "within SLA", "all requests",
@@ -122,6 +141,26 @@ def report(placement: Sequence[stats.PlacementRow], regions: Sequence[sla.Region
         out.append("timeline:")
         out.extend(f"  {e}" for e in events)
     return "\n".join(out)
+
+
+def bill_lines(bill: Mapping | None) -> list[str]:
+    """The bill at the end (which figure is the bill, its shares and idle part under it, by model and
+    team), the floor beside it, and what the run billed since the scheduler leads."""
+    if not bill or not bill.get("now"):
+        return ["bill: the scheduler did not answer GET /v1/cost"]
+    out = cost.text.headline(bill["now"], bill.get("floor"), what="Bill at the end")
+    out += ["", "By model:", cost.text.table(bill["now"], "model"), "", "By team:", cost.text.table(bill["now"], "team"),
+            "", "By cluster:", cost.text.table(bill["now"], "cluster"), ""]
+    since = bill.get("since")
+    if since and since.get("hours", 0) > 0:
+        out += cost.text.headline(since, what="Billed over the run (since the scheduler took the lead)")
+    lost = bill.get("unreachable") or {}
+    if lost.get("clusters"):
+        out.append(f"Not in the bill: {', '.join(lost['clusters'])} (lost; its nodes, last reported at "
+                   f"{cost.text.money(lost['usd_per_hour'])}/h, may still bill at its cloud)")
+    out.append(f"Idle nodes are given back after {bill.get('pool_scale_down_delay_s', 0):g} s idle "
+               "(pool_scale_down_delay_s), down to each pool's nodes_min.")
+    return out
 
 
 def _share(part: int, whole: int) -> str:

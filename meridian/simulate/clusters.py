@@ -15,16 +15,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from meridian import catalog, spec
+from meridian import catalog, cost, spec
 from meridian.fleet import models as fm
 from meridian.simulate import perf
 from meridian.spec import policy as policy_spec
 from agents import allocation
 from agents.providers import sim as sim_provider
 from agents.providers.errors import CloudError, CloudErrorKind
-from scheduler.solver import inputs
+from scheduler.solver import problem
 
 log = logging.getLogger("meridian.simulate.clusters")
 
@@ -94,19 +94,15 @@ class SimCluster:
         self._notice_nodes: dict[str, float] = {}
         self._nodes: dict[str, tuple[str, ...]] = {}
         self._pools: dict[str, fm.GpuPool] = {}
-        self._billing: dict[str, float] = {}
-        # Reserved pools with a commitment: pool -> (committed nodes, on-demand price of a node beyond them).
-        self._committed: dict[str, tuple[int, float]] = {}
+        # How each pool's nodes bill (``meridian.cost.prices``: tier, overrides, reserved commitments).
+        self._prices: dict[str, cost.Price] = {}
+        self._where: dict[str, cost.Where] = {}
         offers = catalog.instances.default()
         for decl in s.pools:
             offer = offers.lookup(s.cloud, decl.instance_type, s.region)
             if offer is not None:
-                self._billing[decl.name] = inputs.price_per_node_hour(s.cloud, s.region, decl.instance_type,
-                                                                      decl.tier, offer, policy)
-                committed = inputs.commitment(s.cloud, s.region, decl.instance_type, policy)
-                if decl.tier == "reserved" and committed is not None:
-                    self._committed[decl.name] = (committed.nodes, inputs.price_per_node_hour(
-                        s.cloud, s.region, decl.instance_type, "on_demand", offer, policy))
+                self._prices[decl.name] = cost.node_price(s.cloud, s.region, decl.instance_type, decl.tier, offer,
+                                                          policy)
         self.preempted_nodes = 0
         self._refresh()
 
@@ -117,20 +113,30 @@ class SimCluster:
         self._nodes = {st.pool.pool_id: st.nodes for st in statuses}
         self._pools = {st.pool.pool_id: st.pool for st in statuses}
 
+    def cost_pools(self) -> list[cost.Pool]:
+        """The cluster's pools as the cloud bills them now: nodes running and provisioning, a reserved
+        pool's nodes beyond its commitment at the on-demand price (``meridian.cost``)."""
+        out = []
+        for pid, p in sorted(self._pools.items()):
+            price = self._prices.get(pid) or cost.Price(p.price_per_node_hour_usd)
+            where = self._where.get(pid)
+            if where is None:
+                where = self._where[pid] = cost.Where(problem.pool_key(self.cluster_id, pid), self.cluster_id,
+                                                      self.identity.cloud.value, self.region, pid, p.gpu_type,
+                                                      p.tier.value)
+            out.append(cost.Pool(where, p.gpus_per_node, p.nodes_current + p.nodes_pending, price, p.nodes_pending,
+                                 p.instance_type))
+        return out
+
+    def cost_replicas(self, owners: Mapping[str, cost.Owner]) -> list[cost.Replica]:
+        """Every replica on the cluster's nodes (starting, ready or draining) with the GPUs it holds."""
+        return [cost.Replica(r.replica_id, problem.pool_key(self.cluster_id, r.pool_id), len(r.gpu_ids),
+                             owners.get(r.deployment) or cost.Owner(r.served_name, r.deployment))
+                for r in sorted(self.replicas.values(), key=lambda x: x.replica_id)]
+
     def cost_per_hour_usd(self) -> float:
-        """What the cluster's nodes (running and provisioning) cost per hour now: a reserved pool's
-        nodes beyond its commitment at the on-demand price, as the cloud bills them (per pool, as the
-        scheduler counts a commitment)."""
-        total = 0.0
-        for pid, p in self._pools.items():
-            n = p.nodes_current + p.nodes_pending
-            price = self._billing.get(pid, p.price_per_node_hour_usd)
-            committed = self._committed.get(pid)
-            if committed is not None and n > committed[0]:
-                total += committed[0] * price + (n - committed[0]) * committed[1]
-            else:
-                total += n * price
-        return total
+        """What the cluster's nodes (running and provisioning) cost per hour now (``cost_pools``' bill)."""
+        return sum(p.price.usd_per_hour(p.nodes) for p in self.cost_pools())
 
     def nodes(self) -> dict[str, int]:
         """Pool id -> nodes billed now (running + provisioning)."""

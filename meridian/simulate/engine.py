@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from meridian import spec
+from meridian import cost, spec
 from meridian.fleet import models as fm
 from meridian.simulate import clusters as clusters_mod
 from meridian.simulate import control, metrics, perf, policies, routing
@@ -118,6 +118,8 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
     for i, s in enumerate(trace.streams):
         streams_of.setdefault(s.deployment, []).append((i, s.client_region))
     served_name = {n: d.spec.model.served_name for n, d in deployments.items()}
+    owners = {n: cost.Owner(d.spec.model.served_name, n, d.metadata.team or "") for n, d in deployments.items()}
+    meter = cost.Meter(now_box[0])
     demand: list[records.Demand] = []
     preempted_zones: dict[str, float] = {}
     killed_replicas = starts = refused = preempted_by_wave = 0
@@ -179,18 +181,29 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
         demand = _route_and_score(max(k, 0), now, sc, trace, col, router, live, dead, streams_of, served_name,
                                   deployments, model_of, lmap)
         replicas = 0
+        tokens: dict[str, cost.Tokens] = {}
         for c, r in live.values():
             if r.state is fm.ReplicaState.READY:
                 replicas += 1
                 if k >= 0:
                     key = "|".join((r.deployment, c.identity.cloud.value, c.region, r.tier.value, r.gpu_type))
                     usage[key] = usage.get(key, 0.0) + tick_s / 3600.0
+                    if r.steady is not None:
+                        w = model_of(r.deployment, r.gpu_type).workload
+                        out = 0.0 if deployments[r.deployment].spec.runtime.is_embedding else w.output_tokens
+                        name = served_name[r.deployment]
+                        tokens[name] = tokens.get(name, cost.Tokens()) + cost.Tokens(
+                            r.steady.served_rps * w.prompt_tokens, r.steady.served_rps * out)
         by_tier: dict[str, int] = {}
         for c in fleet.values():
             for tier, n in c.gpus_by_tier().items():
                 by_tier[tier] = by_tier.get(tier, 0) + n
-        col.fleet(max(k, 0), sum(c.cost_per_hour_usd() for c in fleet.values()), replicas, sum(by_tier.values()),
-                  by_tier.get("spot", 0))
+        # The bill: every cluster's nodes, reachable or not (a region down still bills), by the cost module.
+        bill = cost.bill([p for c in fleet.values() for p in c.cost_pools()],
+                         [r for c in fleet.values() for r in c.cost_replicas(owners)])
+        if k >= 0:
+            meter.add(bill, tick_s / 3600.0, tokens)
+        col.fleet(max(k, 0), bill.usd, replicas, sum(by_tier.values()), by_tier.get("spot", 0))
         col.flush()
         if k < 0:
             scratch = metrics.Collector(regions, sorted(deployments), 1, tick_s)
@@ -206,7 +219,8 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
     }
     return measured.result(policy=policy.name, label=policy.label, routing=policy.routing,
                            placement=sched.placer.name, hours=trace.ticks * tick_s / 3600.0, stats=stats,
-                           notes=ctx.notes, usage=usage)
+                           notes=ctx.notes, usage=usage,
+                           bill=cost.document.of_window(meter.window(now_box[0] + tick_s)))
 
 
 def _fail_in_flight(col: metrics.Collector, k: int, r: clusters_mod.SimReplica) -> None:

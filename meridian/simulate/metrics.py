@@ -103,6 +103,7 @@ class RunResult:
     usage: dict[str, float] = dataclasses.field(default_factory=dict)  # READY replica-hours by USAGE_KEY
     cells: dict[tuple[str, str], CellResult] = dataclasses.field(default_factory=dict)  # (deployment, region)
     failures: tuple[tuple[str, str, int, float], ...] = ()  # (cause, window, hour of the day, requests)
+    bill: dict = dataclasses.field(default_factory=dict)  # the run's bill (meridian.cost.document.of_window)
 
     USAGE_KEY = ("deployment", "cloud", "region", "tier", "gpu_type")
 
@@ -122,7 +123,7 @@ class RunResult:
                 "regions": {k: v.to_dict() for k, v in self.regions.items()},
                 "deployments": {k: v.to_dict() for k, v in self.deployments.items()},
                 "stats": {k: _round(v, 4) for k, v in self.stats.items()}, "notes": list(self.notes),
-                "replica_hours": self.replica_hours(), "series": self.series,
+                "replica_hours": self.replica_hours(), "bill": self.bill, "series": self.series,
                 "cells": [{"deployment": d, "client_region": r, **c.to_dict()} for (d, r), c in sorted(self.cells.items())],
                 "failures": [{"cause": c, "window": w, "hour": h, "requests": round(n, 1)}
                              for c, w, h, n in self.failures]}
@@ -294,7 +295,8 @@ class Collector:
                            percentile_ms(hist, 0.9), percentile_ms(hist, 0.99))
 
     def result(self, *, policy: str, label: str, routing: str, placement: str, hours: float,
-               stats: dict[str, float], notes: Sequence[str] = (), usage: dict[str, float] | None = None) -> RunResult:
+               stats: dict[str, float], notes: Sequence[str] = (), usage: dict[str, float] | None = None,
+               bill: dict | None = None) -> RunResult:
         self.flush()
         by_region = self.counts.sum(axis=0)
         regions = {r: self._group(by_region[i], self.hist[i]) for i, r in enumerate(self.regions)
@@ -336,4 +338,4 @@ class Collector:
                 cells[(d, r)] = CellResult(float(c[0]), float(c[1]), per)
         moments = tuple((c, w, h, n) for (c, w, h), n in sorted(self.failure_moments.items(), key=lambda kv: (kv[0][2], kv[0])))
         return RunResult(policy, label, routing, placement, hours, self.cost_usd, total, regions, deployments,
-                         series, stats, tuple(notes), dict(usage or {}), cells, moments)
+                         series, stats, tuple(notes), dict(usage or {}), cells, moments, dict(bill or {}))

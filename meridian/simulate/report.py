@@ -8,6 +8,7 @@ import math
 import os
 import platform
 
+from meridian import cost
 from meridian.simulate import metrics, policies, runner
 from meridian.simulate import windows as windows_mod
 from scheduler.control import floor as floor_mod
@@ -44,7 +45,7 @@ def verdicts(cmp: runner.Comparison, reference: str = "meridian") -> list[dict]:
     for r in cmp.results:
         if r.policy == reference:
             continue
-        saving = 1.0 - ref.cost_usd / r.cost_usd if r.cost_usd > 0 else math.nan
+        saving = cost.saving(r.cost_usd, ref.cost_usd)
         delta = ref.total.attainment - r.total.attainment
         item = {"baseline": r.policy, "saving": saving, "attainment_delta": delta,
                 "beats": bool(saving > 0 and delta >= -ATTAINMENT_TOLERANCE),
@@ -52,10 +53,30 @@ def verdicts(cmp: runner.Comparison, reference: str = "meridian") -> list[dict]:
         if cmp.floor is not None and r.cost_per_hour_usd > 0:
             # The most any rule-keeping policy could save against this baseline; a baseline below the
             # floor breaks the specs' rules, and no policy that keeps them can be cheaper than it.
-            item["max_saving"] = 1.0 - cmp.floor.usd_per_hour / r.cost_per_hour_usd
+            item["max_saving"] = cost.saving(r.cost_per_hour_usd, cmp.floor.usd_per_hour)
             item["below_floor"] = bool(r.cost_per_hour_usd < cmp.floor.usd_per_hour)
         out.append(item)
     return out
+
+
+def bill_lines(cmp: runner.Comparison) -> list[str]:
+    """Each policy's bill over the run, split into the replicas' shares and the idle GPUs on paid
+    nodes (``meridian.cost``), with its cost per million tokens served."""
+    rows = []
+    for r in cmp.results:
+        b = r.bill
+        if not b:
+            continue
+        shares, idle = cost.text.apportion([b["shares_usd"], b["idle_usd"]], 0, total=round(b["usd"]))
+        unit = b["per_million_tokens"]["fleet"]["usd_per_million_tokens"]
+        rows.append([r.policy, f"${round(b['usd']):,.0f}", f"${shares:,.0f}", f"${idle:,.0f}",
+                     _pct(b["idle_usd"] / b["usd"] if b["usd"] > 0 else math.nan),
+                     "-" if unit is None else f"${unit:,.2f}"])
+    if not rows:
+        return []
+    return ["The bill over the run (shares: GPUs replicas held x their pool's price per GPU; idle: GPUs paid for "
+            "and unused; shares + idle = cost):",
+            *_table(["policy", "cost", "shares", "idle", "idle share", "$/M tokens"], rows)]
 
 
 def floor_lines(cmp: runner.Comparison) -> list[str]:
@@ -84,15 +105,18 @@ def text(cmp: runner.Comparison) -> str:
     rows = []
     ref = cmp.result("meridian")
     for r in cmp.results:
-        vs = "" if ref is None or r.policy == "meridian" else f"{100.0 * (r.cost_usd / ref.cost_usd - 1.0):+.1f}%"
+        vs = "" if ref is None or r.policy == "meridian" else f"{100.0 * cost.saving(r.cost_usd, ref.cost_usd):+.1f}%"
         gpus = r.stats.get("gpus_mean", 0.0)
         spot = r.stats.get("spot_gpus_mean", 0.0) / gpus if gpus else math.nan
         rows.append([r.policy, r.routing, f"${r.cost_usd:,.0f}", f"${r.cost_per_hour_usd:,.2f}", vs,
                      _pct(r.total.attainment), f"{r.total.failed:,.0f}", _ms(r.total.ttft_p50_ms),
                      _ms(r.total.ttft_p99_ms), f"{gpus:.1f}", _pct(spot),
                      f"{r.stats.get('wall_s', 0.0):.1f}"])
-    lines += _table(["policy", "routing", "cost", "$/h", "vs meridian", "SLO met", "failed", "TTFT p50 ms",
+    lines += _table(["policy", "routing", "cost", "$/h", "meridian saves", "SLO met", "failed", "TTFT p50 ms",
                      "TTFT p99 ms", "GPUs", "spot", "run s"], rows)
+    lines.append(f"(cost: the bill, node-hours x price; meridian saves = {cost.SAVING_DEFINITION}, a share of that "
+                 "row's cost)")
+    lines += ["", *bill_lines(cmp)]
     regions = sorted({reg for r in cmp.results for reg in r.regions})
     lines += ["", "SLO attainment / failed requests / TTFT p50, p90, p99 (ms) per client region:"]
     rows = []
@@ -124,8 +148,8 @@ def text(cmp: runner.Comparison) -> str:
             word = "beats" if item["beats"] else "does NOT beat"
             why = (" (below the specs' cost floor on average: it did not keep their rules throughout, and no "
                    "policy that does can be cheaper)" if item.get("below_floor") else "")
-            lines.append(f"  {word} {item['baseline']}: {100.0 * item['saving']:+.1f}% cost saving, SLO attainment "
-                         f"{100.0 * item['attainment_delta']:+.3f} pp{why}")
+            lines.append(f"  {word} {item['baseline']}: saves {100.0 * item['saving']:+.1f}% of its cost, "
+                         f"SLO attainment {100.0 * item['attainment_delta']:+.3f} pp{why}")
         od = [i for i in v if i["on_demand_only"]]
         if od:
             worst = min(i["saving"] for i in od)
@@ -175,6 +199,7 @@ def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:
             d.pop("series", None)
         results.append(d)
     return {"scenario": cmp.scenario.name, "description": cmp.scenario.description,
+            "saving_definition": cost.SAVING_DEFINITION,
             "hours": cmp.scenario.hours, "seed": cmp.scenario.seed,
             "tick_s": cmp.scenario.tick_s, "requests": cmp.requests, "wall_s": round(cmp.wall_s, 2),
             "jobs": cmp.jobs, "machine": _machine(), "results": results,

@@ -13,6 +13,7 @@ or unknown token; 403: the role may not, with the reason and what it may do). ``
     POST   /v1/plan                  same body as apply (empty files: plan the stored specs)
     GET    /v1/status
     GET    /v1/whoami                the caller's principal: name, role, teams, what it may do
+    GET    /v1/cost[?floor=wait]     the bill now and since this node leads, the cost floor (admin/cost.py)
 
 A rejected apply or delete answers 422 with every problem (file, line, path, message) and stores
 nothing; a refused one (403) stores nothing either; so does an apply that leaves a deployment's SLA
@@ -38,8 +39,9 @@ from scheduler import clock as clock_mod
 from scheduler import metrics as metrics_mod
 from scheduler import rollout
 from scheduler.admin import access, dryrun, specs
+from scheduler.admin import cost as cost_api
+from scheduler.control import billing, planner
 from scheduler.control import loop as loop_mod
-from scheduler.control import planner
 from scheduler.control import sla as sla_mod
 from scheduler.server import auth
 from scheduler.state import base, records
@@ -62,6 +64,8 @@ class AdminContext:
     status: Callable[[], Awaitable[dict]]
     is_leader: Callable[[], bool]
     solve_time_limit_s: float
+    meter: billing.CostMeter
+    floors: cost_api.FloorCache
     env: Mapping[str, str] | None = None
 
 
@@ -338,6 +342,24 @@ async def whoami(request: web.Request) -> web.Response:
     return web.json_response(_principal(request).to_dict())
 
 
+async def get_cost(request: web.Request) -> web.Response:
+    ctx = request.app[CTX]
+    wait = request.query.get("floor", "")
+    if wait not in ("", "wait"):
+        return _error(400, f"floor={wait!r}: the only value is 'wait' (wait for the cost floor's solve)")
+    now = ctx.clock.now()
+    leader = ctx.is_leader()
+    # A standby knows no fleet (an empty bill) and its loop does not follow the specs: the floor is
+    # that of the specs as stored. Only the leader reads the traffic (its read prunes stale reports).
+    specs_now = ctx.loop.specs if leader else await cost_api.stored_specs(ctx.spec_store, ctx.loop.specs)
+    fleet_bill = billing.bill_now(ctx.loop.fleet.snapshot(now), specs_now)
+    tokens = billing.tokens_per_s(await ctx.traffic.demand(now, ctx.loop.config.demand_max_age_s)) if leader else {}
+    floor = await ctx.floors.wait(specs_now) if wait == "wait" else ctx.floors.get(specs_now)
+    return web.json_response(cost_api.document(
+        fleet_bill, ctx.meter.window(now) if leader else None, tokens, now_s=now, leader=leader, floor=floor,
+        scale_down_delay_s=ctx.loop.config.pool_scale_down_delay_s))
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "leader": request.app[CTX].is_leader()})
 
@@ -357,6 +379,7 @@ def build_app(ctx: AdminContext) -> web.Application:
     app.router.add_post("/v1/plan", plan)
     app.router.add_get("/v1/status", status)
     app.router.add_get("/v1/whoami", whoami)
+    app.router.add_get("/v1/cost", get_cost)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     return app

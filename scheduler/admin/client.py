@@ -1,4 +1,4 @@
-"""A small synchronous client of the admin API, for the CLI (``meridian apply/get/delete/plan``)
+"""A small synchronous client of the admin API, for the CLI (``meridian apply/get/delete/plan/cost``)
 and scripts. Server address: ``--server`` or ``MERIDIAN_SCHEDULER_URL`` (default
 http://127.0.0.1:7071); token: ``--token-file`` or ``MERIDIAN_ADMIN_TOKEN``. For an ``https://``
 server the certificate is verified against ``--ca-file`` / ``MERIDIAN_SCHEDULER_CA_FILE`` (else
@@ -144,3 +144,7 @@ class AdminClient:
 
     def whoami(self) -> dict:
         return self._call("GET", "/v1/whoami")
+
+    def cost(self, wait_floor: bool = True) -> dict:
+        """The bill (``GET /v1/cost``); ``wait_floor``: wait for the cost floor's solve."""
+        return self._call("GET", "/v1/cost" + ("?floor=wait" if wait_floor else ""))

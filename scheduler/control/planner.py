@@ -11,7 +11,7 @@ import dataclasses
 import logging
 from collections.abc import Collection, Iterable, Mapping
 
-from meridian import catalog, latency, spec
+from meridian import catalog, cost, latency, spec
 from meridian.fleet import models as fm
 from meridian.spec import cluster as cluster_spec
 from meridian.spec import deployment as deployment_spec
@@ -139,7 +139,7 @@ def pool_offers(snapshot: fleet_mod.FleetSnapshot, specs: SpecView, *, held_gpus
             price = None
             offer = offers.lookup(ident.cloud.value, pool.instance_type, ident.region)
             if offer is not None:
-                price = inputs.price_per_node_hour(ident.cloud.value, ident.region, pool.instance_type,
+                price = cost.price_per_node_hour(ident.cloud.value, ident.region, pool.instance_type,
                                                    pool.tier.value, offer, specs.policy)
             if pool.gpus_per_node <= 0:
                 log.warning("event=pool_skipped pool=%s reason='gpus_per_node is 0'", key)

@@ -29,8 +29,10 @@ Rules (all pure; the executor sends what this returns):
   they pass the rate limit (and use its tokens).
 - Rate limit per cluster: a token bucket of ``directives_per_min`` with ``burst``; what does not fit
   waits for the next round (``held``).
-- Idle nodes (beyond what replicas use and the plan needs) are released after
-  ``pool_scale_down_delay_s``."""
+- Idle nodes (beyond what replicas use, starts on their way take and the plan needs; running or
+  still provisioning with no start waiting for them) are released after ``pool_scale_down_delay_s``
+  of being idle, down to the pool's ``nodes_min``; a start or resize under way in the pool
+  postpones the resize, not the delay."""
 
 from __future__ import annotations
 
@@ -339,15 +341,23 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[
         return
     steady = max(in_use + pending, wanted_gpus.get(key, 0))
     nodes = min(hi, max(lo, math.ceil(steady / gpn)))
-    if pending or key in resizing or p.nodes_pending > 0 or p.nodes_current <= nodes:
+    if have_nodes <= nodes:
         idle_since.pop(key, None)
         return
+    # Nodes beyond what replicas use, starts on their way take and the plan wants, running or still
+    # being provisioned (no start waits for them: an ASG's backfill, an order the plan no longer
+    # needs): idle from when first seen, billed until given back. A start or resize under way
+    # postpones the directive, not the clock.
     since = idle_since.setdefault(key, inp.now_s)
-    if inp.now_s - since >= settings.pool_scale_down_delay_s:
-        idle_since.pop(key, None)
-        candidates.append(_Candidate(_RESIZE_DOWN, info.cluster_id, fm.ResizePool(p.pool_id, nodes),
-                                     f"{p.nodes_current - nodes} idle node(s) for "
-                                     f"{settings.pool_scale_down_delay_s:g}s"))
+    if inp.now_s - since < settings.pool_scale_down_delay_s:
+        return
+    if pending or key in resizing:
+        held.append(t.Held(info.cluster_id, f"shrink {key}", "a start or resize is under way in the pool"))
+        return
+    idle_since.pop(key, None)
+    candidates.append(_Candidate(_RESIZE_DOWN, info.cluster_id, fm.ResizePool(p.pool_id, nodes),
+                                 f"{have_nodes - nodes} idle node(s) for {settings.pool_scale_down_delay_s:g}s"
+                                 + (f" ({p.nodes_pending} still provisioning)" if p.nodes_pending else "")))
 
 
 def _gone(r: t.ReplicaInfo, now_s: float) -> bool:

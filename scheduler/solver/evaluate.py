@@ -12,6 +12,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 
+from meridian import catalog, cost, fleet
 from scheduler.solver import candidates as cand_mod
 from scheduler.solver import formulation, greedy, problem
 
@@ -165,8 +166,25 @@ def pool_nodes(prob: problem.PlacementProblem, placement: problem.Placement) -> 
 
 
 def cost_per_hour(prob: problem.PlacementProblem, placement: problem.Placement) -> float:
+    """What the plan's nodes bill per hour, as ``meridian.cost`` bills them: each pool's nodes at its
+    offer's price, a reserved pool's nodes beyond its commitment (nodes already running there) on
+    demand."""
     offers = {p.key: p for p in prob.pools}
-    return sum(offers[k].price_per_node_hour_usd * n for k, n in pool_nodes(prob, placement).items())
+    return sum(node_price(prob, offers[k]).usd_per_hour(n) for k, n in pool_nodes(prob, placement).items())
+
+
+def node_price(prob: problem.PlacementProblem, offer: problem.PoolOffer) -> cost.Price:
+    """How the offer's nodes bill: its price; for a reserved pool under a commitment, that price up to
+    the committed nodes and the on-demand price (policy override or catalog) beyond them."""
+    if offer.tier is not fleet.Tier.RESERVED:
+        return cost.Price(offer.price_per_node_hour_usd)
+    committed = cost.commitment(offer.cloud, offer.region, offer.pool.instance_type, prob.policy)
+    if committed is None:
+        return cost.Price(offer.price_per_node_hour_usd)
+    listed = catalog.instances.default().lookup(offer.cloud, offer.pool.instance_type, offer.region)
+    beyond = offer.price_per_node_hour_usd if listed is None else cost.price_per_node_hour(
+        offer.cloud, offer.region, offer.pool.instance_type, "on_demand", listed, prob.policy)
+    return cost.Price(offer.price_per_node_hour_usd, committed.nodes, beyond)
 
 
 def breakdown(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: problem.SolverSettings,

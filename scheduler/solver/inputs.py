@@ -1,6 +1,6 @@
 """Building solver inputs from specs: pools declared in Cluster documents priced from the catalog
-and the capacity policy (overrides, spot prices, reserved commitments), and demands from
-ModelDeployments. ``meridian plan`` and tests use these before any agent reports; a running
+and the capacity policy (overrides, spot prices, reserved commitments: ``meridian.cost.prices``),
+and demands from ModelDeployments. ``meridian plan`` and tests use these before any agent reports; a running
 scheduler builds PoolOffers from agent-reported GpuPools with ``PoolOffer.of``."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from meridian import catalog, fleet
+from meridian import catalog, cost, fleet
 from meridian.spec import cluster as cluster_spec
 from meridian.spec import deployment as deployment_spec
 from meridian.spec import policy as policy_spec
@@ -19,31 +19,6 @@ class UnknownOffer(ValueError):
     """A pool's instance type is not in the catalog for its cloud and region."""
 
 
-def commitment(cloud: str, region: str, instance_type: str,
-               policy: policy_spec.CapacityPolicySpec | None) -> policy_spec.ReservedCommitment | None:
-    """The policy's reserved commitment for this instance type in this region, if any."""
-    for r in policy.reserved if policy is not None else ():
-        if (r.cloud, r.region, r.instance_type) == (cloud, region, instance_type):
-            return r
-    return None
-
-
-def price_per_node_hour(cloud: str, region: str, instance_type: str, tier: str,
-                        offer: catalog.InstanceOffer, policy: policy_spec.CapacityPolicySpec | None) -> float:
-    """Effective hourly node price: a reserved commitment's price, else a policy override, else the
-    catalog's on-demand or spot price."""
-    if policy is not None:
-        committed = commitment(cloud, region, instance_type, policy) if tier == "reserved" else None
-        if committed is not None:
-            return committed.price_per_hour_usd
-        for o in policy.price_overrides:
-            if o.cloud == cloud and o.instance_type == instance_type and o.region in (None, region):
-                chosen = o.spot_price_per_hour_usd if tier == "spot" else o.price_per_hour_usd
-                if chosen is not None:
-                    return chosen
-    return offer.spot_price_per_hour_usd if tier == "spot" else offer.price_per_hour_usd
-
-
 def within_commitment(offer: problem.PoolOffer, policy: policy_spec.CapacityPolicySpec | None) -> problem.PoolOffer:
     """A reserved-tier pool priced by a commitment may not grow past the commitment's nodes: a node
     beyond them would be planned at the committed price but billed on demand. Nodes that run now
@@ -51,7 +26,7 @@ def within_commitment(offer: problem.PoolOffer, policy: policy_spec.CapacityPoli
     two pools matching one commitment each get its count.)"""
     if offer.tier is not fleet.Tier.RESERVED:
         return offer
-    committed = commitment(offer.cloud, offer.region, offer.pool.instance_type, policy)
+    committed = cost.commitment(offer.cloud, offer.region, offer.pool.instance_type, policy)
     if committed is None:
         return offer
     nodes = max(committed.nodes, offer.pool.nodes_min, offer.pool.nodes_current)
@@ -73,7 +48,7 @@ def pools_from_clusters(clusters: Iterable[cluster_spec.Cluster], policy: policy
             if offer is None:
                 raise UnknownOffer(f"cluster {cl.metadata.name} pool {decl.name}: {decl.instance_type} is not in "
                                    f"the catalog for {spec.cloud}/{spec.region}")
-            price = price_per_node_hour(spec.cloud, spec.region, decl.instance_type, decl.tier, offer, policy)
+            price = cost.price_per_node_hour(spec.cloud, spec.region, decl.instance_type, decl.tier, offer, policy)
             pool = fleet.GpuPool(
                 pool_id=decl.name, gpu_type=offer.gpu_type, gpu_memory_gib=offer.gpu_memory_gib,
                 gpus_per_node=offer.gpu_count, instance_type=decl.instance_type,

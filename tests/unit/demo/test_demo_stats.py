@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from meridian import latency
+from meridian import cost, latency
 from meridian.demo import sla, stats, traffic, view
 
 SLA = {"chat": sla.Target(ttft_ms=500, tpot_ms=50)}
@@ -32,25 +32,32 @@ def test_attainment_counts_ttft_tpot_and_failures():
     assert rows[("chat", "na-east")].steady_share == 1.0
 
 
-def test_placement_rows_price_replicas_by_their_pool_and_skip_lost_clusters():
-    """Each replica costs its share of its node's price; a lost cluster is not in the placement."""
-    pool = {"pool_id": "h100", "gpu_type": "H100", "tier": "on_demand", "gpus_per_node": 8,
-            "price_per_node_hour_usd": 80.0, "nodes_current": 1, "gpus_free": 3}
-    replica = {"replica_id": "r", "deployment": "chat", "served_model_name": "chat", "state": "ready",
-               "pool_id": "h100", "gpu_count": 4}
-    status = {"clusters": [
-        {"cluster_id": "a", "cloud": "aws", "region": "us-east-1", "pool_details": [pool],
-         "replica_details": [replica, {**replica, "replica_id": "r2", "gpu_count": 1}]},
-        {"cluster_id": "b", "cloud": "gcp", "region": "us-central1", "lost": True, "pool_details": [pool],
-         "replica_details": [replica]}]}
-    (row,) = stats.placement_rows(status)
+def _bill(floor: float | None = 40.0) -> dict:
+    """A ``GET /v1/cost`` answer: cluster a's one H100 node ($80/h, 8 GPUs) with chat holding 5 GPUs
+    (two replicas), computed by the cost module; cluster b lost."""
+    where = cost.Where("a/h100", "a", "aws", "us-east-1", "h100", "H100", "on_demand")
+    owner = cost.Owner("chat", "chat", "assistant")
+    b = cost.bill([cost.Pool(where, 8, 1, cost.Price(80.0))],
+                  [cost.Replica("r", "a/h100", 4, owner), cost.Replica("r2", "a/h100", 1, owner)])
+    return {"now": cost.document.of_bill(b, at_s=0.0), "since": None, "pool_scale_down_delay_s": 20.0,
+            "floor": {"status": "ready", "usd_per_hour": floor, "summary": f"Cost floor of these specs: ${floor:.2f}/h"},
+            "unreachable": {"clusters": ["b"], "usd_per_hour": 12.5, "pools": []}}
+
+
+def test_the_report_shows_one_bill_with_shares_and_idle_under_it_and_the_floor_beside():
+    """The placement rows are the bill's shares (GPUs held x price per GPU); the report labels the
+    bill (whole nodes, idle GPUs included), the shares and the idle part under it (adding up), the
+    cost floor as a bound, and the lost cluster as not billed."""
+    bill = _bill()
+    (row,) = stats.placement_rows(bill["now"])
     assert (row.cluster, row.replicas, row.gpus, row.cost_per_hour_usd) == ("a", 2, 5, 50.0)
-    (c,) = [c for c in stats.cluster_rows(status) if c.cluster == "a"]
-    assert (c.gpus_used, c.gpus_total) == (5, 8)
-    # The nodes bill whole, idle GPUs included (the lost cluster's are not counted).
-    assert stats.billed_per_hour(status) == 80.0
-    text = view.report(stats.placement_rows(status), [], 0, 0, {}, [], SLA, billed_usd_per_hour=80.0)
-    assert "total: $50.00/h for 5 GPUs" in text and "nodes billed: $80.00/h" in text
+    text = view.report(stats.placement_rows(bill["now"]), [], 0, 0, {}, [], SLA, bill=bill)
+    assert "Bill at the end: $80.00/h: every billed node" in text
+    assert "of which replicas' shares: $50.00/h (5 GPU(s) held" in text
+    assert "and idle GPUs on paid nodes: $30.00/h (3 GPU(s))" in text
+    assert "Cost floor of these specs: $40.00/h (a bound, not a bill)" in text
+    assert "Not in the bill: b (lost" in text and "after 20 s idle" in text
+    assert any(line.split()[:2] == ["(idle", "GPUs)"] and "30.00" in line for line in text.splitlines())
 
 
 def test_failure_reasons_most_common_first_and_report_renders():
@@ -116,8 +123,11 @@ def test_live_view_shows_clusters_gpus_replicas_rates_latency_and_cost():
     # Three requests from eu-west in a 10-s window, one failed.
     records = [traffic.Record(float(i), "chat", "eu-west", i != 2, 0.1 * (i + 1), 1.0, 10, "" if i != 2 else "x")
                for i in range(3)]
-    text = view.frame(30.0, 120.0, "steady traffic", status, stats.region_rows(records, 10.0), ["t=1s started"])
-    assert "t=   30s / 120s   phase: steady traffic" in text and "fleet cost $80.00/h" in text
+    text = view.frame(30.0, 120.0, "steady traffic", status, stats.region_rows(records, 10.0), ["t=1s started"],
+                      _bill())
+    assert "t=   30s / 120s   phase: steady traffic" in text
+    assert ("bill $80.00/h (nodes x price) = replicas' shares $50.00/h + idle GPUs $30.00/h   cost floor $40.00/h "
+            "(a bound, not a bill)") in text
     lines = text.splitlines()
     assert any(ln.split()[:4] == ["a", "aws", "us-east-1", "yes"] and "5/8" in ln and "80.00" in ln for ln in lines)
     assert any(ln.split()[:4] == ["b", "gcp", "us-central1", "LOST"] for ln in lines)

@@ -28,6 +28,19 @@ def test_json_output_has_every_policy_and_region(capsys):
     assert out["verdicts"][0]["max_saving"] == \
         pytest.approx(1 - out["floor"]["usd_per_hour"] / out["results"][1]["cost_per_hour_usd"], abs=1e-4)
     assert out["description"].startswith("One day of the example fleet")  # the scenario's description
+    # One saving figure, defined once: (baseline - meridian) / baseline.
+    meridian, skyserve = out["results"]
+    assert out["saving_definition"] == "(baseline - meridian) / baseline"
+    assert out["verdicts"][0]["saving"] == pytest.approx(
+        (skyserve["cost_usd"] - meridian["cost_usd"]) / skyserve["cost_usd"], abs=1e-3)
+    # Each run's bill is the cost module's: the same cost, shares + idle = bill, tokens counted.
+    for r in out["results"]:
+        bill = r["bill"]
+        assert bill["kind"] == "window" and bill["hours"] == pytest.approx(0.5)
+        assert bill["usd"] == pytest.approx(r["cost_usd"], abs=0.01)
+        assert bill["shares_usd"] + bill["idle_usd"] == pytest.approx(bill["usd"], abs=1e-4)
+        assert sum(row["usd"] for row in bill["by"]["tier"]) == pytest.approx(bill["usd"], abs=1e-4)
+        assert bill["per_million_tokens"]["fleet"]["tokens"] > 0
 
 
 def test_table_and_plots(tmp_path, capsys):
@@ -37,6 +50,13 @@ def test_table_and_plots(tmp_path, capsys):
     assert code == 0
     captured = capsys.readouterr()
     assert "od-multi-region" in captured.out and "SLO met" in captured.out
+    # The table's saving and the verdict's are one figure, with its denominator said.
+    header = next(line for line in captured.out.splitlines() if line.startswith("policy ") and "saves" in line)
+    row = next(line for line in captured.out.splitlines() if line.startswith("od-multi-region ") and "%" in line)
+    saves = row.split()[header.split().index("meridian")]
+    assert f" od-multi-region: saves {saves} of its cost" in captured.out
+    assert "meridian saves = (baseline - meridian) / baseline" in captured.out
+    assert "The bill over the run" in captured.out
     assert captured.out.splitlines()[1].startswith("One day of the example fleet")  # under the heading
     assert "against the on-demand-only rows" in captured.out
     assert "Cost floor of these specs: $" in captured.out and "(proven)" in captured.out

@@ -217,6 +217,48 @@ def test_idle_nodes_are_released_after_the_delay():
         == [("l4", 1)]
 
 
+def test_idle_nodes_still_provisioning_are_released_after_the_delay_too():
+    """Nodes being provisioned that no start waits for (a cloud's backfill after a spot preemption, an
+    order the plan no longer needs) bill from the order: they count as idle from the first round and
+    go after the delay, pending ones included, rather than only once they run."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0, nodes=2, pending=2)}
+    reps = (replica("c1", "l4", "r1", dep), replica("c1", "l4", "r2", dep))
+    goal = target(("chat-8b", "c1/l4", 2))
+    first = run(t.ReconcileInput(NOW, goal, {"chat-8b": dep}, pools, reps))
+    assert of_kind(first, fm.ResizePool) == [] and first.state.pool_idle_since == {"c1/l4": NOW}
+    later = run(t.ReconcileInput(NOW + 300, goal, {"chat-8b": dep}, pools, reps), first.state)
+    (resize,) = of_kind(later, fm.ResizePool)
+    assert resize.directive.action.target_nodes == 2 and "2 still provisioning" in resize.reason
+
+
+def test_a_start_or_resize_under_way_postpones_the_shrink_but_not_the_delay():
+    """While a start or a resize is open in a pool its idle nodes are not resized, but their idle time
+    keeps counting: once nothing is under way, a pool idle for the delay shrinks at once."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=3, nodes=4)}
+    reps = (replica("c1", "l4", "r1", dep),)
+    goal = target(("chat-8b", "c1/l4", 1))
+    resizing = (t.OpenDirective("c1", fm.Directive("x-1", fm.ResizePool("l4", 5))),)
+    first = run(t.ReconcileInput(NOW, goal, {"chat-8b": dep}, pools, reps, resizing))
+    held = run(t.ReconcileInput(NOW + 301, goal, {"chat-8b": dep}, pools, reps, resizing), first.state)
+    assert of_kind(held, fm.ResizePool) == []
+    assert any(h.what == "shrink c1/l4" and "under way" in h.reason for h in held.held)
+    done = run(t.ReconcileInput(NOW + 303, goal, {"chat-8b": dep}, pools, reps), held.state)
+    assert [p.directive.action.target_nodes for p in of_kind(done, fm.ResizePool)] == [1]
+
+
+def test_nodes_a_start_waits_for_are_not_idle():
+    """Nodes ordered for a start that waits for GPUs are not idle: no shrink, however long it takes."""
+    dep = deployment()
+    pools = {"c1/l4": pool("c1", "l4", free=0, nodes=1, pending=1)}
+    reps = (replica("c1", "l4", "r1", dep),)
+    goal = target(("chat-8b", "c1/l4", 2))
+    first = run(t.ReconcileInput(NOW, goal, {"chat-8b": dep}, pools, reps))
+    later = run(t.ReconcileInput(NOW + 900, goal, {"chat-8b": dep}, pools, reps), first.state)
+    assert of_kind(later, fm.ResizePool) == [] and "c1/l4" not in later.state.pool_idle_since
+
+
 def test_failed_and_deleted_deployment_replicas_are_drained():
     """A FAILED replica is cleaned up, and replicas of a deleted deployment drain."""
     dep = deployment()
