@@ -202,8 +202,8 @@ def _read(text: str, file: str) -> tuple[list[_Raw], list[SpecIssue]]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        return [], [SpecIssue(file, line, "", f"invalid YAML: {problem}")]
+        reason = getattr(exc, "problem", None) or str(exc)
+        return [], [SpecIssue(file, line, "", f"invalid YAML: {reason}")]
     raws = []
     index = 0
     for node, data in pairs:
