@@ -18,8 +18,9 @@ def test_ruff_finds_nothing():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_passes_on_the_kernel():
-    """`mypy` (the kernel: spec, fleet, catalog, latency, capacity, client, tls; typed defs, strict equality) passes."""
+def test_mypy_passes_on_the_kernel_and_the_kubernetes_backend():
+    """`mypy` (the kernel: spec, fleet, catalog, latency, capacity, client, cost, traces, tls; and the
+    agents' replica backends; typed defs, strict equality) passes."""
     result = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(REPO / ".mypy_cache")], cwd=REPO,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -183,10 +183,11 @@ def _per_million(x: float | None) -> str:
 
 def render(t: rich.table.Table, width: int = 200) -> str:
     """A rich table as plain text (no colour, no trailing spaces)."""
-    console = rich.console.Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False,
+    buffer = io.StringIO()
+    console = rich.console.Console(file=buffer, width=width, color_system=None, force_terminal=False,
                                    highlight=False, emoji=False)
     console.print(t)
-    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines())
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
 
 
 def report(doc: Mapping, floor: Mapping | None = None, *, dims: Sequence[str] = ("model", "team", "cloud", "tier"),

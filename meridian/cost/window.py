@@ -121,7 +121,7 @@ class Meter:
         meter = self
         if self._last is not None and end_s is not None and end_s > self._last[0]:
             meter = copy.deepcopy(self)
-            last_at, last_bill, last_tokens = meter._last
+            last_at, last_bill, last_tokens = self._last
             meter.add(last_bill, (end_s - last_at) / 3600.0, last_tokens)
         if end_s is None:
             end_s = self._last[0] if self._last is not None else self.start_s + self.hours * 3600.0
@@ -131,6 +131,6 @@ class Meter:
         return Window(meter.start_s, end_s, meter.hours, pools, parts, dict(meter._tokens))
 
 
-def _part_order(item) -> tuple:
+def _part_order(item: tuple[tuple[str, bill_mod.Owner | None], list]) -> tuple:
     (key, owner), _ = item
     return (key, owner is None, owner or bill_mod.Owner("", ""))

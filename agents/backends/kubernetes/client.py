@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, cast
 
 import aiohttp
@@ -95,7 +95,7 @@ class Api:
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
 
-    async def _call(self, operation: str, coro) -> Any:
+    async def _call(self, operation: str, coro: Awaitable[Any]) -> Any:
         try:
             return await coro
         except ERRORS as exc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from agents.backends import base
 from agents.backends.kubernetes import manifest
@@ -185,7 +185,7 @@ class NodeTracker:
     reclaim sign was first seen, and (cached until the next change) the pools' node views."""
 
     def __init__(self, *, pool_label: str, rules: ReclaimRules, pools: Mapping[str, str],
-                 tolerations: Mapping[str, Sequence[Mapping]], notice_s: float, clock, cluster_id: str = ""):
+                 tolerations: Mapping[str, Sequence[Mapping]], notice_s: float, clock: Callable[[], float], cluster_id: str = ""):
         self._pool_label = pool_label
         self._rules = rules
         self._pools = dict(pools)
