@@ -39,8 +39,9 @@ constraints:
 	@echo "constraints.txt refreshed: review 'git diff constraints.txt', then run make test"
 
 # Debian packages the demo and the tests use: redis-server (state, HA), redis-sentinel (Redis HA
-# tests), chromium (the dashboard's browser test).
-DEBIAN_DEPS := redis-server:redis-server redis-sentinel:redis-sentinel chromium:chromium
+# tests), chromium (the dashboard's browser test), kubectl (its kustomize renders deploy/kubernetes
+# for the manifest tests).
+DEBIAN_DEPS := redis-server:redis-server redis-sentinel:redis-sentinel chromium:chromium kubectl:kubectl
 
 system-deps:
 	@missing=""; for dep in $(DEBIAN_DEPS); do cmd=$${dep%%:*}; pkg=$${dep#*:}; \

@@ -5,7 +5,9 @@ With Cluster specs among the files, it also judges every deployment's SLA per cl
 against the capacity they declare (``scheduler.solver.feasibility``: the solver's own filters,
 the capacity model and the latency map): each region gets the best option or the nearest miss,
 and an SLA no declared capacity can meet is an error (``--allow-unmet-sla`` accepts it knowingly:
-a warning, exit 0), as ``meridian apply`` refuses it.
+a warning, exit 0), as ``meridian apply`` refuses it. Those judgements are the scheduler's (the
+``scheduler`` extra, with OR-Tools): they are imported only when there is capacity to judge, so
+validating policies and deployments alone needs the kernel only.
 
 ``--cost-floor`` also prints the least any fleet that keeps the specs' rules can cost per hour, and
 the plan that costs it (``scheduler.control.floor``): what the rules alone commit to, before traffic."""
@@ -16,10 +18,9 @@ import argparse
 import json
 import sys
 
+from types import ModuleType
+
 from meridian import spec
-from scheduler.control import floor as floor_mod
-from scheduler.control import planner
-from scheduler.solver import feasibility
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,17 +45,19 @@ def run(args: argparse.Namespace) -> int:
                 print(str(issue), file=sys.stderr)
             print(f"{len(exc.issues)} error(s) in {len({i.file for i in exc.issues})} file(s)", file=sys.stderr)
         return 1
-    view = planner.SpecView.of(result, 1)
-    verdicts = feasibility.check_documents(view.deployments.values(), view.clusters.values(), view.policy,
-                                           view.latency_map)
-    unmet = feasibility.issues(verdicts or [], result.documents)
-    floor = None
-    if args.cost_floor:
-        if not result.of_kind("Cluster"):
-            print("--cost-floor needs the Cluster specs (their pools are what a fleet can be made of) among the "
-                  "files", file=sys.stderr)
-            return 1
-        floor = floor_mod.compute(view)
+    if args.cost_floor and not result.of_kind("Cluster"):
+        print("--cost-floor needs the Cluster specs (their pools are what a fleet can be made of) among the "
+              "files", file=sys.stderr)
+        return 1
+    verdicts, unmet, floor = None, [], None
+    if result.of_kind("Cluster"):
+        floor_mod, planner, feasibility = _solver()
+        view = planner.SpecView.of(result, 1)
+        verdicts = feasibility.check_documents(view.deployments.values(), view.clusters.values(), view.policy,
+                                               view.latency_map)
+        unmet = feasibility.issues(verdicts or [], result.documents)
+        if args.cost_floor:
+            floor = floor_mod.compute(view)
     failed = bool(unmet) and not args.allow_unmet_sla
     if args.output == "json":
         docs = [{"file": d.file, "line": d.line, "kind": d.kind, "name": d.name} for d in result.documents]
@@ -81,18 +84,33 @@ def run(args: argparse.Namespace) -> int:
     for issue in unmet:
         print(f"{'' if failed else 'warning: '}{issue}", file=sys.stderr)
     if failed:
-        print(f"{len(unmet)} SLA error(s): no declared capacity meets them ({feasibility.ACCEPT_FLAG} accepts them)",
+        print(f"{len(unmet)} SLA error(s): no declared capacity meets them (--allow-unmet-sla accepts them)",
               file=sys.stderr)
     if floor is not None:
-        print(_render_floor(floor))
+        print(_render_floor(floor, floor_mod.RULES))
     return 1 if failed else 0
 
 
-def _render_floor(floor: floor_mod.Floor) -> str:
+def _solver() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """The scheduler's floor, spec view and feasibility modules (optional heavy dependency: the
+    ``scheduler`` extra), or exit 2 saying what to install."""
+    try:
+        from scheduler.control import floor, planner
+        from scheduler.solver import feasibility
+    except ImportError as exc:
+        print(f"meridian validate: judging SLAs against Cluster specs needs the scheduler's solver "
+              f"(pip install 'meridian[scheduler]'): {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    return floor, planner, feasibility
+
+
+def _render_floor(floor, rules: str) -> str:
+    """The cost floor (a ``scheduler.control.floor.Floor``; ``rules``: the rules it keeps) as the lines
+    validate prints."""
     how = "proven optimal" if floor.proven else "the solver's lower bound; its plan costs " \
                                                f"${floor.plan_usd_per_hour:,.2f}/h"
     lines = [f"Cost floor: ${floor.usd_per_hour:,.2f}/h ({how}): no fleet that serves every deployment's minimum "
-             f"replicas and keeps these rules ({floor_mod.RULES}) costs less, whatever the traffic. Its plan:"]
+             f"replicas and keeps these rules ({rules}) costs less, whatever the traffic. Its plan:"]
     for key, n in floor.nodes.items():
         on = ", ".join(f"{d} x{r}" for (d, k), r in sorted(floor.placement.items()) if k == key)
         lines.append(f"  {key}: {n} node(s){': ' + on if on else ' (pool minimum)'}")
