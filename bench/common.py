@@ -1,6 +1,7 @@
 """What every benchmark needs: free loopback ports, waiting for a server, the processes it starts
-(stopped by pid), and a line naming the machine (cores, CPU model, Python, load) so each printed
-figure says where it was measured."""
+(stopped by pid), the CPU time a process tree has used (from the kernel's own accounting), and a
+line naming the machine (cores, CPU model, Python, load) so each printed figure says where it was
+measured."""
 
 from __future__ import annotations
 
@@ -27,6 +28,39 @@ def wait_port(port: int, timeout_s: float = 60.0, what: str = "server") -> None:
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"{what} not listening on 127.0.0.1:{port} after {timeout_s}s")
+
+
+def parse_stat(text: str) -> tuple[int, int]:
+    """(parent pid, user + system CPU ticks) from the text of a ``/proc/<pid>/stat`` file.
+
+    The command name (field 2) is in parentheses and may itself hold spaces and parentheses, so
+    the fields are counted from the last ``)``: after it come state, ppid, ... utime (field 14)
+    and stime (field 15), in clock ticks (``os.sysconf("SC_CLK_TCK")`` per second). The times
+    cover every thread of the process (a multi-threaded Rust router included)."""
+    fields = text.rsplit(")", 1)[1].split()
+    return int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def tree_cpu_s(pid: int, proc_root: str = "/proc") -> float:
+    """CPU seconds (user + system, all threads) used so far by ``pid`` and its live descendants,
+    e.g. a router's supervisor and its worker processes. Take it before and after a run: the
+    difference over the requests served is the CPU time per request. Resolution: one clock tick
+    (10 ms at the usual 100 Hz), per process."""
+    stats: dict[int, tuple[int, int]] = {}
+    for entry in os.listdir(proc_root):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc_root, entry, "stat")) as fh:
+                stats[int(entry)] = parse_stat(fh.read())
+        except (OSError, IndexError, ValueError):
+            continue  # exited between listdir and open, or not a process's stat
+    ticks, seen, frontier = 0, set(), {pid}
+    while frontier:
+        ticks += sum(stats[p][1] for p in frontier if p in stats)
+        seen |= frontier
+        frontier = {p for p, (ppid, _) in stats.items() if ppid in frontier and p not in seen}
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_model() -> str:

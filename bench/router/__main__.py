@@ -11,10 +11,16 @@ One run, same backends, same load generator (wrk), on this machine:
   --tls-cert-file listener), Meridian to nginx over HTTPS (https:// replicas, --upstream-tls-ca-file),
   direct is wrk to nginx over HTTPS; a throwaway CA made with the openssl CLI. Compare its Meridian
   row with the short scenario's (same run, same machine).
-For each scenario and target: throughput and p50/p99 latency under load (``--connections``), and
-p50/p99 with a single connection (the per-request overhead, "added latency" against direct).
-Targets run interleaved, ``--repeats`` times each; best and median throughput are printed, since
-the machine is shared. Needs wrk and nginx (installed with apt-get when missing and root)."""
+For each scenario and target: throughput and p50/p99 latency under load (``--connections``), the
+target's CPU time per request under that load (user + system microseconds of the target's
+processes, all threads and worker processes, from the kernel's accounting in /proc/<pid>/stat,
+over the requests wrk counted), and p50/p99 with a single connection (the per-request overhead,
+"added latency" against direct). Targets run interleaved, ``--repeats`` times each; best and
+median throughput are printed, and each Meridian target's ratio to sglang-router as the median of
+the per-repeat ratios (run i against run i, so a load change between repeats affects both), since
+the machine is shared. ``--router-cpus`` pins both routers to the same CPUs (taskset), and
+``--load-cpus`` wrk and the backends. Needs wrk and nginx (installed with apt-get when missing and
+root)."""
 
 from __future__ import annotations
 
@@ -112,10 +118,13 @@ def parse_wrk(text: str) -> dict:
     def ms(value: str, unit: str) -> float:
         return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
-    out = {"rps": 0.0, "p50_ms": float("nan"), "p99_ms": float("nan"), "errors": 0}
+    out = {"rps": 0.0, "p50_ms": float("nan"), "p99_ms": float("nan"), "errors": 0, "requests": 0}
     m = re.search(r"Requests/sec:\s+([\d.]+)", text)
     if m:
         out["rps"] = float(m.group(1))
+    m = re.search(r"^\s*(\d+) requests in ", text, re.M)
+    if m:
+        out["requests"] = int(m.group(1))
     for pct, key in (("50", "p50_ms"), ("99", "p99_ms")):
         m = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
         if m:
@@ -129,8 +138,13 @@ def parse_wrk(text: str) -> dict:
     return out
 
 
-def wrk(url: str, script: str, connections: int, duration_s: float) -> dict:
-    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration_s))}s", "--latency", "-s", script, url]
+def pinned(cpus: str, argv: list[str]) -> list[str]:
+    """``argv`` run on the CPUs listed (taskset syntax, e.g. "1" or "0,1"); as is when empty."""
+    return ["taskset", "-c", cpus, *argv] if cpus else argv
+
+
+def wrk(url: str, script: str, connections: int, duration_s: float, cpus: str = "") -> dict:
+    cmd = pinned(cpus, ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration_s))}s", "--latency", "-s", script, url])
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s + 60)
     if done.returncode != 0 or "Requests/sec" not in done.stdout:
         raise RuntimeError(f"wrk failed against {url}: {done.stdout[-500:]} {done.stderr[-500:]}")
@@ -151,6 +165,9 @@ def main() -> None:
     parser.add_argument("--meridian-workers", default="1,2", help="comma list of --workers values to bench")
     parser.add_argument("--policy", default="latency", help="Meridian routing policy")
     parser.add_argument("--scenarios", default="short,stream,short-tls,prefix")
+    parser.add_argument("--router-cpus", default="",
+                        help="CPUs for both routers, taskset syntax (e.g. 1 or 0,1; default: not pinned)")
+    parser.add_argument("--load-cpus", default="", help="CPUs for wrk and the backends (default: not pinned)")
     prefix.add_arguments(parser)
     args = parser.parse_args()
     scenarios = [s for s in args.scenarios.split(",") if s and s != "prefix"]
@@ -166,12 +183,14 @@ def main() -> None:
         short_ports, stream_ports = [common.free_port(), common.free_port()], [common.free_port(), common.free_port()]
         tls_ports = [common.free_port(), common.free_port()] if "short-tls" in scenarios else []
         certs = make_certs(workdir) if tls_ports else None
-        stack.start("nginx", [nginx_binary(), "-c", nginx_conf(workdir, short_ports, tls_ports, certs)], short_ports[0])
+        stack.start("nginx", pinned(args.load_cpus, [nginx_binary(), "-c", nginx_conf(workdir, short_ports, tls_ports,
+                                                                                    certs)]), short_ports[0])
         for p in short_ports[1:] + tls_ports:
             common.wait_port(p)
         for i, p in enumerate(stream_ports):
-            stack.start(f"sse{i}", [py, "-m", "bench.router.sse_backend", "--port", str(p), "--chunks", str(args.chunks),
-                                    "--token-delay-ms", str(args.token_delay_ms)], p)
+            stack.start(f"sse{i}", pinned(args.load_cpus, [
+                py, "-m", "bench.router.sse_backend", "--port", str(p), "--chunks", str(args.chunks),
+                "--token-delay-ms", str(args.token_delay_ms)]), p)
         routes = os.path.join(workdir, "routes.yaml")
         with open(routes, "w") as fh:
             fh.write("models:\n")
@@ -183,43 +202,52 @@ def main() -> None:
                 for i, p in enumerate(ports):
                     fh.write(f"      - {{replica_id: {name}-{i}, endpoint: '{scheme}://127.0.0.1:{p}', region: us-east-1}}\n")
         targets: dict[str, dict[str, str]] = {s: {} for s in scenarios}
+        # Target -> the process whose tree's CPU time is the target's (direct: the backend it hits).
+        pids: dict[str, dict[str, int]] = {s: {} for s in scenarios}
         if "short-tls" in scenarios:
             targets["short-tls"]["direct"] = f"https://127.0.0.1:{tls_ports[0]}"
+            pids["short-tls"]["direct"] = stack.pid("nginx")
         for s in [s for s in scenarios if s != "short-tls"]:
             ports = short_ports if s == "short" else stream_ports
             targets[s]["direct"] = f"http://127.0.0.1:{ports[0]}"
+            pids[s]["direct"] = stack.pid("nginx" if s == "short" else "sse0")
             sp = common.free_port()
-            stack.start(f"sglang-router-{s}", [py, "-m", "sglang_router.launch_router", "--worker-urls",
+            stack.start(f"sglang-router-{s}", pinned(args.router_cpus, [py, "-m", "sglang_router.launch_router", "--worker-urls",
                                                *[f"http://127.0.0.1:{p}" for p in ports], "--policy", "round_robin",
                                                "--host", "127.0.0.1", "--port", str(sp), "--log-level", "warn",
-                                               "--prometheus-port", str(common.free_port())],
+                                               "--prometheus-port", str(common.free_port())]),
                         sp, timeout_s=60)
             targets[s]["sglang-router"] = f"http://127.0.0.1:{sp}"
+            pids[s]["sglang-router"] = stack.pid(f"sglang-router-{s}")
         for w in [int(x) for x in args.meridian_workers.split(",") if x]:
             mp = common.free_port()
-            stack.start(f"meridian-w{w}", [py, "-m", "meridian.cli.main", "router", "--listen", f"127.0.0.1:{mp}",
-                                           "--routes-file", routes, "--lkg-store", "none", "--region", "na-east",
-                                           "--workers", str(w), "--policy", args.policy, "--log-level", "warning"], mp)
+            stack.start(f"meridian-w{w}", pinned(args.router_cpus, [
+                py, "-m", "meridian.cli.main", "router", "--listen", f"127.0.0.1:{mp}", "--routes-file", routes,
+                "--lkg-store", "none", "--region", "na-east", "--workers", str(w), "--policy", args.policy,
+                "--log-level", "warning"]), mp)
             time.sleep(1.0 if w > 1 else 0.2)  # let every worker bind
             for s in scenarios:
                 if s != "short-tls":
                     targets[s][f"meridian-w{w}"] = f"http://127.0.0.1:{mp}"
+                    pids[s][f"meridian-w{w}"] = stack.pid(f"meridian-w{w}")
             if "short-tls" in scenarios:
                 tp = common.free_port()
-                stack.start(f"meridian-tls-w{w}", [
+                stack.start(f"meridian-tls-w{w}", pinned(args.router_cpus, [
                     py, "-m", "meridian.cli.main", "router", "--listen", f"127.0.0.1:{tp}", "--routes-file", routes,
                     "--lkg-store", "none", "--region", "na-east", "--workers", str(w), "--policy", args.policy,
                     "--log-level", "warning", "--tls-cert-file", certs["cert"], "--tls-key-file", certs["key"],
-                    "--upstream-tls-ca-file", certs["ca"]], tp)
+                    "--upstream-tls-ca-file", certs["ca"]]), tp)
                 time.sleep(1.0 if w > 1 else 0.2)
                 targets["short-tls"][f"meridian-w{w}"] = f"https://127.0.0.1:{tp}"
+                pids["short-tls"][f"meridian-w{w}"] = stack.pid(f"meridian-tls-w{w}")
         print(f"machine: {common.machine()}")
         print(f"load: wrk -t1, {args.duration_s:g} s runs x {args.repeats} repeats, interleaved; "
               f"short: {args.connections} connections, nginx static JSON; stream: {args.stream_connections} "
               f"connections, {args.chunks} SSE chunks/response, {args.token_delay_ms:g} ms between chunks; "
-              f"Meridian policy {args.policy}; sglang-router round_robin")
+              f"Meridian policy {args.policy}; sglang-router round_robin; routers on CPUs "
+              f"{args.router_cpus or 'any'}, wrk and backends on CPUs {args.load_cpus or 'any'}")
         for s in scenarios:
-            run_scenario(s, targets[s], workdir, args)
+            run_scenario(s, targets[s], pids[s], workdir, args)
     finally:
         stack.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -227,44 +255,70 @@ def main() -> None:
         sys.exit("bench.router: requests failed in the prefix scenario (see above)")
 
 
-def run_scenario(scenario: str, targets: dict[str, str], workdir: str, args) -> None:
+def loaded_run(url: str, script: str, conns: int, duration_s: float, pid: int, cpus: str) -> dict:
+    """One wrk run under load, with the CPU microseconds per request the target's process tree
+    (``pid`` and its descendants: every worker and thread) spent serving it."""
+    cpu0 = common.tree_cpu_s(pid)
+    run = wrk(url, script, conns, duration_s, cpus)
+    cpu_s = common.tree_cpu_s(pid) - cpu0
+    run["cpu_us"] = cpu_s * 1e6 / run["requests"] if run["requests"] else float("nan")
+    return run
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def run_scenario(scenario: str, targets: dict[str, str], pids: dict[str, int], workdir: str, args) -> None:
     model = {"short": "m-short", "stream": "m-stream", "short-tls": "m-short-tls"}[scenario]
     script = os.path.join(workdir, f"{scenario}.lua")
     with open(script, "w") as fh:
         fh.write(LUA % (model, ',"stream":true' if scenario == "stream" else ""))
     conns = args.stream_connections if scenario == "stream" else args.connections
     for url in targets.values():  # warm up connections and caches
-        wrk(url + "/v1/chat/completions", script, conns, 1)
+        wrk(url + "/v1/chat/completions", script, conns, 1, args.load_cpus)
     loaded: dict[str, list[dict]] = {t: [] for t in targets}
     single: dict[str, list[dict]] = {t: [] for t in targets}
+    loads: list[float] = []
     for _ in range(args.repeats):
+        loads.append(os.getloadavg()[0])
         for name, url in targets.items():
-            loaded[name].append(wrk(url + "/v1/chat/completions", script, conns, args.duration_s))
-            single[name].append(wrk(url + "/v1/chat/completions", script, 1, args.latency_duration_s))
+            loaded[name].append(loaded_run(url + "/v1/chat/completions", script, conns, args.duration_s, pids[name],
+                                           args.load_cpus))
+            single[name].append(wrk(url + "/v1/chat/completions", script, 1, args.latency_duration_s, args.load_cpus))
     titles = {"short": "non-streaming chat (nginx backends)", "stream": "streaming chat (SSE backends)",
               "short-tls": "non-streaming chat, TLS on both hops (HTTPS to the router, HTTPS to nginx)"}
-    print(f"\n== {scenario}: {titles[scenario]}")
-    print(f"{'target':<16}{'best rps':>10}{'median rps':>12}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+    print(f"\n== {scenario}: {titles[scenario]} (load average before each repeat: "
+          f"{' '.join(f'{x:.2f}' for x in loads)})")
+    print(f"{'target':<16}{'best rps':>10}{'median rps':>12}{'CPU us/req':>12}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
           f"{'1-conn p50':>12}{'1-conn p99':>12}{'added p50':>11}{'added p99':>11}")
     med = {}
     for name in targets:
         runs = sorted(loaded[name], key=lambda r: r["rps"])
         mid = runs[len(runs) // 2]
         one = sorted(single[name], key=lambda r: r["p50_ms"])[len(single[name]) // 2]
-        med[name] = (runs[-1]["rps"], mid, one)
+        med[name] = (runs[-1]["rps"], mid, one, median([r["cpu_us"] for r in loaded[name]]))
     direct_one = med["direct"][2]
-    for name, (best, mid, one) in med.items():
+    for name, (best, mid, one, cpu_us) in med.items():
         errors = sum(r["errors"] for r in loaded[name])
         added50 = one["p50_ms"] - direct_one["p50_ms"]
         added99 = one["p99_ms"] - direct_one["p99_ms"]
-        print(f"{name:<16}{best:>10.0f}{mid['rps']:>12.0f}{mid['p50_ms']:>9.2f}{mid['p99_ms']:>9.2f}{errors:>8}"
-              f"{one['p50_ms']:>12.3f}{one['p99_ms']:>12.3f}{added50:>11.3f}{added99:>11.3f}")
+        print(f"{name:<16}{best:>10.0f}{mid['rps']:>12.0f}{cpu_us:>12.1f}{mid['p50_ms']:>9.2f}{mid['p99_ms']:>9.2f}"
+              f"{errors:>8}{one['p50_ms']:>12.3f}{one['p99_ms']:>12.3f}{added50:>11.3f}{added99:>11.3f}")
     sg = med.get("sglang-router")
     if sg:
-        for name, (best, mid, _) in med.items():
+        for name, (best, mid, _, cpu_us) in med.items():
             if name.startswith("meridian"):
-                print(f"{name} / sglang-router throughput: best {best / sg[0]:.2f}x, median {mid['rps'] / sg[1]['rps']:.2f}x")
-    print("(added p50/p99: single-connection latency minus direct's; p50/p99 ms: under load, median run)")
+                paired = median([m["rps"] / s["rps"] for m, s in zip(loaded[name], loaded["sglang-router"])
+                                 if s["rps"]])
+                print(f"{name} / sglang-router throughput: median of per-repeat ratios {paired:.2f}x "
+                      f"(median {mid['rps'] / sg[1]['rps']:.2f}x, best {best / sg[0]:.2f}x); "
+                      f"CPU per request {cpu_us / sg[3]:.2f}x")
+    print("(CPU us/req: user+system CPU of the target's processes during the loaded runs, over the requests "
+          "served, median run; direct: the backend's. added p50/p99: single-connection latency minus direct's; "
+          "p50/p99 ms: under load, median run)")
 
 
 if __name__ == "__main__":

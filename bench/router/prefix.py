@@ -82,26 +82,6 @@ async def sample_kv_used(session: aiohttp.ClientSession, urls: list[str], sample
         await asyncio.sleep(1.0)
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) used so far by ``pid`` and its live descendants (from /proc)."""
-    stats: dict[int, tuple[int, float]] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
-    total, frontier = 0.0, {pid}
-    while frontier:
-        total += sum(stats[p][1] for p in frontier if p in stats)
-        frontier = {p for p, (ppid, _) in stats.items() if ppid in frontier}
-    return total
-
-
 def flush(url: str) -> None:
     req = urllib.request.Request(url + "/flush_cache", data=b"", method="POST")
     with urllib.request.urlopen(req, timeout=10) as resp:
@@ -200,10 +180,10 @@ def run_pass(stack: common.Stack, target: str, urls: list[str], workdir: str, po
     before = [scrape(u) for u in urls]
     url = start_router(stack, target, urls, workdir, policy_args)
     router_pid = stack.pid(target)
-    cpu0 = tree_cpu_s(router_pid)
+    cpu0 = common.tree_cpu_s(router_pid)
     try:
         results, kv_used = asyncio.run(replay([url], bodies, send_s, target, urls))
-        router_cpu_s = tree_cpu_s(router_pid) - cpu0
+        router_cpu_s = common.tree_cpu_s(router_pid) - cpu0
     finally:
         stack.stop({target})
     after = [scrape(u) for u in urls]
