@@ -37,6 +37,19 @@ DEADLINE_TICK_S = 0.05
 FIRST_BYTE_TIMEOUT = "first_byte_timeout"
 
 
+class _SseResponse(web.StreamResponse):
+    """A streaming response whose head goes out with its first body write instead of on its own.
+
+    aiohttp's StreamResponse writes the head at ``prepare`` (a send, a packet, of its own); its
+    Response buffers it until the body (``_send_headers_immediately``, aiohttp 3.11+, pinned). The
+    relay prepares only once the replica's first chunk is in hand and writes it at once, so the
+    head waits for nothing: a stream that arrived whole leaves in one send (head, body and the
+    chunked terminator) instead of three. Measured: about 10% of the router's CPU per streaming
+    request went to the head's own send (py-spy under ``bench.router``'s stream scenario)."""
+
+    _send_headers_immediately = False
+
+
 class _Outcome:
     """What one request did, for metrics and traffic reports."""
 
@@ -542,20 +555,25 @@ class Proxy:
 
         A client that goes away is normal (mid-stream, or right after ``[DONE]`` before the end
         of the response was written): it is counted, never raised, so aiohttp logs no error."""
-        resp = web.StreamResponse(status=200)
+        resp = _SseResponse(status=200)
         resp.headers.extend(_SSE_HEADERS)
         resp.headers["X-Request-Id"] = rid
         outcome.status = 200
         outcome.response = resp
         tally = sse.Tally()
         chunk = first
+        # Written with the chunked terminator: the replica's last bytes (or the error event).
+        last = b""
         try:
             await resp.prepare(request)
             outcome.ttft_s = time.monotonic() - started
             try:
                 while chunk:
-                    await resp.write(chunk)
                     tally.feed(chunk)
+                    if conn.complete:  # nothing more will come: one send for the end of the stream
+                        last = chunk
+                        break
+                    await resp.write(chunk)
                     chunk = await conn.read_chunk()
             except upstream.UpstreamError as exc:
                 self._failed(entry, ep, exc.kind)
@@ -563,9 +581,9 @@ class Proxy:
                 log.warning("event=stream_broken model=%s replica=%s request_id=%s error=%s", entry.name,
                             ep.replica_id, rid, exc)
                 err = errors.upstream_failed(entry.name, f"replica stream broke: {exc}")
-                await resp.write(b"data: " + err.body() + b"\n\n")
+                last = b"data: " + err.body() + b"\n\n"
             self._account_stream(outcome, tally)
-            await resp.write_eof()
+            await resp.write_eof(last)
         except ConnectionError:
             if conn.complete and outcome.status == 200:
                 # Everything the replica sent was written; the client left before the end of the
