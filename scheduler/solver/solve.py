@@ -123,7 +123,10 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
                                         == {r: w for r, w in demand.replicas_by_region.items() if w > 0})
         same = same and tuple(current.coverage.get(demand.name, demand.coverage)) == demand.coverage
         if not mine:
-            if demand.demand_replicas > 0 and not same:
+            # Demand (or a region to cover) and no replica: re-solve it even when the demand is as
+            # planned, since the pools may have changed since (a cluster that reported after the
+            # plan that left it unplaced); a re-solve of it alone is cheap.
+            if demand.demand_replicas > 0 or demand.coverage:
                 out.add(d)
             continue
         view = cand_mod.make_view(demand, prob.policy)

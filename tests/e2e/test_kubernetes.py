@@ -37,9 +37,8 @@ async def fleet(tmp_path_factory):
     f = fleet_mod.LocalFleet(fleet_mod.FleetConfig(
         workdir=workdir, spec_files=(SPECS / "fleet.yaml",), cluster_file=SPECS / "kube-clusters.yaml",
         provisioning_delay_s=2.0, router_region="na-east", k8s_clusters=(KUBE,),
-        # Both agents report before the first plan (the kubernetes one starts its cluster first): a
-        # cluster that joins after a first plan that could not place everything is not used by the
-        # incremental re-solves (a scheduler issue, reported separately).
+        # Both agents report before the first plan (the kubernetes one starts its cluster first), so
+        # the first plan already places across both.
         scheduler_settings=("heartbeat_interval_s=1", "adopt_grace_s=30")))
     f.prepare()
     try:

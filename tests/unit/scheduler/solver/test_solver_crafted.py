@@ -397,3 +397,18 @@ def test_a_ttft_target_the_prefill_and_headroom_use_up_is_explained_as_such():
     [u] = solve(sc.problem([embed], [sc.pool("use1", "aws", "us-east-1", "L4", 0.5)])).unplaced
     assert u.constraint == "ttft"
     assert "plus the 10 ms headroom exceeds its TTFT p99" in u.reason and "within -" not in u.reason, u.reason
+
+
+def test_a_deployment_left_unplaced_is_placed_when_a_pool_appears_with_the_same_demand():
+    """A plan made before a cluster reported leaves a deployment unplaced; when the cluster's pool
+    appears (same demand), the incremental re-solve from that plan places it instead of keeping the
+    old plan's nothing."""
+    placed = sc.dep("chat", regions={"na-east": 1})
+    waiting = sc.dep("embed", regions={"eu-west": 2}, gpu_types=["A10G"], profile={"A10G": 1})
+    early = [sc.pool("a", "aws", "us-east-1", "L4", 0.8, nodes_max=4)]
+    first = solve(sc.problem([placed, waiting], early))
+    assert first.placement.total("embed") == 0 and [u.deployment for u in first.unplaced] == ["embed"]
+    later = early + [sc.pool("b", "gcp", "europe-west4", "A10G", 1.0, nodes_max=4)]
+    again = solve(sc.problem([placed, waiting], later), current=first.placement)
+    assert again.placement.total("embed") == 2 and again.unplaced == ()
+    assert again.placement.of("chat") == first.placement.of("chat")
