@@ -133,7 +133,8 @@ def report(placement: Sequence[stats.PlacementRow], regions: Sequence[sla.Region
         out.append(f"{name}: {'not observed' if value is None else f'{value:.1f} s'}")
     if events:
         out.append("")
-        out.append("timeline:")
+        out.append("timeline (t = seconds since traffic started, as everywhere in this report; setup is "
+                   "before 0):")
         out.extend(f"  {e}" for e in events)
     return "\n".join(out)
 
