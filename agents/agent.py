@@ -28,10 +28,11 @@ from collections.abc import Callable
 import prometheus_client as prom
 
 import meridian
+from meridian import backoff as backoff_mod
 from meridian import spec
 from meridian.fleet import models
 
-from agents import allocation, backends, backoff as backoff_mod, directives, interruptions, metrics as metrics_mod
+from agents import allocation, backends, directives, interruptions, metrics as metrics_mod
 from agents import nodes, outbox as outbox_mod, providers, state, status as status_mod, stream
 from agents.backends import local as local_backend
 from agents.providers import base as provider_base

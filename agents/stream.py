@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
+from meridian import backoff as backoff_mod
 from meridian import limits
 from meridian import tls as meridian_tls
 from meridian.fleet import models, wire
@@ -23,7 +24,6 @@ from meridian.spec import cluster as cluster_spec
 from meridian.v1 import capacity_pb2 as cap
 from meridian.v1 import capacity_pb2_grpc as cap_grpc
 
-from agents import backoff as backoff_mod
 from agents import metrics as metrics_mod
 from agents import outbox as outbox_mod
 from agents import state

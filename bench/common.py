@@ -12,11 +12,10 @@ import socket
 import subprocess
 import time
 
+from meridian.demo import processes
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+
+free_port = processes.free_port  # the project's one free-port helper
 
 
 def wait_port(port: int, timeout_s: float = 60.0, what: str = "server") -> None:

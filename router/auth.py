@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 import orjson
 import pydantic
-import yaml
 
+from meridian import yamlread
 from router import errors
 
 log = logging.getLogger("meridian.router.auth")
@@ -76,7 +76,7 @@ class _KeysFile(pydantic.BaseModel):
 
 def load_keys_file(path: str | pathlib.Path) -> dict[str, KeyInfo]:
     """hash -> KeyInfo from a keys file; raises pydantic.ValidationError naming the bad field."""
-    data = yaml.safe_load(pathlib.Path(path).read_text()) or {}
+    data = yamlread.load_file(path) or {}
     parsed = _KeysFile.model_validate(data)
     out = {k.sha256: k.info() for k in parsed.keys}
     if len(out) != len(parsed.keys):

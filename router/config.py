@@ -10,9 +10,8 @@ import socket
 from typing import Any, Literal
 
 import pydantic
-import yaml
 
-from meridian import latency, spec
+from meridian import latency, spec, yamlread
 from router import health, pertry, policies, scheduler_tls, secret_files, tls
 
 
@@ -280,7 +279,7 @@ def load(path: str | None = None, overrides: dict[str, Any] | None = None) -> Ro
     data: dict[str, Any] = {}
     if path:
         text = pathlib.Path(path).read_text()
-        loaded = yaml.safe_load(text) or {}
+        loaded = yamlread.safe_load(text, path) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: a router config file must be a mapping of settings")
         data.update(loaded)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import pathlib
 
 import pydantic
-import yaml
 
+from meridian import yamlread
 from meridian.fleet import models as fm
 from router import endpoints, policies
 
@@ -96,5 +96,5 @@ class StaticRoutes(_Frozen):
 
 def load(path: str | pathlib.Path) -> fm.RoutingTable:
     """Read and validate a static routes file; raises pydantic.ValidationError naming the field."""
-    data = yaml.safe_load(pathlib.Path(path).read_text()) or {}
+    data = yamlread.load_file(path) or {}
     return StaticRoutes.model_validate(data).table()

@@ -2,7 +2,7 @@
 
 On start the last-known-good table (if any) is applied so the router serves at once; then every
 table the scheduler streams replaces it and is saved as the new last-known-good. A broken stream is
-retried with capped exponential backoff and jitter; the current table keeps serving meanwhile."""
+retried with capped exponential backoff and jitter (``meridian.backoff``); the current table keeps serving meanwhile."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import grpc
 
+from meridian import backoff
 from meridian.fleet import models as fm
 from meridian.fleet import wire
 from meridian.v1 import routing_pb2, routing_pb2_grpc
@@ -78,7 +79,10 @@ class RouteWatcher:
 
     async def run(self) -> None:
         """Watch forever (cancel the task to stop)."""
-        delay = self.backoff_initial_s
+        # Half to all of a doubling ceiling (meridian.backoff): many routers that lost the scheduler
+        # together come back spread out, never above backoff_max_s.
+        retry = backoff.Backoff(self.backoff_initial_s, max(self.backoff_max_s, self.backoff_initial_s),
+                                min_fraction=0.5, rng=self.rng)
         while True:
             try:
                 async with scheduler_tls.channel(self.address, self.tls) as channel:
@@ -87,10 +91,10 @@ class RouteWatcher:
                         router_id=self.router_id, router_region=self.router_region,
                         known_version=self.current_version(), token=self.token)
                     async for message in stub.WatchRoutes(request):
-                        if self.tables_received == 0 or delay != self.backoff_initial_s:
+                        if self.tables_received == 0 or retry.attempts:
                             log.info("event=route_stream_up scheduler=%s", self.address)
                         self._connected(True)
-                        delay = self.backoff_initial_s
+                        retry.reset()
                         try:
                             table = wire.table_from_pb(message)
                         except wire.WireError as exc:
@@ -102,9 +106,8 @@ class RouteWatcher:
                         await self._save(table)
                 log.warning("event=route_stream_ended scheduler=%s", self.address)
             except grpc.aio.AioRpcError as exc:
-                log.warning("event=route_stream_error scheduler=%s code=%s detail=%s retry_in_s=%.1f",
-                            self.address, exc.code().name, exc.details(), delay)
+                log.warning("event=route_stream_error scheduler=%s code=%s detail=%s retry_in_s<=%.1f",
+                            self.address, exc.code().name, exc.details(), retry.ceiling_s())
                 self._error("route_stream")
             self._connected(False)
-            await asyncio.sleep(delay * (0.5 + self.rng.random()))
-            delay = min(self.backoff_max_s, delay * 2)
+            await asyncio.sleep(retry.next_delay_s())

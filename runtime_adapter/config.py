@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pydantic
 
+from meridian import backoff
+
 
 class SupervisorConfig(pydantic.BaseModel):
     """How a Replica supervises its engine. Durations in seconds."""
@@ -49,5 +51,6 @@ class SupervisorConfig(pydantic.BaseModel):
 
     def backoff_s(self, crashes: int) -> float:
         """Delay before the restart that follows the ``crashes``-th consecutive crash (1-based)."""
-        delay = self.restart_backoff_initial_s * self.restart_backoff_multiplier ** max(0, crashes - 1)
-        return min(self.restart_backoff_max_s, delay)
+        # No jitter: one process restarting, nothing to spread (meridian.backoff's ceiling).
+        return backoff.ceiling_s(crashes, self.restart_backoff_initial_s, self.restart_backoff_max_s,
+                                 self.restart_backoff_multiplier)

@@ -12,12 +12,11 @@ import time
 
 import pytest
 
+from meridian.demo import processes
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 at the time of the call."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+
+# The project's one free-port helper (a TCP port free on 127.0.0.1 at the time of the call).
+free_port = processes.free_port
 
 
 def wait_for_port(port: int, timeout_s: float = 10.0, host: str = "127.0.0.1") -> None:

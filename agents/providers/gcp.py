@@ -41,11 +41,11 @@ from google.api_core import retry as gretry
 from google.cloud import container_v1
 from google.cloud.container_v1.services.cluster_manager.transports import grpc as gke_grpc
 
+from meridian import backoff as backoff_mod
 from meridian import spec
 from meridian.fleet import models
 from meridian.spec import cluster as cluster_spec
 
-from agents import backoff as backoff_mod
 from agents import providers
 from agents.providers import base, common, notices
 from agents.providers.errors import CloudError, CloudErrorKind, classify_message
@@ -146,9 +146,7 @@ class ComputeApi:
             except _Transient as exc:
                 if delays.attempts >= self._retries:
                     raise exc.error from None
-                delay = delays.next_delay_s()
-                if exc.retry_after_s is not None:
-                    delay = min(max(delay, exc.retry_after_s), delays.max_s)
+                delay = delays.next_delay_s(exc.retry_after_s)
                 self.retried += 1
                 log.warning("event=compute_retry operation=%s attempt=%d delay_s=%.2f error=%r", operation,
                             delays.attempts, delay, str(exc.error))
@@ -164,7 +162,8 @@ class ComputeApi:
                     error = CloudError(_http_kind(resp.status, text), f"{method} {url} answered {resp.status}: "
                                        f"{text[:300]}", code=str(resp.status), operation=operation)
                     if error.kind in _RETRY_KINDS:
-                        raise _Transient(error, _retry_after_s(resp.headers.get("Retry-After")))
+                        raise _Transient(error, backoff_mod.parse_retry_after(resp.headers.get("Retry-After"),
+                                                                              time.time()))
                     raise error
                 return await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -198,13 +197,6 @@ class _Transient(Exception):
         super().__init__(str(error))
         self.error = error
         self.retry_after_s = retry_after_s
-
-
-def _retry_after_s(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:
-        return None  # an HTTP date: the backoff decides
 
 
 class GcpProvider(base.Provider):

@@ -4,18 +4,13 @@ path talks to in tests and demos. ``with MotoServer() as url: ...`` starts it an
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+from meridian.demo import processes
 
 
 class MotoServer:
@@ -23,7 +18,7 @@ class MotoServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None):
         self.host = host
-        self.port = port or _free_port(host)
+        self.port = port or processes.free_port()
         self._proc: subprocess.Popen | None = None
         self._log = tempfile.NamedTemporaryFile(prefix="meridian-moto-", suffix=".log", delete=False)
 

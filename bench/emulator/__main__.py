@@ -29,7 +29,7 @@ import urllib.request
 import orjson
 
 from bench import common
-from meridian import capacity
+from meridian import capacity, progress, tables
 from runtime_adapter.emulator import radix, tokens
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -160,10 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {common.machine()}")
     print(f"emulator: {MODEL} on 1x H100 (capacity model), {args.tokens} output tokens/request, "
           f"{args.connections} connections, {args.duration_s}s per run, wrk on the same cores")
-    print(f"{'scenario':<40} {'req/s':>9} {'tok/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'non-2xx':>8}")
-    for label, speedup, stream in (("overhead-bound, non-streaming", 1e6, False),
-                                   ("overhead-bound, streaming", 1e6, True),
-                                   ("model-bound (speedup 1), non-streaming", 1.0, False)):
+    rows = []
+    scenarios = (("overhead-bound, non-streaming", 1e6, False), ("overhead-bound, streaming", 1e6, True),
+                 ("model-bound (speedup 1), non-streaming", 1.0, False))
+    for label, speedup, stream in progress.track(scenarios, "bench.emulator: wrk runs", unit="scenarios"):
         port = common.free_port()
         proc = start_emulator(port, speedup)
         try:
@@ -177,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
-        print(f"{label:<40} {r['rps']:>9.0f} {r['rps'] * args.tokens:>9.0f} {r['p50_ms']:>9.1f} {r['p99_ms']:>9.1f} "
-              f"{r['errors']:>8.0f}")
+        rows.append([label, f"{r['rps']:.0f}", f"{r['rps'] * args.tokens:.0f}", f"{r['p50_ms']:.1f}",
+                     f"{r['p99_ms']:.1f}", f"{r['errors']:.0f}"])
+    print(tables.text(["scenario", "req/s", "tok/s", "p50 ms", "p99 ms", "non-2xx"], rows, right="numbers"))
     perf = capacity.replica_perf(capacity.KNOWN_ARCHITECTURES[MODEL], "H100", 1)
     step_ms = perf.decode_step_s(args.connections, args.connections * 30) * 1000
     print(f"capacity model: decode step at batch {args.connections} = {step_ms:.1f} ms -> at most "
@@ -186,9 +187,6 @@ def main(argv: list[str] | None = None) -> int:
           f"(model-bound row should approach it)")
     print(f"\nlong prompts: prefix cache of {perf.kv_budget_tokens} tokens (the H100 replica's KV budget), "
           "in process, median of 3")
-    print(f"{'operation':<58} {'ms':>9}")
-    for label, ms in prefix_cache_rows(perf.kv_budget_tokens):
-        print(f"{label:<58} {ms:>9.1f}")
     port = common.free_port()
     proc = start_emulator(port, 1e6, "--context-length", "131072")
     try:
@@ -196,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    print(f"{'HTTP: 100k-token completion at speedup 1e6, cold':<58} {cold_ms:>9.1f}")
-    print(f"{'HTTP: the same prompt again (prefix-cache hit)':<58} {hot_ms:>9.1f}")
+    rows = [[label, f"{ms:.1f}"] for label, ms in prefix_cache_rows(perf.kv_budget_tokens)]
+    rows += [["HTTP: 100k-token completion at speedup 1e6, cold", f"{cold_ms:.1f}"],
+             ["HTTP: the same prompt again (prefix-cache hit)", f"{hot_ms:.1f}"]]
+    print(tables.text(["operation", "ms"], rows, right="numbers"))
     return 0
 
 

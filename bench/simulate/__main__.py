@@ -14,6 +14,7 @@ import statistics
 import sys
 import time
 
+from meridian import progress
 from meridian.simulate import policies, report, runner, scenario
 
 
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     base = scenario.load(args.scenario).with_overrides(hours=args.hours)
     names = [n for n in args.policies.split(",") if n]
     runs = []
-    for i in range(max(1, args.seeds)):
+    for i in progress.track(range(max(1, args.seeds)), "bench.simulate: days", unit="seeds"):
         sc = base.with_overrides(seed=base.seed + i)
         wall, cpu = time.perf_counter(), _cpu_s()
         cmp = runner.run(sc, names, jobs=args.jobs)

@@ -7,13 +7,11 @@ whole document (docs/scheduler.md lists its fields). Exit 0, or 1 when the sched
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-
-import yaml
 
 from meridian import cost
 from meridian.cli import apply as apply_cmd
+from meridian.cli import output
 from scheduler.admin import client as admin_client
 
 
@@ -23,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "model,team,cloud,tier)")
     parser.add_argument("--no-floor-wait", action="store_true",
                         help="do not wait for the cost floor's solve (it shows as computing)")
-    apply_cmd.add_connection_arguments(parser, ("text", "json", "yaml"))
+    apply_cmd.add_connection_arguments(parser)
 
 
 def render(doc: dict, dims: list[str]) -> str:
@@ -53,12 +51,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         doc = apply_cmd.connect(args).cost(wait_floor=not args.no_floor_wait)
     except admin_client.AdminError as exc:
-        return apply_cmd.report_error(exc, "json" if args.output == "json" else "text")
-    if args.output == "json":
-        json.dump(doc, sys.stdout, indent=2)
-        print()
-    elif args.output == "yaml":
-        print(yaml.safe_dump(doc, sort_keys=False), end="")
-    else:
-        print(render(doc, dims))
+        return apply_cmd.report_error(exc, args.output)
+    output.emit(doc, args.output, lambda: render(doc, dims))
     return 0

@@ -4,10 +4,9 @@ left would not validate, e.g. a region another document uses goes with a Latency
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from meridian.cli import apply as apply_cmd
+from meridian.cli import output
 from scheduler.admin import client as admin_client
 
 
@@ -22,9 +21,5 @@ def run(args: argparse.Namespace) -> int:
         result = apply_cmd.connect(args).delete(args.kind, args.name)
     except admin_client.AdminError as exc:
         return apply_cmd.report_error(exc, args.output)
-    if args.output == "json":
-        json.dump(result, sys.stdout, indent=2)
-        print()
-    else:
-        print(f"{result['deleted']['kind']}/{result['deleted']['name']} deleted")
+    output.emit(result, args.output, lambda: f"{result['deleted']['kind']}/{result['deleted']['name']} deleted")
     return 0

@@ -2,18 +2,19 @@
 rollout (strategy, step, replicas of each revision, since when, why it rolled back) and its SLA per
 client region (covered by which replicas, expected and measured TTFT p99, why a region is unmet)
 follow its YAML as comment lines, so the output still applies as is; ``-o json`` prints the whole
-item, rollout and SLA included."""
+item, rollout and SLA included. ``-o yaml`` prints the documents as applied (re-appliable, with the
+rollout and SLA as comments), ``-o text`` a table of the applied specs."""
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import sys
 
 import yaml
 
+from meridian import tables
 from meridian.cli import apply as apply_cmd
+from meridian.cli import output
 from scheduler.admin import client as admin_client
 
 
@@ -21,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kind", nargs="?", help="ModelDeployment, CapacityPolicy, Cluster, LatencyMap (or "
                                                "deployment, policy, cluster, latencymap)")
     parser.add_argument("name", nargs="?")
-    apply_cmd.add_connection_arguments(parser, ("text", "json", "yaml"), default=None)
+    apply_cmd.add_connection_arguments(parser, default=None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,31 +30,26 @@ def run(args: argparse.Namespace) -> int:
         client = apply_cmd.connect(args)
         if args.name:
             item = client.get(args.kind, args.name)
-            if (args.output or "yaml") == "json":
-                json.dump(item, sys.stdout, indent=2)
-                print()
-            else:
-                print(yaml.safe_dump(item["document"], sort_keys=False), end="")
-                for line in rollout_lines(item.get("rollout")) + sla_lines(item.get("sla")):
-                    print(f"# {line}")
+            if args.output == "json":
+                output.emit(item, "json", lambda: None)
+            else:  # the document (re-appliable), its rollout and SLA as comments
+                comments = [f"# {line}" for line in rollout_lines(item.get("rollout")) + sla_lines(item.get("sla"))]
+                print(yaml.safe_dump(item["document"], sort_keys=False) + "\n".join(comments), end="\n" if comments else "")
             return 0
         result = client.list(args.kind)
     except admin_client.AdminError as exc:
-        return apply_cmd.report_error(exc, "json" if args.output == "json" else "text")
+        return apply_cmd.report_error(exc, args.output)
     if args.output == "json":
-        json.dump(result, sys.stdout, indent=2)
-        print()
+        output.emit(result, "json", lambda: None)
         return 0
     if args.output == "yaml":
         print(yaml.safe_dump_all([i["document"] for i in result["items"]], sort_keys=False), end="")
         return 0
-    rows = [("KIND", "NAME", "GENERATION", "UPDATED", "SOURCE")]
+    rows = []
     for i in result["items"]:
         when = datetime.datetime.fromtimestamp(i["updated_at"], datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
         rows.append((i["kind"], i["name"], str(i["generation"]), when, i.get("source", "")))
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    tables.emit(tables.table(("KIND", "NAME", "GENERATION", "UPDATED", "SOURCE"), rows))
     return 0
 
 

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "delete": ("meridian.cli.delete", "delete an applied spec (delete KIND NAME)"),
     "plan": ("meridian.cli.plan", "dry run: placement, diff, cost before/after, SLA risks (-f FILE)"),
     "state": ("meridian.cli.state", "back up or restore the scheduler's state store (state export|import FILE)"),
+    "status": ("meridian.cli.status", "the scheduler's view: leadership, clusters and replicas, the plan"),
     "whoami": ("meridian.cli.whoami", "the admin token's principal, role and what it may do"),
     "token": ("meridian.cli.token", "make a token (new) or print its stored form (hash, from stdin)"),
     "cost": ("meridian.cli.cost", "the bill: per model, team, cloud and tier, idle GPUs apart, $/M tokens, cost floor"),

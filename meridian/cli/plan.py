@@ -5,10 +5,9 @@ stored. Exit 0 with a report, 1 when the specs are invalid or the scheduler is u
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from meridian.cli import apply as apply_cmd
+from meridian.cli import output
 from scheduler.admin import client as admin_client
 
 
@@ -52,9 +51,5 @@ def run(args: argparse.Namespace) -> int:
         report = client.plan(client.read_files(args.files))
     except admin_client.AdminError as exc:
         return apply_cmd.report_error(exc, args.output)
-    if args.output == "json":
-        json.dump(report, sys.stdout, indent=2)
-        print()
-    else:
-        print(render(report))
+    output.emit(report, args.output, lambda: render(report))
     return 0

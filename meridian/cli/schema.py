@@ -1,5 +1,6 @@
 """``meridian schema``: print the JSON Schema of the spec language, for editors (e.g. the YAML
-language server's ``# yaml-language-server: $schema=...``), or the Markdown spec reference."""
+language server's ``# yaml-language-server: $schema=...``), as YAML, or the Markdown spec reference.
+(``-o`` here is the file to write, as it always was; ``--format`` chooses json, yaml or markdown.)"""
 
 from __future__ import annotations
 
@@ -8,18 +9,22 @@ import json
 import pathlib
 
 from meridian import spec
+from meridian.cli import output
 from meridian.spec import reference
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out", metavar="FILE", help="write to FILE instead of standard output")
-    parser.add_argument("--format", choices=["json", "markdown"], default="json",
-                        help="json: JSON Schema (default); markdown: the spec reference in docs/")
+    parser.add_argument("--format", "--output-format", choices=["json", "yaml", "markdown"], default="json",
+                        help="json: JSON Schema (default); yaml: the same schema as YAML; markdown: the spec "
+                             "reference in docs/")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.format == "markdown":
         text = reference.render()
+    elif args.format == "yaml":
+        text = output.dumps(spec.json_schema(), "yaml")
     else:
         text = json.dumps(spec.json_schema(), indent=2, sort_keys=True) + "\n"
     if args.out:

@@ -8,10 +8,10 @@ Progress goes to stderr. Exit 0 on success, 1 for a scenario that cannot be used
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 
+from meridian import progress as progress_mod
+from meridian.cli import output
 from meridian.simulate import policies, report, runner, scenario
 
 
@@ -25,40 +25,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=None,
                         help="processes to run policies in (default: the usable cores, at most 4)")
     parser.add_argument("--plot", metavar="DIR", default=None, help="write cost and SLO-attainment PNGs into DIR")
-    parser.add_argument("--json", action="store_true", help="print the full result as JSON on stdout")
+    parser.add_argument("--json", action="store_true", help="print the full result as JSON on stdout (= -o json)")
+    output.add_argument(parser)
     parser.add_argument("--print-scenario", action="store_true",
                         help="print the scenario as YAML (a starting point for your own) and exit")
 
 
-class _Progress:
-    """One status line on stderr: each policy's share of ticks done."""
+class _Ticks:
+    """Each policy's share of its ticks done, fed to one progress bar (a unit per policy)."""
 
-    def __init__(self, names: list[str]):
+    def __init__(self, bar: progress_mod.Progress, names: list[str]):
+        self.bar = bar
         self.done = {n: 0.0 for n in names}
-        self.tty = sys.stderr.isatty()
-        self.last_print = 0.0
-        self.start = time.perf_counter()
 
     def __call__(self, policy: str, done: int, total: int) -> None:
         self.done[policy] = done / max(1, total)
-        now = time.perf_counter()
-        if not self.tty and now - self.last_print < 5.0 and done < total:
-            return
-        self.last_print = now
-        status = "  ".join(f"{n} {100 * f:3.0f}%" for n, f in self.done.items())
-        end = "\r" if self.tty else "\n"
-        print(f"simulating [{now - self.start:5.1f}s] {status}", end=end, file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.tty:
-            print(file=sys.stderr)
+        self.bar.update(sum(self.done.values()),
+                        note="  ".join(f"{n} {100 * f:3.0f}%" for n, f in self.done.items()))
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         sc = scenario.load(args.scenario).with_overrides(hours=args.hours, seed=args.seed)
         if args.print_scenario:
-            print(scenario.dump(sc), end="")
+            print(scenario.dump(sc), end="")  # YAML already: the scenario file itself
             return 0
         names = [n.strip() for n in args.policies.split(",") if n.strip()]
         if not names:
@@ -71,22 +61,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"meridian simulate: {exc}", file=sys.stderr)
         return 1
     runner.quiet_components()
-    progress = _Progress(names)
     try:
-        cmp = runner.run(sc, names, jobs=args.jobs, progress=progress)
+        with progress_mod.Progress("simulating", len(names), unit="policies") as bar:
+            cmp = runner.run(sc, names, jobs=args.jobs, progress=_Ticks(bar, names))
     except scenario.ScenarioError as exc:
-        progress.close()
         print(f"meridian simulate: {exc}", file=sys.stderr)
         return 1
-    progress.close()
     if args.plot:
         from meridian.simulate import plot  # noqa: PLC0415  (matplotlib only when plots are asked for)
 
         paths = plot.write(cmp, args.plot)
         print(f"plots: {', '.join(str(p) for p in paths)}", file=sys.stderr)
-    if args.json:
-        json.dump(report.as_dict(cmp), sys.stdout)
-        print()
-    else:
-        print(report.text(cmp))
+    output.emit(report.as_dict(cmp), "json" if args.json else args.output, lambda: report.text(cmp))
     return 0

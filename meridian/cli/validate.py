@@ -15,17 +15,17 @@ the plan that costs it (``scheduler.control.floor``): what the rules alone commi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from types import ModuleType
 
 from meridian import spec
+from meridian.cli import output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="YAML spec files (several documents each)")
-    parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    output.add_argument(parser)
     parser.add_argument("--cost-floor", action="store_true",
                         help="also solve for the cheapest fleet the specs' rules allow (needs the Cluster specs)")
     parser.add_argument("--allow-unmet-sla", action="store_true",
@@ -37,9 +37,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = spec.load_files(args.files)
     except spec.SpecError as exc:
-        if args.output == "json":
-            json.dump({"valid": False, "errors": [i.to_dict() for i in exc.issues]}, sys.stdout, indent=2)
-            print()
+        if output.structured(args.output):
+            output.emit({"valid": False, "errors": [i.to_dict() for i in exc.issues]}, args.output, lambda: None)
         else:
             for issue in exc.issues:
                 print(str(issue), file=sys.stderr)
@@ -59,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         if args.cost_floor:
             floor = floor_mod.compute(view)
     failed = bool(unmet) and not args.allow_unmet_sla
-    if args.output == "json":
+    if output.structured(args.output):
         docs = [{"file": d.file, "line": d.line, "kind": d.kind, "name": d.name} for d in result.documents]
         out = {"valid": not failed, "documents": docs,
                "sla": None if verdicts is None else [v.to_dict() for v in verdicts]}
@@ -67,8 +66,7 @@ def run(args: argparse.Namespace) -> int:
             out["errors" if failed else "warnings"] = [i.to_dict() for i in unmet]
         if floor is not None:
             out["cost_floor"] = floor.to_dict()
-        json.dump(out, sys.stdout, indent=2)
-        print()
+        output.emit(out, args.output, lambda: None)
         return 1 if failed else 0
     for d in result.documents:
         print(f"{d.file}:{d.line}: {d.kind}/{d.name} valid")

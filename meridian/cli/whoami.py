@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from meridian.cli import apply as apply_cmd
+from meridian.cli import output
 from scheduler.admin import client as admin_client
 
 
@@ -19,10 +18,6 @@ def run(args: argparse.Namespace) -> int:
         me = apply_cmd.connect(args).whoami()
     except admin_client.AdminError as exc:
         return apply_cmd.report_error(exc, args.output)
-    if args.output == "json":
-        json.dump(me, sys.stdout, indent=2)
-        print()
-        return 0
     teams = f" (teams {', '.join(me['teams'])})" if me.get("teams") else ""
-    print(f"{me['name']}: role {me['role']}{teams}; may {me['may']}")
+    output.emit(me, args.output, lambda: f"{me['name']}: role {me['role']}{teams}; may {me['may']}")
     return 0

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from meridian.client import backoff, config, errors, events, retry, sse, stream, transport
+from meridian.client import config, errors, events, retry, sse, stream, transport
 from meridian.client import budget as budget_mod
 
 
@@ -64,7 +64,7 @@ class Caller:
         call.failed_rounds += 1
         now = asyncio.get_running_loop().time()
         decision = retry.decide(failure, attempts=call.attempts, policy=self.settings.retry,
-                                backoff_s=backoff.delay_s(call.failed_rounds, self.settings.retry, self.rng),
+                                backoff_s=retry.delay_s(call.failed_rounds, self.settings.retry, self.rng),
                                 remaining_s=call.remaining_s(now))
         if decision.retry and not self.budget.try_withdraw():
             decision = retry.Decision(False, gave_up="budget")

@@ -14,9 +14,9 @@ raises ``StreamError``: the caller has already seen its first tokens)."""
 from __future__ import annotations
 
 import dataclasses
-import email.utils
-import math
+import random
 
+from meridian import backoff
 from meridian.client import config, errors
 
 RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
@@ -68,32 +68,14 @@ def decide(failure: Failure, *, attempts: int, policy: config.RetryPolicy, backo
         return Decision(False, gave_up="not_retryable")
     if attempts >= policy.max_attempts:
         return Decision(False, gave_up="max_attempts")
-    delay = backoff_s
-    if failure.retry_after_s is not None:
-        if failure.retry_after_s > policy.max_retry_after_s:
-            return Decision(False, gave_up="retry_after")
-        delay = max(delay, failure.retry_after_s)
+    if failure.retry_after_s is not None and failure.retry_after_s > policy.max_retry_after_s:
+        return Decision(False, gave_up="retry_after")
+    delay = backoff.honour_retry_after(backoff_s, failure.retry_after_s)
     if remaining_s is not None and delay >= remaining_s:
         return Decision(False, gave_up="deadline")
     return Decision(True, delay)
 
 
-def parse_retry_after(value: str | None, now_unix_s: float) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delay-seconds or an HTTP-date, RFC 9110);
-    None when absent or unreadable; never negative."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:  # an HTTP-date is GMT
-            return None
-        seconds = when.timestamp() - now_unix_s
-    if math.isnan(seconds):
-        return None
-    return max(0.0, seconds)  # inf stays inf: longer than any max_retry_after_s
+def delay_s(failures: int, policy: config.RetryPolicy, rng: random.Random) -> float:
+    """The jittered wait after the ``failures``-th failed round (``meridian.backoff``) under ``policy``."""
+    return backoff.delay_s(failures, policy.backoff_initial_s, policy.backoff_max_s, policy.backoff_multiplier, rng)

@@ -13,6 +13,7 @@ import errno
 
 import aiohttp
 
+from meridian import backoff
 from meridian.client import config, errors, retry
 
 USER_AGENT = "meridian-client/0.1"
@@ -149,6 +150,6 @@ async def read_error(resp: aiohttp.ClientResponse, now_unix_s: float) -> retry.F
         body = b""
     finally:
         resp.release()
-    retry_after = retry.parse_retry_after(resp.headers.get("Retry-After"), now_unix_s)
+    retry_after = backoff.parse_retry_after(resp.headers.get("Retry-After"), now_unix_s)
     return retry.Failure("status", errors.status_error(resp.status, body, retry_after), status=resp.status,
                          retry_after_s=retry_after)

@@ -1,5 +1,5 @@
 """A cost document (``meridian.cost.document``) as text: the bill's lines, each labelled so a reader
-knows which figure is the bill, and its tables by model, team, cloud and tier (``rich`` tables).
+knows which figure is the bill, and its tables by model, team, cloud and tier (``meridian.tables``).
 ``meridian cost``, the demo and the simulator print with this.
 
 Amounts are shown in cents, apportioned (largest remainder) so that every printed column adds up to
@@ -7,16 +7,11 @@ the printed total, as the exact figures do."""
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Mapping, Sequence
 
-import rich.box
-import rich.console
-import rich.table
+from meridian import tables
 
-# A header rule and a rule before the total row, in ASCII (the other reports' style).
-_BOX = rich.box.Box("    \n    \n -  \n    \n -  \n    \n    \n    \n", ascii=True)
 IDLE_LABEL = "(idle GPUs)"
 TOTAL_LABEL = "bill"
 
@@ -122,11 +117,8 @@ def table(doc: Mapping, dim: str) -> str:
     bill, shares, idle = split(doc)
     idle_gpus = doc["idle_gpus"] if now else doc["gpu_hours"] - doc["held_gpu_hours"]
     count = _count if now else _hours
-    t = rich.table.Table(box=_BOX, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0))
-    t.add_column(dim.replace("_", " "))
-    t.add_column("GPUs" if now else "GPU-hours", justify="right")
-    t.add_column("$/h" if now else "$", justify="right")
-    t.add_column("share", justify="right")
+    t = tables.table([dim.replace("_", " "), "GPUs" if now else "GPU-hours", "$/h" if now else "$", "share"],
+                     right="numbers")
     per_model = owner and dim == "model"
     if per_model:
         t.add_column("tokens/s" if now else "tokens", justify="right")
@@ -162,7 +154,7 @@ def table(doc: Mapping, dim: str) -> str:
     if not owner:
         total += [count(idle_gpus), f"{idle:,.2f}"]
     t.add_row(*total)
-    return render(t)
+    return tables.render(t)
 
 
 def _count(x: float) -> str:
@@ -179,15 +171,6 @@ def _pct(x: float | None) -> str:
 
 def _per_million(x: float | None) -> str:
     return "-" if x is None else money(x)
-
-
-def render(t: rich.table.Table, width: int = 200) -> str:
-    """A rich table as plain text (no colour, no trailing spaces)."""
-    buffer = io.StringIO()
-    console = rich.console.Console(file=buffer, width=width, color_system=None, force_terminal=False,
-                                   highlight=False, emoji=False)
-    console.print(t)
-    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
 
 
 def report(doc: Mapping, floor: Mapping | None = None, *, dims: Sequence[str] = ("model", "team", "cloud", "tier"),

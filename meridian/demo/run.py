@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import aiohttp
 
@@ -59,13 +60,34 @@ class DemoOptions:
 
 @dataclasses.dataclass
 class Timeline:
-    started: float = dataclasses.field(default_factory=time.monotonic)
-    lines: list[str] = dataclasses.field(default_factory=list)
+    """The run's events on the demo's one clock: seconds since traffic started (``start_traffic``),
+    as the progress lines and the failure table count; setup before it reads as negative."""
+
+    clock: Callable[[], float] = time.monotonic
+    events: list[tuple[float, str]] = dataclasses.field(default_factory=list)
+    origin: float | None = None
 
     def note(self, text: str) -> None:
-        line = f"t={time.monotonic() - self.started:5.1f}s  {text}"
-        self.lines.append(line)
+        self.events.append((self.clock(), text))
         log.info("event=demo %s", text)
+
+    def start_traffic(self) -> float:
+        """Set t=0 (now) and return it (monotonic)."""
+        self.origin = self.clock()
+        return self.origin
+
+    @property
+    def lines(self) -> list[str]:
+        zero = self.origin if self.origin is not None else (self.events[0][0] if self.events else 0.0)
+        return [f"t={at - zero:6.1f}s  {text}" for at, text in self.events]
+
+
+def on_clock(elapsed_s: float, duration_s: float, phases: Phases) -> tuple[float, str]:
+    """Seconds since traffic started as shown (never past ``duration_s``: after it the generators
+    only wait for their requests in flight) and the phase to name."""
+    if elapsed_s >= duration_s:
+        return duration_s, "draining requests in flight"
+    return elapsed_s, phases.name(elapsed_s)
 
 
 class Phases:
@@ -199,9 +221,10 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
     lost: dict = {}
     preempted = False
     preempted_wall: float | None = None
-    traffic_started = time.monotonic()
+    traffic_started = timeline.start_traffic()
     started_wall = time.time()
     last_print = 0.0
+    answered: set[str] = set()  # models that have answered a request (out of their cold start)
     status: dict = {}
     loads: list[float] = []
     settled: dict = {}
@@ -226,18 +249,24 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
                 timeline.note("SPOT PREEMPTION WAVE: " + (", ".join(f"{c} ({n} nodes)" for c, n in hit.items())
                                                           or "no spot node was running"))
             _settle(settled, status, lost, preempted_wall)
+            # One clock: seconds since traffic started, never past the duration (after it, the
+            # generators only wait for their requests in flight); a model still in its cold start
+            # stays out of the figures (named instead) until it first answers.
+            shown, phase = on_clock(elapsed, opts.duration_s, phases)
             window = recorder.since(time.time() - 10)
-            rows = stats.region_rows(window, min(10.0, max(1.0, elapsed)))
+            answered.update(r.model for r in window if r.ok)
+            warming = set(cold) - answered
+            rows = stats.region_rows([r for r in window if r.model not in warming], min(10.0, max(1.0, elapsed)))
             if interactive:
-                out.write("\x1b[H\x1b[2J" + view.frame(elapsed, opts.duration_s, phases.name(elapsed), status, rows,
+                out.write("\x1b[H\x1b[2J" + view.frame(shown, opts.duration_s, phase, status, rows,
                                                       timeline.lines, bill) + "\n")
                 out.flush()
             elif elapsed - last_print >= 10:
                 last_print = elapsed
-                line = "  ".join(f"{r.region} {r.rps:.1f}rps p99 {r.ttft_p99_ms or 0:.0f}ms" for r in rows)
+                line = stats.progress_line(window, min(10.0, max(1.0, elapsed)), warming)
                 with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError):
                     bill = await fleet.cost(session)
-                print(f"[{elapsed:4.0f}s/{opts.duration_s:.0f}s] {phases.name(elapsed)} | {line} | "
+                print(f"[{shown:4.0f}s/{opts.duration_s:.0f}s] {phase} | {line} | "
                       f"{view.bill_short(bill)}", file=out, flush=True)
             await asyncio.sleep(1.0)
         await asyncio.gather(*gens)

@@ -34,6 +34,24 @@ def region_rows(records: Iterable[traffic.Record], window_s: float) -> list[Regi
     return rows
 
 
+def progress_line(records: Iterable[traffic.Record], window_s: float, warming: Iterable[str] = ()) -> str:
+    """The demo's progress line: per model, each client region's rate and TTFT p99 over the window;
+    a model in ``warming`` (its cold start: no answer yet) is named, its requests kept out."""
+    by_model: dict[str, list[traffic.Record]] = {}
+    for r in records:
+        by_model.setdefault(r.model, []).append(r)
+    cold = set(warming)
+    parts = []
+    for model in sorted(set(by_model) | cold):
+        if model in cold:
+            parts.append(f"{model}: cold start, no answer yet ({sum(1 for r in by_model.get(model, []) if not r.ok)} failed in the window)")
+            continue
+        rows = region_rows(by_model[model], window_s)
+        parts.append(f"{model}: " + ", ".join(f"{r.region} {r.rps:.1f}rps p99 {r.ttft_p99_ms or 0:.0f}ms"
+                                                for r in rows))
+    return "; ".join(parts) or "no requests yet"
+
+
 @dataclasses.dataclass(frozen=True)
 class PlacementRow:
     model: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from meridian import cost
+from meridian import cost, tables
 from meridian.demo import sla, stats
 
 
@@ -14,12 +14,7 @@ def _ms(value: float | None) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cells[0], widths, strict=True)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells[1:]]
-    return "\n".join(lines)
+    return tables.text(headers, rows)
 
 
 def bill_line(bill: Mapping | None) -> str:
@@ -138,7 +133,8 @@ def report(placement: Sequence[stats.PlacementRow], regions: Sequence[sla.Region
         out.append(f"{name}: {'not observed' if value is None else f'{value:.1f} s'}")
     if events:
         out.append("")
-        out.append("timeline:")
+        out.append("timeline (t = seconds since traffic started, as everywhere in this report; setup is "
+                   "before 0):")
         out.extend(f"  {e}" for e in events)
     return "\n".join(out)
 

@@ -8,7 +8,7 @@ import math
 import os
 import platform
 
-from meridian import cost
+from meridian import cost, tables
 from meridian.simulate import metrics, policies, runner
 from meridian.simulate import windows as windows_mod
 from scheduler.control import floor as floor_mod
@@ -29,10 +29,7 @@ def _ms(x: float) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-    return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    return tables.text(header, rows, right="numbers").splitlines()
 
 
 def verdicts(cmp: runner.Comparison, reference: str = "meridian") -> list[dict]:

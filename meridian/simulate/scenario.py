@@ -12,7 +12,7 @@ import pathlib
 import pydantic
 import yaml
 
-from meridian import spec
+from meridian import spec, yamlread
 from meridian.simulate import defaults
 
 
@@ -274,9 +274,9 @@ def load(name_or_path: str) -> Scenario:
         raise ScenarioError(f"--scenario {name_or_path}: cannot read it ({exc.strerror or exc}); give 'default' "
                             "or a YAML scenario file") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+        data = yamlread.safe_load(text, str(path))
+    except yamlread.YAMLFileError as exc:
+        raise ScenarioError(str(exc)) from None
     return parse(data, path.resolve().parent, str(path))
 
 

@@ -12,11 +12,16 @@ class SpecIssue:
     path: str
     message: str
     document: int = 0  # 0-based index of the YAML document in its file
+    column: int | None = None  # 1-based, where the YAML text itself is at fault
+    excerpt: str = ""  # the offending line with a caret under the column (YAML syntax errors)
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
+        if self.line and self.column:
+            where += f":{self.column}"
         field = f" {self.path}:" if self.path else ""
-        return f"{where}:{field} {self.message}"
+        text = f"{where}:{field} {self.message}"
+        return f"{text}\n{self.excerpt}" if self.excerpt else text
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -18,6 +18,7 @@ from typing import Any
 import pydantic
 import yaml
 
+from meridian import yamlread
 from meridian.spec import base, rules
 from meridian.spec.cluster import Cluster
 from meridian.spec.deployment import ModelDeployment
@@ -110,10 +111,6 @@ def _limit(file: str, line: int | None, message: str) -> tuple[list[_Raw], list[
 def _scan(text: str, file: str) -> list[SpecIssue]:
     """Check size, documents, nesting and aliases on the event stream (which PyYAML parses without
     recursion), before anything is composed."""
-    size = len(text.encode("utf-8", errors="replace"))
-    if size > MAX_FILE_BYTES:
-        return [SpecIssue(file, None, "", f"the file is {size} bytes; a spec file may hold at most "
-                                          f"{MAX_FILE_BYTES} bytes (split it into several files)")]
     depth = documents = aliases = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         line = event.start_mark.line + 1 if event.start_mark is not None else None
@@ -180,15 +177,46 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
+# A file with many broken documents is reported up to this many syntax errors (each later
+# document is parsed again from its '---', so this also bounds the work a hostile file can cause).
+MAX_SYNTAX_ERRORS = 20
+_SEPARATOR = re.compile(r"^---(?:[ \t]|$)")
+
+
+def _resume_line(lines: list[str], after: int, at_least: int) -> int | None:
+    """The first 0-based line >= ``at_least`` and > ``after`` that starts a new document ('---')."""
+    for number in range(max(after + 1, at_least), len(lines)):
+        if _SEPARATOR.match(lines[number]):
+            return number
+    return None
+
+
 def _read(text: str, file: str) -> tuple[list[_Raw], list[SpecIssue]]:
-    try:
-        problems = _scan(text, file)
+    """Every document of a file: a syntax error stops its own document only; parsing resumes at
+    the next '---' line, so the documents after it are still validated (and their errors shown).
+    Limits (size, nesting, aliases, expansion) stop the whole file."""
+    size = len(text.encode("utf-8", errors="replace"))
+    if size > MAX_FILE_BYTES:
+        return _limit(file, None, f"the file is {size} bytes; a spec file may hold at most {MAX_FILE_BYTES} "
+                                  "bytes (split it into several files)")
+    lines = text.splitlines()
+    pairs: list[tuple[yaml.Node | None, Any]] = []  # (None, issue) marks a broken document
+    issues: list[SpecIssue] = []
+    budget = [MAX_NODES]
+    start = 0  # 0-based line where the current segment begins
+    while True:
+        # earlier lines blanked, not cut, so that marks keep the file's line numbers
+        segment = "\n" * start + "\n".join(lines[start:])
+        syntax: yaml.YAMLError | None = None
+        try:
+            problems = _scan(segment, file)
+        except yaml.YAMLError:
+            problems = []  # met again (at the same place) while composing, after the documents before it
         if problems:
             return [], problems
-        loader = yaml.SafeLoader(text)
-        pairs: list[tuple[yaml.Node, Any]] = []
-        budget = [MAX_NODES]
+        loader: yaml.SafeLoader | None = None
         try:
+            loader = yaml.SafeLoader(segment)
             while loader.check_node():
                 node = loader.get_node()
                 if node is None:
@@ -197,23 +225,41 @@ def _read(text: str, file: str) -> tuple[list[_Raw], list[SpecIssue]]:
                 if problem is not None:
                     return [], [problem]
                 pairs.append((node, loader.construct_document(node)))
+        except yaml.YAMLError as exc:
+            syntax = exc
         finally:
-            loader.dispose()
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        reason = getattr(exc, "problem", None) or str(exc)
-        return [], [SpecIssue(file, line, "", f"invalid YAML: {reason}")]
+            if loader is not None:
+                loader.dispose()
+        if syntax is None:
+            break
+        found = yamlread.describe(syntax, text)
+        pairs.append((None, SpecIssue(file, found.line, "", f"invalid YAML: {found.hint}", 0, found.column,
+                                      found.excerpt)))
+        mark = getattr(syntax, "problem_mark", None)
+        resume = _resume_line(lines, start, mark.line if mark is not None else len(lines))
+        if resume is None:
+            break
+        if sum(1 for n, _ in pairs if n is None) >= MAX_SYNTAX_ERRORS:
+            issues.append(SpecIssue(file, resume + 1, "", f"more than {MAX_SYNTAX_ERRORS} YAML syntax errors; "
+                                                         "the rest of the file was not read"))
+            break
+        start = resume
     raws = []
     index = 0
     for node, data in pairs:
+        if node is None:
+            issues.append(dataclasses.replace(data, document=index))
+            index += 1
+            continue
         if data is None:
             continue
-        lines: dict[tuple, int] = {}
-        _index(node, (), lines)
-        raws.append(_Raw(file, index, data, lines, node.start_mark.line + 1))
+        lines_of: dict[tuple, int] = {}
+        _index(node, (), lines_of)
+        for dupe in yamlread.duplicate_keys(node, text):
+            issues.append(SpecIssue(file, dupe.line, "", dupe.hint, index, dupe.column, dupe.excerpt))
+        raws.append(_Raw(file, index, data, lines_of, node.start_mark.line + 1))
         index += 1
-    return raws, []
+    return raws, issues
 
 
 def read_documents(text: str, file: str) -> list[Any]:

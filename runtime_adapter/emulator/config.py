@@ -11,9 +11,8 @@ import pathlib
 from collections.abc import Mapping, Sequence
 
 import pydantic
-import yaml
 
-from meridian import capacity, latency, spec
+from meridian import capacity, latency, spec, yamlread
 from meridian.catalog import gpus
 
 log = logging.getLogger(__name__)
@@ -266,8 +265,8 @@ def config_file_args(path: str) -> list[str]:
     if pathlib.Path(path).suffix.lower() not in (".yaml", ".yml"):
         raise ValueError(f"--config {path}: the file must be YAML (.yaml or .yml), as SGLang requires")
     try:
-        data = yaml.safe_load(pathlib.Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        data = yamlread.load_file(path) or {}
+    except (OSError, yamlread.YAMLFileError) as exc:
         raise ValueError(f"--config {path}: cannot read it: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"--config {path}: expected a mapping of flag names to values")

@@ -14,6 +14,7 @@ import dataclasses
 import logging
 from collections.abc import Collection, Mapping
 
+from meridian import backoff
 from meridian.fleet import models as fm
 from scheduler.solver import problem
 
@@ -63,7 +64,7 @@ class EventTracker:
         if old is not None and now_s < old.until_s:
             return  # already backing off: the same stock-out reported again
         failures = (old.failures + 1) if old is not None else 1
-        wait_s = min(self._max_s, self._base_s * 2 ** (failures - 1))
+        wait_s = backoff.ceiling_s(failures, self._base_s, self._max_s)  # deterministic: one pool, no jitter
         self.backoff[pool_key] = Backoff(now_s + wait_s, failures, reason)
         log.warning("event=pool_backoff pool=%s failures=%d retry_in_s=%.0f reason=%r", pool_key, failures, wait_s,
                     reason)

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 
 import yaml
 
+from meridian import yamlread
 from meridian.spec import base as spec_base
 from meridian.spec import cluster as cluster_spec
 from scheduler.admin import access
@@ -87,11 +88,11 @@ class TokensFile:
     @classmethod
     def load(cls, path: str) -> TokensFile:
         try:
-            data = yaml.safe_load(pathlib.Path(path).expanduser().read_text()) or {}
+            data = yamlread.load_file(path) or {}
         except OSError as exc:
             raise CredentialError(f"tokens file {path}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise CredentialError(f"tokens file {path}: invalid YAML: {exc}") from None
+        except yamlread.YAMLFileError as exc:
+            raise CredentialError(f"tokens file {exc}") from None
         if not isinstance(data, dict) or set(data) - {"clusters", "routers", "admins"}:
             raise CredentialError(f"tokens file {path}: expected a mapping with keys 'clusters', 'routers' "
                                   "and/or 'admins'")

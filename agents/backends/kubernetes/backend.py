@@ -25,11 +25,12 @@ import aiohttp
 import prometheus_client as prom
 import runtime_adapter
 
+from meridian import backoff as backoff_mod
 from meridian import spec
 from meridian.fleet import models
 from meridian.spec import replicas as replicas_spec
 
-from agents import allocation, backends, backoff as backoff_mod
+from agents import allocation, backends
 from agents.backends import base, engine
 from agents.backends.kubernetes import adoption, manifest, nodes, ops, podstate, tracked, watch
 from agents.backends.kubernetes import client as client_mod

@@ -17,10 +17,10 @@ import prometheus_client as prom
 from runtime_adapter import config as adapter_config
 from runtime_adapter import scraper as scraper_mod
 
+from meridian import backoff as backoff_mod
 from meridian.fleet import models
 from meridian.spec import replicas as replicas_spec
 
-from agents import backoff as backoff_mod
 from agents.backends.kubernetes import client as client_mod
 from agents.backends.kubernetes import manifest, tracked
 

@@ -1,7 +1,7 @@
 """Keeping a local copy of one kind of object in step with the API server, as client-go's informers
 do: list, then watch from the list's resourceVersion; a watch that ends is resumed from the last
 resourceVersion seen; a 410 Gone (the version was compacted away) means list again; an API server
-that cannot be reached is retried with the project's backoff (``agents.backoff``) while the copy
+that cannot be reached is retried with the project's backoff (``meridian.backoff``) while the copy
 keeps serving what it last knew. Every change (including those a relist reveals) is handed to
 ``on_event(type, object, previous)`` as ADDED, MODIFIED or DELETED, objects as plain dicts."""
 
@@ -18,7 +18,7 @@ import prometheus_client as prom
 from kubernetes_asyncio import watch as kube_watch
 from kubernetes_asyncio.client import exceptions as kube_exceptions
 
-from agents import backoff as backoff_mod
+from meridian import backoff as backoff_mod
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,11 @@ import pytest
 from google.cloud import container_v1
 from google.cloud.container_v1.services.cluster_manager.transports import grpc as gke_grpc
 
+from meridian import backoff
 from meridian import catalog
 from meridian.fleet import models
 
-from agents import backoff, providers
+from agents import providers
 from agents.providers.errors import CloudError, CloudErrorKind
 from agents.testing import gke_fake
 

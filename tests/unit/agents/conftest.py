@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -30,9 +31,11 @@ spec:
 
 def make_cluster(name: str = "test-aws", stock_out: str = "", **sim) -> spec.Cluster:
     text = CLUSTER.replace("NAME", name).replace("EXTRA", stock_out).replace("ENGINE", sys.executable)
-    if sim:
-        extra = ", ".join(f"{k}: {v}" for k, v in sim.items())
-        text = text.replace("spot_preemptions_per_node_hour: 0,", f"spot_preemptions_per_node_hour: 0, {extra},")
+    for key, value in sim.items():  # a setting given replaces the default's (a key twice is a YAML error)
+        if f"{key}: " in text:
+            text = re.sub(rf"{key}: [^,}}]+", f"{key}: {value}", text, count=1)
+        else:
+            text = text.replace("spot_preemptions_per_node_hour:", f"{key}: {value}, spot_preemptions_per_node_hour:")
     return spec.load_text(text, "cluster.yaml").of_kind("Cluster")[0]
 
 

@@ -1,44 +1,14 @@
-"""Backoff delays and the directive journal (what survives an agent restart)."""
+"""The directive journal (what survives an agent restart); the backoff is tested with the kernel's
+(tests/unit/meridian/test_backoff.py)."""
 
 from __future__ import annotations
 
 import json
-import random
 
-import pytest
 
 from meridian.fleet import models
 
-from agents import backoff, state
-
-
-def test_backoff_grows_to_its_ceiling_with_jitter():
-    """Successive delays stay within [min_fraction x ceiling, ceiling], the ceiling doubling up to max_s."""
-    b = backoff.Backoff(initial_s=0.5, max_s=8.0, rng=random.Random(1))
-    ceilings = []
-    for _ in range(8):
-        ceiling = b.ceiling_s()
-        delay = b.next_delay_s()
-        assert 0.1 * ceiling <= delay <= ceiling
-        ceilings.append(ceiling)
-    assert ceilings == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0]
-
-
-def test_backoff_reset_and_determinism():
-    """Equal seeds give equal delays, and reset() starts again from initial_s."""
-    a = backoff.Backoff(rng=random.Random(7))
-    b = backoff.Backoff(rng=random.Random(7))
-    assert [a.next_delay_s() for _ in range(5)] == [b.next_delay_s() for _ in range(5)]
-    a.reset()
-    assert a.ceiling_s() == a.initial_s
-
-
-@pytest.mark.parametrize("kwargs, field", [({"initial_s": 0}, "initial_s"), ({"max_s": 0.1}, "max_s"),
-                                           ({"multiplier": 0.5}, "multiplier"), ({"min_fraction": 2}, "min_fraction")])
-def test_backoff_rejects_bad_settings(kwargs, field):
-    """A bad setting is refused with its name in the message."""
-    with pytest.raises(ValueError, match=field):
-        backoff.Backoff(**kwargs)
+from agents import state
 
 
 def test_journal_persists_outcomes_and_fencing_token(tmp_path):

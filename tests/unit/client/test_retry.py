@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import email.utils
 
 import pytest
 
@@ -68,16 +67,3 @@ def test_give_up_reasons():
         "deadline"
     assert retry.decide(_kind("reset"), attempts=1, policy=POLICY, backoff_s=0.5, remaining_s=0.4).gave_up == \
         "deadline"
-
-
-def test_parse_retry_after():
-    """Retry-After is read as seconds or as an HTTP-date; unreadable values are ignored; never negative."""
-    now = 1_700_000_000.0
-    assert retry.parse_retry_after("3", now) == 3.0
-    assert retry.parse_retry_after(" 1.5 ", now) == 1.5
-    assert retry.parse_retry_after("-4", now) == 0.0
-    assert retry.parse_retry_after(email.utils.formatdate(now + 7, usegmt=True), now) == pytest.approx(7.0)
-    assert retry.parse_retry_after(email.utils.formatdate(now - 7, usegmt=True), now) == 0.0
-    assert retry.parse_retry_after("soon", now) is None
-    assert retry.parse_retry_after(None, now) is None
-    assert retry.parse_retry_after("1e400", now) == float("inf")  # longer than any limit: gives up

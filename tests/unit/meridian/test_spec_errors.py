@@ -61,11 +61,11 @@ def test_cli_exit_codes(capsys, repo_root):
 
 
 def test_invalid_yaml_has_a_line():
-    """A YAML syntax error names the line where parsing failed."""
+    """A YAML syntax error names the line where the fix goes (an unclosed '[' : where it opened)."""
     with pytest.raises(spec.SpecError) as info:
         spec.load_text("apiVersion: meridian/v1\nkind: Cluster\nmetadata: {name: [x\n", "bad.yaml")
     (issue,) = info.value.issues
-    assert issue.file == "bad.yaml" and issue.line == 4 and "invalid YAML" in issue.message
+    assert issue.file == "bad.yaml" and issue.line == 3 and "invalid YAML" in issue.message
 
 
 def test_duplicate_names_across_files():
