@@ -3,8 +3,8 @@ local fleet: a scheduler, four agents on three clouds with emulator replicas, a 
 
 In order, on one fleet: a viewer's link shows the clusters and replicas (and the token leaves the
 address bar) -> a killed replica shows as gone and its replacement as ready, with the crash among
-the recent events -> a refused token asks for another -> a scheduler that stops answering shows
-an error banner while the last figures stay."""
+the recent events -> a refused token asks for another -> a scheduler killed outright shows an
+error banner while the last figures stay."""
 
 from __future__ import annotations
 
@@ -149,9 +149,13 @@ async def test_a_refused_token_asks_for_another(fleet, browser):
 
 
 async def test_an_unreachable_scheduler_shows_an_error_banner(fleet, page):
-    """When the scheduler stops answering, a banner says the API failed and since when the data is
-    stale; the clusters last seen stay on the page."""
-    await asyncio.to_thread(fleet.procs.stop, "scheduler")
+    """When the scheduler dies (SIGKILL: no graceful hand-over, whose last answers would rightly show
+    an empty standby view), a banner says the API failed and since when the data is stale; the
+    clusters last seen stay on the page."""
+    await page.locator("[data-testid=cluster]").nth(len(fleet.cluster_docs) - 1).wait_for(state="attached")
+    scheduler = fleet.procs.children["scheduler"]
+    os.kill(scheduler.pid, 9)
+    await asyncio.to_thread(scheduler.proc.wait, 10)
     await page.wait_for_selector("[data-testid=banner]", state="visible", timeout=WAIT_MS)
     text = await page.text_content("[data-testid=banner]")
     assert "admin API failed" in text and "cannot be reached" in text, text
