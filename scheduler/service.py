@@ -28,6 +28,7 @@ from scheduler.control import billing, routes
 from scheduler.control import events as events_mod
 from scheduler.control import fleet as fleet_mod
 from scheduler.control import intake as intake_mod
+from scheduler.control import journal as journal_mod
 from scheduler.control import loop as loop_mod
 from scheduler.server import agents, auth, capacity, routing, tls
 from scheduler.solver import problem
@@ -60,8 +61,10 @@ class SchedulerService:
         self.routing_store = records.RoutingStore(self.store)
         self.hub = agents.AgentHub()
         self.route_hub = routing.RouteHub()
-        self.fleet = fleet_mod.FleetView(config.lost_after_s)
-        self.events = events_mod.EventTracker(base_s=config.stock_out_backoff_s, max_s=config.stock_out_backoff_max_s)
+        self.journal = journal_mod.Journal()  # recent events (GET /v1/events), fed by the fleet view and events
+        self.fleet = fleet_mod.FleetView(config.lost_after_s, journal=self.journal)
+        self.events = events_mod.EventTracker(base_s=config.stock_out_backoff_s, max_s=config.stock_out_backoff_max_s,
+                                              journal=self.journal)
         self.executor = reconciler.Executor(
             log_store=records.DirectiveLog(self.store), transport=self.hub, clock=self.clock, metrics=self.metrics,
             timeouts=reconciler.Timeouts(ack_s=config.ack_timeout_s, start_s=config.start_timeout_s))
@@ -172,7 +175,7 @@ class SchedulerService:
             is_leader=lambda: bool(self.token), solve_time_limit_s=self.config.solve_time_limit_s, meter=self.meter,
             floors=cost_api.FloorCache(self.config.solve_time_limit_s,
                                        on_error=lambda where: self.metrics.errors.labels(where).inc()),
-            env=self.env))
+            env=self.env, journal=self.journal))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         host, port = self.config.admin_address.rsplit(":", 1)

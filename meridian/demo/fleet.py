@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import logging
 import pathlib
@@ -70,6 +71,8 @@ class LocalFleet:
         self.procs = processes.ProcessGroup(self.workdir)
         self.ports: processes.PortBlock | None = None  # replica ports, claimed by prepare()
         self.admin_token = secrets.token_urlsafe(16)
+        # A read-only principal (role viewer) for the web dashboard: the admin token never goes into a URL.
+        self.viewer_token = secrets.token_urlsafe(16)
         self.router_token = secrets.token_urlsafe(16)
         if config.scheduler_nodes > 1 and not config.state_url.startswith("redis://"):
             raise ValueError("scheduler_nodes > 1 needs a shared state_url (redis://...)")
@@ -99,6 +102,12 @@ class LocalFleet:
     def admin_urls(self) -> list[str]:
         """Every scheduler node's admin API (any node takes writes; the leader's status has the fleet)."""
         return [f"http://127.0.0.1:{p}" for p in self.admin_ports]
+
+    @property
+    def dashboard_url(self) -> str:
+        """The web dashboard with the viewer's token in the URL fragment (which no browser sends to the
+        server; the page keeps it in the tab's sessionStorage and strips it from the address bar)."""
+        return f"{self.admin_url}/dashboard#token={self.viewer_token}"
 
     @property
     def router_url(self) -> str:
@@ -157,7 +166,9 @@ class LocalFleet:
             self.cluster_docs[name] = doc
         (self.workdir / "clusters.yaml").write_text(yaml.safe_dump_all(list(self.cluster_docs.values()), sort_keys=False))
         (self.workdir / "scheduler-tokens.yaml").write_text(
-            yaml.safe_dump({"clusters": tokens, "routers": [self.router_token]}))
+            yaml.safe_dump({"clusters": tokens, "routers": [self.router_token],
+                            "admins": [{"name": "dashboard-viewer", "role": "viewer",
+                                        "token": "sha256:" + hashlib.sha256(self.viewer_token.encode()).hexdigest()}]}))
         (self.workdir / "admin.token").write_text(self.admin_token)
         router_token_file = self.workdir / "tokens" / "router.token"
         router_token_file.parent.mkdir(parents=True, exist_ok=True)

@@ -182,6 +182,7 @@ async def demo(opts: DemoOptions, out=sys.stdout) -> int:
         fleet.prepare()
         await fleet.start_scheduler()
         timeline.note("scheduler up")
+        print(f"dashboard (read-only, while the demo runs): {fleet.dashboard_url}", file=out, flush=True)
         async with aiohttp.ClientSession() as session:
             applied = await fleet.apply(session, [*cfg.spec_files, workdir / "clusters.yaml"])
             if applied["status"] != 200:
@@ -316,6 +317,7 @@ async def _traffic_phase(fleet, session, opts, phases, models, slas, model_regio
                       colds, bill,
                       windows, sla.failures(recorder.records, windows, started_wall), started_wall),
           file=out, flush=True)
+    print(f"dashboard (read-only, until the demo stops): {fleet.dashboard_url}", file=out, flush=True)
     return 0
 
 

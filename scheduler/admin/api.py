@@ -14,6 +14,11 @@ or unknown token; 403: the role may not, with the reason and what it may do). ``
     GET    /v1/status
     GET    /v1/whoami                the caller's principal: name, role, teams, what it may do
     GET    /v1/cost[?floor=wait]     the bill now and since this node leads, the cost floor (admin/cost.py)
+    GET    /v1/events[?after=SEQ&limit=N]  recent events (stock-outs, preemptions, lost clusters, rollouts:
+                                      scheduler.control.journal), oldest first
+
+``/dashboard`` serves the web dashboard's static files without a token (scheduler.admin.dashboard);
+the page then calls the ``/v1/`` routes with one.
 
 A rejected apply or delete answers 422 with every problem (file, line, path, message) and stores
 nothing; a refused one (403) stores nothing either; so does an apply that leaves a deployment's SLA
@@ -38,9 +43,10 @@ from meridian import spec
 from scheduler import clock as clock_mod
 from scheduler import metrics as metrics_mod
 from scheduler import rollout
-from scheduler.admin import access, dryrun, specs
+from scheduler.admin import access, dashboard, dryrun, specs
 from scheduler.admin import cost as cost_api
 from scheduler.control import billing, planner
+from scheduler.control import journal as journal_mod
 from scheduler.control import loop as loop_mod
 from scheduler.control import sla as sla_mod
 from scheduler.server import auth
@@ -67,6 +73,7 @@ class AdminContext:
     meter: billing.CostMeter
     floors: cost_api.FloorCache
     env: Mapping[str, str] | None = None
+    journal: journal_mod.Journal = dataclasses.field(default_factory=journal_mod.Journal)
 
 
 CTX = web.AppKey("ctx", AdminContext)
@@ -360,6 +367,22 @@ async def get_cost(request: web.Request) -> web.Response:
         scale_down_delay_s=ctx.loop.config.pool_scale_down_delay_s))
 
 
+async def events(request: web.Request) -> web.Response:
+    """Recent events after sequence number ``after`` (0: all the ring holds), at most ``limit`` (the
+    newest), with the last sequence number to ask after next and how many the ring dropped."""
+    journal = request.app[CTX].journal
+    try:
+        after = int(request.query.get("after", "0"))
+        limit = int(request.query.get("limit", str(journal_mod.DEFAULT_CAPACITY)))
+    except ValueError:
+        return _error(400, "after and limit must be integers (after: a sequence number seen, limit: >= 0)")
+    if after < 0 or limit < 0:
+        return _error(400, f"after ({after}) and limit ({limit}) must be >= 0")
+    return web.json_response({"events": [e.to_dict() for e in journal.after(after, limit)],
+                              "last_seq": journal.last_seq, "dropped": journal.dropped(after),
+                              "leader": request.app[CTX].is_leader()})
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"ok": True, "leader": request.app[CTX].is_leader()})
 
@@ -380,6 +403,8 @@ def build_app(ctx: AdminContext) -> web.Application:
     app.router.add_get("/v1/status", status)
     app.router.add_get("/v1/whoami", whoami)
     app.router.add_get("/v1/cost", get_cost)
+    app.router.add_get("/v1/events", events)
+    dashboard.add_routes(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     return app

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from meridian.fleet import models as fm
+from scheduler.control import journal as journal_mod
 
 log = logging.getLogger("meridian.scheduler.fleet")
 
@@ -69,10 +70,11 @@ class FleetView:
     ``version`` increases with every change that matters to routing or placement (not load alone;
     ``load_version`` counts those)."""
 
-    def __init__(self, lost_after_s: float):
+    def __init__(self, lost_after_s: float, *, journal: journal_mod.Journal | None = None):
         if lost_after_s <= 0:
             raise ValueError(f"lost_after_s must be > 0, got {lost_after_s}")
         self.lost_after_s = lost_after_s
+        self.journal = journal if journal is not None else journal_mod.Journal()  # clusters lost and back
         self._clusters: dict[str, _Cluster] = {}
         self.version = 0
         self.load_version = 0
@@ -104,6 +106,8 @@ class FleetView:
             c.first_connected_at_s = now_s
         if was_lost:
             log.info("event=cluster_back cluster=%s", identity.cluster_id)
+            self.journal.record(now_s, "cluster_back", cluster_id=identity.cluster_id,
+                                message="the agent connected again; it counts from its new reports")
         self._bump()
 
     def disconnect(self, cluster_id: str, now_s: float) -> None:
@@ -154,6 +158,9 @@ class FleetView:
                 lost.append(cid)
                 log.warning("event=cluster_lost cluster=%s silent_s=%.1f replicas=%d", cid, now_s - c.last_seen_s,
                             len(c.replicas))
+                self.journal.record(now_s, "cluster_lost", cluster_id=cid,
+                                    message=f"silent for {now_s - c.last_seen_s:.0f}s; its {len(c.replicas)} "
+                                            "replica(s) leave the routes and are re-placed elsewhere")
         if lost:
             self._bump()
         return lost

@@ -97,7 +97,7 @@ class ControlLoop:
         self.autoscaler = autoscaling or planner.Autoscaler()
         # Rollout records live beside the specs they roll out, in the same store.
         self.rollouts = rollouts_mod.RolloutDriver(log_store=rollout_log or records.RolloutLog(spec_store.store),
-                                                   traffic=traffic, metrics=metrics)
+                                                   traffic=traffic, metrics=metrics, journal=events.journal)
         self._env = env
         self._solver_settings = solver_settings
         self.settings = reconciler.ReconcileSettings(

@@ -19,6 +19,7 @@ from meridian.fleet import models as fm
 from scheduler import metrics as metrics_mod
 from scheduler import reconciler, rollout
 from scheduler.control import fleet as fleet_mod
+from scheduler.control import journal as journal_mod
 from scheduler.reconciler import revisions
 from scheduler.solver import problem
 from scheduler.state import base, records
@@ -29,8 +30,9 @@ PERSIST_EVERY_S = 10.0
 
 class RolloutDriver:
     def __init__(self, *, log_store: records.RolloutLog, traffic: records.TrafficLog,
-                 metrics: metrics_mod.SchedulerMetrics):
+                 metrics: metrics_mod.SchedulerMetrics, journal: journal_mod.Journal | None = None):
         self._log = log_store
+        self._journal = journal if journal is not None else journal_mod.Journal()
         self._traffic = traffic
         self._metrics = metrics
         self.states: dict[str, rollout.RolloutState] = {}
@@ -98,7 +100,7 @@ class RolloutDriver:
                                       tuple(w for w in windows if w.model == served[name]))
             prev = self.states.get(name)
             states[name] = rollout.advance(prev, info, obs)
-            self._transition(prev, states[name])
+            self._transition(prev, states[name], now_s)
         removed = set(self.states) - set(states)
         self.states = states
         await self._persist(removed, now_s, fence)
@@ -125,12 +127,14 @@ class RolloutDriver:
                 self._stable.pop(next(iter(self._stable)))
         return self._stable[state.stable_spec]
 
-    def _transition(self, prev: rollout.RolloutState | None, state: rollout.RolloutState) -> None:
+    def _transition(self, prev: rollout.RolloutState | None, state: rollout.RolloutState, now_s: float) -> None:
         name = state.deployment
         if prev is None or prev.revision != state.revision:
             if state.in_progress:
                 log.info("event=rollout_started deployment=%s strategy=%s from=%s to=%s", name, state.strategy,
                          state.stable_revision, state.revision)
+                self._journal.record(now_s, "rollout_started", subject=name,
+                                     message=f"{state.strategy} from {state.stable_revision} to {state.revision}")
             elif prev is not None:
                 log.info("event=rollout_skipped deployment=%s revision=%s reason=%r", name, state.revision,
                          state.reason)
@@ -141,11 +145,18 @@ class RolloutDriver:
             self._metrics.rollbacks.labels(name, state.rollback_reason).inc()
             log.warning("event=rollout_rolled_back deployment=%s revision=%s restored=%s reason=%r", name,
                         state.revision, state.stable_revision, state.reason)
+            self._journal.record(now_s, "rollout_rolled_back", subject=name,
+                                 message=f"revision {state.revision} rolled back to {state.stable_revision}: "
+                                         f"{state.reason}")
         elif state.phase is rollout.Phase.COMPLETE:
             log.info("event=rollout_complete deployment=%s revision=%s", name, state.revision)
+            self._journal.record(now_s, "rollout_complete", subject=name, message=f"revision {state.revision}")
         else:
             log.info("event=rollout_step deployment=%s revision=%s step=%d new_percent=%d", name, state.revision,
                      state.step + 1, rollout.machine.new_percent(state))
+            self._journal.record(now_s, "rollout_step", subject=name,
+                                 message=f"revision {state.revision}: step {state.step + 1}, "
+                                         f"{rollout.machine.new_percent(state)}% new")
 
     async def _persist(self, removed: Iterable[str], now_s: float, fence: int) -> None:
         changed: dict[str, str] = {}
