@@ -10,9 +10,9 @@ Providers (``sim``, ``aws``, ``gcp``, ``azure``) live in ``agents.providers``, r
 (``local``, ``kubernetes``) in ``agents.backends``; fakes of the cloud APIs, of Kubernetes and a
 small test scheduler in ``agents.testing``."""
 
-from agents import allocation, backends, backoff, config, directives, metrics, outbox, providers, state, stream
+from agents import allocation, backends, config, directives, metrics, outbox, providers, state, stream
 from agents.agent import AGENT_VERSION, Agent, AgentOptions, build
 from agents.config import ConfigError
 
-__all__ = ["AGENT_VERSION", "Agent", "AgentOptions", "ConfigError", "allocation", "backends", "backoff", "build",
+__all__ = ["AGENT_VERSION", "Agent", "AgentOptions", "ConfigError", "allocation", "backends", "build",
            "config", "directives", "metrics", "outbox", "providers", "state", "stream"]
