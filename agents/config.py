@@ -73,11 +73,37 @@ def engine_command(command: Sequence[str]) -> tuple[str, ...]:
     return (first, *command[1:])
 
 
-def replica_settings(cluster: spec.Cluster, **overrides) -> backends.ReplicaSettings:
+def replica_api_key(cluster: spec.Cluster, environ: Mapping[str, str] | None = None) -> str | None:
+    """The API key the local backend's engines require, from ``replicas.api_key_file`` or
+    ``replicas.api_key_env`` (None when neither is set). The kubernetes backend's pods read theirs
+    from a Secret: the agent never holds it."""
+    r = cluster.spec.replicas
+    if r.api_key_env:
+        env = os.environ if environ is None else environ
+        key = env.get(r.api_key_env, "").strip()
+        if not key:
+            raise ConfigError(f"spec.replicas.api_key_env: environment variable {r.api_key_env} is unset or empty; "
+                              "export the replicas' API key in it")
+        return key
+    if not r.api_key_file:
+        return None
+    path = pathlib.Path(r.api_key_file).expanduser()
+    try:
+        key = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"spec.replicas.api_key_file: cannot read {path}: {exc.strerror or exc}") from None
+    if not key:
+        raise ConfigError(f"spec.replicas.api_key_file: {path} is empty")
+    return key
+
+
+def replica_settings(cluster: spec.Cluster, environ: Mapping[str, str] | None = None,
+                     **overrides) -> backends.ReplicaSettings:
     a = cluster.spec.agent
     values = dict(advertise_host=a.advertise_host, port_range=allocation.parse_port_range(a.replica_ports),
                   engine_command=engine_command(a.engine_command),
                   cache_dir=str(pathlib.Path(a.cache_dir).expanduser()) if a.cache_dir else None,
+                  api_key=replica_api_key(cluster, environ),
                   emulator_region=cluster.spec.region if cluster.spec.provider_name == "sim" else "")
     values.update(overrides)
     return backends.ReplicaSettings(**values)

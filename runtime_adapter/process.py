@@ -28,6 +28,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TextIO
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +132,13 @@ def signal_group(pgid: int, sig: int) -> bool:
 
 
 class LogTail:
-    """The last ``max_lines`` lines of an engine's output, read from a pipe or a file."""
+    """The last ``max_lines`` lines of an engine's output, read from a pipe or a file. ``echo``:
+    also write each (redacted) line there, e.g. the container's stdout, which the engine then never
+    writes to itself (so a secret it prints is replaced before it reaches ``kubectl logs``)."""
 
     def __init__(self, max_lines: int = 200, logger_name: str = "runtime_adapter.engine", replica_id: str = "",
-                 secrets: Iterable[str] = ()) -> None:
+                 secrets: Iterable[str] = (), echo: TextIO | None = None) -> None:
+        self._echo = echo
         self._lines: collections.deque[str] = collections.deque(maxlen=max_lines)
         self._partial = ""
         self._log = logging.getLogger(logger_name)
@@ -152,6 +156,9 @@ class LogTail:
         for line in complete:
             line = self._redact(line.rstrip("\r"))
             self._lines.append(line)
+            if self._echo is not None:
+                self._echo.write(line + "\n")
+                self._echo.flush()
             self._log.debug("replica=%s engine_log=%r", self._replica_id, line)
 
     def lines(self, n: int | None = None) -> list[str]:
@@ -234,14 +241,12 @@ class EngineProcess:
 
 
 async def spawn(argv: Sequence[str], env: Mapping[str, str], *, survive_supervisor_exit: bool,
-                log_path: str | None, cwd: str | None = None,
-                inherit_output: bool = False) -> tuple[EngineProcess, asyncio.StreamReader | None]:
+                log_path: str | None, cwd: str | None = None) -> tuple[EngineProcess, asyncio.StreamReader | None]:
     """Start the engine in its own session/process group.
 
     Returns the process and, when its output goes to a pipe, the pipe to follow. With
     ``survive_supervisor_exit`` the output goes to ``log_path`` (required: a pipe would break when
-    the supervisor dies) and no death signal is set. ``inherit_output``: the engine writes to this
-    process's own stdout/stderr (a container's log), nothing to follow."""
+    the supervisor dies) and no death signal is set."""
     if survive_supervisor_exit and not log_path:
         raise ValueError("survive_supervisor_exit needs a log_path (a state_dir): the engine's output cannot go to a pipe that dies with the supervisor")
     if shutil.which(argv[0]) is None:  # refuse here, as exec would, rather than inside the helper
@@ -257,10 +262,6 @@ async def spawn(argv: Sequence[str], env: Mapping[str, str], *, survive_supervis
                 stderr=asyncio.subprocess.STDOUT, start_new_session=True)
         finally:
             out.close()
-        stream = None
-    elif inherit_output:
-        child = await asyncio.create_subprocess_exec(
-            *command, env=dict(env), cwd=cwd, stdin=asyncio.subprocess.DEVNULL, start_new_session=True)
         stream = None
     else:
         child = await asyncio.create_subprocess_exec(

@@ -30,8 +30,10 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -49,7 +51,8 @@ log = logging.getLogger("runtime_adapter.serve")
 ENV = {"runtime_spec": "MERIDIAN_RUNTIME_SPEC", "host": "MERIDIAN_BIND_HOST", "port": "MERIDIAN_ENGINE_PORT",
        "adapter_port": "MERIDIAN_ADAPTER_PORT", "engine_command": "MERIDIAN_ENGINE_COMMAND",
        "cache_dir": "MERIDIAN_CACHE_DIR", "drain_deadline_s": "MERIDIAN_DRAIN_DEADLINE_S",
-       "stop_grace_s": "MERIDIAN_STOP_GRACE_S", "replica_id": "MERIDIAN_REPLICA_ID"}
+       "stop_grace_s": "MERIDIAN_STOP_GRACE_S", "replica_id": "MERIDIAN_REPLICA_ID",
+       "api_key_file": "MERIDIAN_API_KEY_FILE"}
 EXIT_CONFIG = 2
 
 
@@ -70,6 +73,7 @@ class ServeConfig:
     stop_grace_s: float = 15.0
     probe_interval_s: float = 0.5
     health_timeout_s: float = 25.0
+    api_key: str | None = dataclasses.field(default=None, repr=False)  # from --api-key-file; a secret
 
 
 def parse_runtime_spec(text: str) -> fleet.RuntimeSpec:
@@ -133,7 +137,24 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str] | 
                              "default 120)")
     parser.add_argument("--stop-grace-s", type=float, default=default("stop_grace_s", "15"),
                         help=f"SIGTERM to SIGKILL of the engine (env {ENV['stop_grace_s']}; default 15)")
+    parser.add_argument("--api-key-file", default=default("api_key_file", None), metavar="FILE",
+                        help=f"a file holding the API key the engine requires (SGLang --api-key; a mounted Secret; "
+                             f"env {ENV['api_key_file']}); the key reaches the engine in a private --config file")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def read_api_key(path: str | None) -> str | None:
+    """The key in ``path`` (surrounding whitespace stripped), None without a path."""
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            key = f.read().strip()
+    except OSError as exc:
+        raise ConfigError(f"--api-key-file / {ENV['api_key_file']}: cannot read {path}: {exc.strerror or exc}") from None
+    if not key:
+        raise ConfigError(f"--api-key-file / {ENV['api_key_file']}: {path} is empty")
+    return key
 
 
 def config_from(args: argparse.Namespace) -> ServeConfig:
@@ -158,7 +179,7 @@ def config_from(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig(spec=spec, replica_id=args.replica_id, host=args.host, port=args.port,
                        adapter_port=args.adapter_port, engine_command=resolve_engine_command(command),
                        cache_dir=args.cache_dir or None, drain_deadline_s=args.drain_deadline_s,
-                       stop_grace_s=args.stop_grace_s)
+                       stop_grace_s=args.stop_grace_s, api_key=read_api_key(args.api_key_file))
 
 
 class PodAdapter:
@@ -167,8 +188,13 @@ class PodAdapter:
 
     def __init__(self, config: ServeConfig, *, clock: clock_mod.Clock | None = None):
         self.config = config
+        # The API key goes to the engine in a private --config file (never its command line or env),
+        # in a directory of this process's own, removed at exit.
+        self._secrets_dir = tempfile.mkdtemp(prefix="meridian-engine-") if config.api_key else None
+        config_path = os.path.join(self._secrets_dir, "engine.yaml") if self._secrets_dir else None
         self.plan = launcher.build_command(config.spec, host=config.host, port=config.port,
-                                           engine_command=config.engine_command, cache_dir=config.cache_dir)
+                                           engine_command=config.engine_command, cache_dir=config.cache_dir,
+                                           api_key=config.api_key, config_path=config_path)
         self._clock = clock or clock_mod.SystemClock()
         self._probe_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
         self._base = f"http://{self._probe_host}:{config.port}"
@@ -301,9 +327,17 @@ class PodAdapter:
         await runner.setup()
         try:
             self._enter("spawn", argv=" ".join(self.plan.redacted_argv()))
-            proc, _ = await process.spawn(self.plan.argv, self.plan.full_env(), survive_supervisor_exit=False,
-                                          log_path=None, inherit_output=True)
-            self._engine = handle.EngineHandle(proc, self._clock, process.LogTail(replica_id=self.config.replica_id))
+            for path, text in self.plan.secret_files.items():
+                process.write_private_file(path, text)
+            # The engine's output passes through the tail to the container's stdout, so a secret it
+            # prints (SGLang logs its server arguments) is replaced by *** first.
+            proc, stream = await process.spawn(self.plan.argv, self.plan.full_env(), survive_supervisor_exit=False,
+                                               log_path=None)
+            tail = process.LogTail(replica_id=self.config.replica_id, secrets=(self.config.api_key or "",),
+                                   echo=sys.stdout)
+            self._engine = handle.EngineHandle(proc, self._clock, tail)
+            if stream is not None:
+                self._engine.follow_stream(stream)
             # The adapter port opens once there is an engine to drain (preStop may come at any time after).
             await web.TCPSite(runner, self.config.host, self.config.adapter_port).start()
             self._enter("load", pid=proc.pid)
@@ -332,8 +366,12 @@ class PodAdapter:
         finally:
             if self._engine is not None and not self._engine.exited:
                 await self._engine.kill(5.0)
+            if self._engine is not None:
+                await self._engine.stop_following()
             await runner.cleanup()
             await self._session.close()
+            if self._secrets_dir:
+                shutil.rmtree(self._secrets_dir, ignore_errors=True)
 
 
 async def serve(adapter: PodAdapter) -> int:

@@ -99,7 +99,7 @@ class ReplicaSettings:
     engine_command: tuple[str, ...] = tuple(runtime_adapter.SGLANG_COMMAND)
     cache_dir: str | None = None
     engine_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    api_key: str | None = None
+    api_key: str | None = dataclasses.field(default=None, repr=False)  # a secret: never in a repr or log
     supervisor: runtime_adapter.SupervisorConfig = runtime_adapter.SupervisorConfig(survive_supervisor_exit=True)
     ended_linger_s: float = 120.0  # how long STOPPED/FAILED replicas stay in reports
     # Region an emulator engine pretends to run in, so clients feel the latency map's distance

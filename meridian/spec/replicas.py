@@ -17,6 +17,8 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 # The same, or "prefix/*": every key of that prefix (the taints a node termination handler sets).
 TAINT_PATTERN = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?|\*)$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"  # a Secret data key (Kubernetes: alphanumerics, '-', '_', '.')
 QUANTITY = r"^\d+(\.\d+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"
 IMAGE = r"^[a-z0-9]([a-z0-9._/:@-]*[A-Za-z0-9_])?$"
 
@@ -123,6 +125,13 @@ class ReclaimSignals(base.StrictModel):
         return value
 
 
+class SecretKeyRef(base.StrictModel):
+    """One key of a Kubernetes Secret in the replicas' namespace, mounted into the pod by the kubelet."""
+
+    name: str = pydantic.Field(pattern=DNS_SUBDOMAIN, max_length=253, description="The Secret's name.")
+    key: str = pydantic.Field(pattern=SECRET_KEY, max_length=253, description="The key within the Secret's data.")
+
+
 class Endpoint(base.StrictModel):
     """How routers reach a replica: its pod IP (inside the cluster network or a peered one), or a
     per-replica Service."""
@@ -181,6 +190,10 @@ class KubernetesReplicas(base.StrictModel):
                                        description="After the drain, how long the engine gets to exit before SIGKILL.")
     probe_period_s: int = pydantic.Field(default=5, ge=1, le=300, description="Readiness probe period (SGLang /health).")
     post_events: bool = pydantic.Field(default=True, description="Post Kubernetes Events for replica lifecycle steps.")
+    api_key_secret: SecretKeyRef | None = pydantic.Field(
+        default=None, description="The Secret key holding the API key the engines require (SGLang --api-key): mounted "
+                                  "read-only into each pod, read there by the runtime adapter; never in the pod's "
+                                  "args or env. Default: no key (engines serve anyone who reaches them).")
 
     @pydantic.model_validator(mode="after")
     def _ports(self) -> KubernetesReplicas:
@@ -197,6 +210,27 @@ class Replicas(base.StrictModel):
     backend: Literal["local", "kubernetes"] = pydantic.Field(
         default="local", description="local: runtime-adapter processes on the agent's host; kubernetes: a pod per replica.")
     kubernetes: KubernetesReplicas | None = pydantic.Field(default=None, description="The kubernetes backend's settings.")
+    api_key_file: str | None = pydantic.Field(
+        default=None, min_length=1,
+        description="local backend: a file holding the API key the engines require (SGLang --api-key), read by the "
+                    "agent at start and given to each engine in a private 0600 --config file, never on a command "
+                    "line. Routers send it with --upstream-api-key-file. Default: no key.")
+    api_key_env: str | None = pydantic.Field(
+        default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="local backend: the environment variable holding that key instead (one of the two).")
+
+    @pydantic.model_validator(mode="after")
+    def _api_key(self) -> Replicas:
+        problems = rules.Problems()
+        if self.api_key_file and self.api_key_env:
+            problems.add("api_key_env", "give api_key_file or api_key_env, not both")
+        if self.backend == "kubernetes":
+            for name in ("api_key_file", "api_key_env"):
+                if getattr(self, name):
+                    problems.add(name, "the kubernetes backend's pods read the key from a Secret: set "
+                                       "kubernetes.api_key_secret: {name, key} instead (the agent never holds it)")
+        problems.raise_if_any()
+        return self
 
 
 def node_pool_label(cloud: str, settings: KubernetesReplicas) -> str:
@@ -234,5 +268,5 @@ def reclaim_notice_s(cloud: str, settings: KubernetesReplicas) -> float:
 
 
 __all__ = ["Endpoint", "KubernetesReplicas", "ModelCache", "NODE_POOL_LABELS", "RECLAIM_NOTICE_S", "RECLAIM_TAINTS",
-           "ReclaimCondition", "ReclaimSignals", "Replicas", "Toleration", "node_pool_label", "reclaim_conditions",
+           "ReclaimCondition", "ReclaimSignals", "Replicas", "SecretKeyRef", "Toleration", "node_pool_label", "reclaim_conditions",
            "reclaim_cordon", "reclaim_notice_s", "reclaim_taints", "tolerations"]

@@ -1,6 +1,7 @@
 """No secret appears in any output of a run. A scheduler and two agents (emulator replicas) run as
 processes, a router in this process with an API key; the run is driven through good and bad
-credentials of every kind (admin, viewer, cluster, router, API key), and then every output is
+credentials of every kind (admin, viewer, cluster, router, API key; the replicas require a key of
+their own, from the Cluster spec, which the router sends), and then every output is
 searched for every secret: the processes' logs (engines' included), their command lines, the
 router's log, /metrics of the scheduler, the router and the agents, the status pages, and the
 bodies of every refusal. Tokens are stored hashed in the scheduler's tokens file."""
@@ -43,8 +44,17 @@ async def test_no_secret_in_any_output(tmp_path):
     """Every secret of the run (admin, viewer, cluster and router tokens, the client API key, and the
     wrong guesses made with them) is absent from logs, command lines, metrics, status pages and
     error bodies, while each credential still works where it should and is refused where not."""
+    # Every agent's replicas require an API key (the spec names its file); the router sends it.
+    replica_key = "rk-" + secrets.token_urlsafe(24)
+    replica_key_file = tmp_path / "replica-api-key"
+    replica_key_file.write_text(replica_key)
+    cluster_docs = [d for d in yaml.safe_load_all((SPECS / "clusters.yaml").read_text()) if d]
+    for doc in cluster_docs:
+        doc["spec"]["replicas"] = {"api_key_file": str(replica_key_file)}
+    cluster_file = tmp_path / "clusters.yaml"
+    cluster_file.write_text(yaml.safe_dump_all(cluster_docs))
     fleet = fleet_mod.LocalFleet(fleet_mod.FleetConfig(
-        workdir=tmp_path / "run", spec_files=(SPECS / "fleet.yaml",), cluster_file=SPECS / "clusters.yaml",
+        workdir=tmp_path / "run", spec_files=(SPECS / "fleet.yaml",), cluster_file=cluster_file,
         clusters=("aws-use1", "gcp-usc1"), provisioning_delay_s=1.0,
         scheduler_settings=("heartbeat_interval_s=1", "adopt_grace_s=2")))
     fleet.prepare()
@@ -59,7 +69,7 @@ async def test_no_secret_in_any_output(tmp_path):
     keys_file.write_text(yaml.safe_dump({"keys": [{"name": "team-a", "sha256": router_auth.hash_key(api_key)}]}))
     wrong = {"admin": fleet.admin_token[::-1], "api_key": api_key[:-4] + "XXXX", "cluster": "c-" + secrets.token_hex(8)}
     the_secrets = {"admin token": fleet.admin_token, "viewer token": viewer_token, "router token": fleet.router_token,
-                   "API key": api_key, **{f"cluster token {n}": t for n, t in cluster_tokens.items()},
+                   "API key": api_key, "replica API key": replica_key, **{f"cluster token {n}": t for n, t in cluster_tokens.items()},
                    **{f"wrong {k}": v for k, v in wrong.items()}}
 
     router_log = io.StringIO()
@@ -77,7 +87,8 @@ async def test_no_secret_in_any_output(tmp_path):
             cfg = router_config.RouterConfig(
                 listen_port=0, region="na-east", scheduler_address=f"127.0.0.1:{fleet.grpc_port}",
                 scheduler_token=fleet.router_token, api_keys_file=str(keys_file),
-                lkg_path=str(tmp_path / "lkg.json"), trusted_region_header=fleet_mod.REGION_HEADER)
+                lkg_path=str(tmp_path / "lkg.json"), trusted_region_header=fleet_mod.REGION_HEADER,
+                upstream_api_key_file=str(replica_key_file))
             router = router_app.Router(cfg)
             await router.start()
             base = f"http://127.0.0.1:{router.port}"
@@ -94,6 +105,10 @@ async def test_no_secret_in_any_output(tmp_path):
                         raise
                     await asyncio.sleep(1.0)
             assert answer.choices
+            # The replica itself refuses a request that does not carry its key.
+            replica = next(iter(router.state.endpoints.values()))
+            status, body = await fetch(session, "GET", replica.url + "/v1/models")
+            assert status == 401, body
 
             # Refusals, each answered without echoing what was presented.
             bad = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key=wrong["api_key"], max_retries=0, timeout=30)

@@ -8,7 +8,8 @@ replica, deployment, pool and revision; annotations with the directive id and th
 (what a restarted agent re-adopts it from); ``restartPolicy: Always``; pinned to the chosen node by
 ``nodeAffinity`` on ``metadata.name`` plus the pool's node selector; ``nvidia.com/gpu`` limits;
 readiness on SGLang's ``/health``; ``preStop`` draining through the adapter; the grace period from
-the drain deadline; the weights cache on a volume; no secret in args."""
+the drain deadline; the weights cache on a volume; no secret in args or env (the API key comes
+from a Secret volume the spec names)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ A_DRAIN = "meridian.dev/drain"  # JSON {began, deadline} (Unix s): a drain this 
 GPU_RESOURCE = "nvidia.com/gpu"
 CONTAINER = "engine"
 CACHE_VOLUME = "model-cache"
+API_KEY_VOLUME = "api-key"
+API_KEY_DIR = "/var/run/secrets/meridian/api-key"  # the Secret's one key is mounted here, as file API_KEY_FILE
+API_KEY_FILE = "api-key"
 NAME_PREFIX = "mr-"
 MAX_NAME = 63  # a Service name (DNS-1035 label) and the pod's hostname are 63 characters at most
 _DNS_SAFE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -124,6 +128,8 @@ def _env(req: PodRequest) -> list[dict]:
         {"name": "MERIDIAN_DRAIN_DEADLINE_S", "value": str(s.drain_deadline_s)},
         {"name": "MERIDIAN_STOP_GRACE_S", "value": str(s.stop_grace_s)},
     ]
+    if s.api_key_secret is not None:  # the path of the mounted Secret file, never the key itself
+        env.append({"name": adapter_serve.ENV["api_key_file"], "value": f"{API_KEY_DIR}/{API_KEY_FILE}"})
     taken = {e["name"] for e in env}
     env += [{"name": k, "value": str(v)} for k, v in sorted(req.engine_env.items()) if k not in taken]
     return env
@@ -164,6 +170,13 @@ def pod(req: PodRequest) -> dict:
     if p.gpu_count > 1:  # NCCL between the GPUs of a tensor-parallel replica needs a large /dev/shm
         container["volumeMounts"].append({"name": "dshm", "mountPath": "/dev/shm"})
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+    if s.api_key_secret is not None:
+        # The kubelet mounts the Secret's key as a file readable by the pod's user only; the adapter
+        # reads it and hands it to SGLang in a private --config file.
+        container["volumeMounts"].append({"name": API_KEY_VOLUME, "mountPath": API_KEY_DIR, "readOnly": True})
+        volumes.append({"name": API_KEY_VOLUME, "secret": {
+            "secretName": s.api_key_secret.name, "defaultMode": 0o400,
+            "items": [{"key": s.api_key_secret.key, "path": API_KEY_FILE}]}})
     spec: dict = {
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": s.drain_deadline_s + s.stop_grace_s,

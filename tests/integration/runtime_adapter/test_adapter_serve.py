@@ -214,3 +214,44 @@ async def test_an_explicit_deadline_replaces_the_running_drains(tmp_path):
             assert "event=drain_deadline" in pod.log()
             request.cancel()
             await asyncio.gather(request, return_exceptions=True)
+
+
+async def test_the_api_key_file_makes_the_engine_require_the_key_without_showing_it(tmp_path):
+    """With ``MERIDIAN_API_KEY_FILE`` (the mounted Secret) the engine answers 401 without the key and
+    200 with it, its command line holds only a private --config path, and neither the container's
+    output nor the engine's argv carries the key; the config file goes when serve exits."""
+    key = "sk-pod-" + os.urandom(8).hex()
+    key_file = tmp_path / "api-key"
+    key_file.write_text(key + "\n")
+    async with aiohttp.ClientSession() as session:
+        with Pod(tmp_path, MERIDIAN_API_KEY_FILE=str(key_file)) as pod:
+            await pod.ready(session)
+            async with session.get(pod.engine + "/v1/models") as resp:
+                assert resp.status == 401
+            async with session.get(pod.engine + "/v1/models", headers={"Authorization": f"Bearer {key}"}) as resp:
+                assert resp.status == 200
+            async with session.get(pod.adapter + "/healthz") as resp:
+                pid = (await resp.json())["engine_pid"]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().decode().split("\0")
+            config_path = cmdline[cmdline.index("--config") + 1]
+            assert key not in " ".join(cmdline) and os.stat(config_path).st_mode & 0o077 == 0
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                assert key.encode() not in f.read()
+            assert await _chat(session, pod.engine, max_tokens=4) == 401
+            pod.proc.send_signal(signal.SIGTERM)
+            assert await pod.exit_code() == 0
+            assert "Uvicorn running" in pod.log()  # the engine's own output still reaches the container's
+            assert key not in pod.log()
+            assert not os.path.exists(config_path)
+
+
+def test_an_unreadable_api_key_file_exits_2_naming_the_setting(tmp_path):
+    """A missing or empty key file is a configuration error naming --api-key-file and its variable."""
+    for path, message in ((tmp_path / "missing", "cannot read"), (tmp_path / "empty", "is empty")):
+        if path.name == "empty":
+            path.write_text("\n")
+        pod = Pod(tmp_path, MERIDIAN_API_KEY_FILE=str(path))
+        out = subprocess.run([sys.executable, "-m", "runtime_adapter", "serve"], env=pod.env, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 2 and "MERIDIAN_API_KEY_FILE" in out.stderr and message in out.stderr

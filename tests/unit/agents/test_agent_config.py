@@ -148,3 +148,32 @@ spec:
     monkeypatch.setenv("MERIDIAN_EMULATOR_LATENCY_MAP_FILE", str(lmap))
     env = engine.engine_env(settings, "L4")
     assert env["MERIDIAN_EMULATOR_REGION"] == "lab-east-1"
+
+
+def test_the_replica_api_key_comes_from_the_named_file_or_variable(tmp_path):
+    """``replicas.api_key_file``/``api_key_env`` give the engines' key (stripped) to the replica
+    settings, never in their repr; a missing file, an empty one, an unset variable or both settings
+    at once are errors naming the field."""
+    key_file = tmp_path / "replica-key"
+    key_file.write_text("  sk-replica-1\n")
+
+    def cluster(replicas: str):
+        path = tmp_path / "c.yaml"
+        path.write_text(TWO.split("---")[0] + f"  replicas: {replicas}\n")
+        return config.load_cluster([str(path)])
+
+    by_file = cluster(f'{{api_key_file: "{key_file}"}}')
+    settings = config.replica_settings(by_file)
+    assert settings.api_key == "sk-replica-1" and "sk-replica-1" not in repr(settings)
+    assert config.replica_settings(cluster("{api_key_env: REPLICA_KEY}"), {"REPLICA_KEY": "sk-2"}).api_key == "sk-2"
+    assert config.replica_settings(cluster("{backend: local}")).api_key is None
+    with pytest.raises(config.ConfigError, match="spec.replicas.api_key_env: environment variable REPLICA_KEY"):
+        config.replica_settings(cluster("{api_key_env: REPLICA_KEY}"), {})
+    key_file.write_text("\n")
+    with pytest.raises(config.ConfigError, match="spec.replicas.api_key_file: .* is empty"):
+        config.replica_settings(by_file)
+    key_file.unlink()
+    with pytest.raises(config.ConfigError, match="spec.replicas.api_key_file: cannot read"):
+        config.replica_settings(by_file)
+    with pytest.raises(Exception, match="api_key_env: give api_key_file or api_key_env, not both"):
+        cluster(f'{{api_key_file: "{key_file}", api_key_env: K}}')

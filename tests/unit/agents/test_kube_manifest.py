@@ -192,3 +192,35 @@ def test_adoption_decisions_follow_the_pods_own_records():
     assert (d.kind, d.grace_s, d.draining) == ("finish_drain", 65, True)
     draining["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
     assert adoption.decide(draining, now=now, stop_grace_s=15, default_grace_s=135).kind == "ending"
+
+
+def test_the_api_key_comes_from_the_named_secret_as_a_file_never_as_a_value():
+    """With ``api_key_secret`` the pod mounts that Secret key read-only (0400) and tells the adapter
+    the file's path; no arg or env value of the pod holds anything but that path, and the pod still
+    passes the strict schema."""
+    pod = manifest.pod(_request(api_key_secret={"name": "llama-api-key", "key": "token"}))
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    container = pod["spec"]["containers"][0]
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == manifest.API_KEY_VOLUME)
+    assert volume["secret"] == {"secretName": "llama-api-key", "defaultMode": 0o400,
+                                "items": [{"key": "token", "path": manifest.API_KEY_FILE}]}
+    mount = next(m for m in container["volumeMounts"] if m["name"] == manifest.API_KEY_VOLUME)
+    assert mount == {"name": manifest.API_KEY_VOLUME, "mountPath": manifest.API_KEY_DIR, "readOnly": True}
+    assert _env(pod)["MERIDIAN_API_KEY_FILE"] == f"{manifest.API_KEY_DIR}/{manifest.API_KEY_FILE}"
+    assert all("api-key" not in a.lower() for a in container["command"])
+    plain = manifest.pod(_request())
+    assert "MERIDIAN_API_KEY_FILE" not in _env(plain)
+    assert all(v["name"] != manifest.API_KEY_VOLUME for v in plain["spec"]["volumes"])
+
+
+def test_the_api_key_settings_are_validated_with_their_field_path():
+    """A Secret reference must name a valid Secret and key, and the agent-read key settings are
+    refused on the kubernetes backend (its pods read a Secret) naming the field."""
+    with pytest.raises(spec.SpecError) as bad_ref:
+        _settings(api_key_secret={"name": "Not_A_Name", "key": "token"})
+    assert "api_key_secret.name" in str(bad_ref.value)
+    text = CLUSTER.replace("KUBE", json.dumps({"image": "ghcr.io/acme/meridian-replica:0.1.0"}))
+    text = text.replace("    backend: kubernetes\n", "    backend: kubernetes\n    api_key_file: /etc/key\n")
+    with pytest.raises(spec.SpecError) as wrong_backend:
+        spec.load_text(text, "c.yaml")
+    assert "replicas.api_key_file" in str(wrong_backend.value) and "api_key_secret" in str(wrong_backend.value)
