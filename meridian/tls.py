@@ -6,15 +6,31 @@ that fails for every peer). Both ends of a link therefore read their files throu
 every problem names the setting (as the caller labels it, e.g. ``--tls-cert-file``) and the path.
 The checks use the standard library's OpenSSL binding (``ssl``): a certificate must parse, a key
 must parse, be unencrypted (gRPC takes no passphrase) and match its certificate. No cryptography
-is done here beyond asking OpenSSL to load the files."""
+is done here beyond asking OpenSSL to load the files.
+
+``ServerTls`` serves HTTPS from a certificate and key reloaded when the files change (the router's
+client listener, the runtime adapter's TLS port beside an engine): the listening socket's context
+has an SNI callback that hands each new connection the current context (the callback runs for
+every handshake, with or without SNI), so a rotated certificate reaches new connections at once
+while open ones keep theirs. ``ReloadingContext`` is the mechanism: the files' identity (inode,
+size, mtime) is checked every ``reload_interval_s``; files that do not load (a rotation caught
+half-written) keep the previous context, logged as ``event=tls_reload_failed``, and are tried
+again at the next check."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
+import os
 import pathlib
 import ssl
+from collections.abc import Callable
 
-__all__ = ["KeyPair", "TlsFileError", "read_certificates", "read_key_pair"]
+__all__ = ["KeyPair", "ReloadingContext", "ServerTls", "TlsFileError", "read_certificates", "read_key_pair",
+           "server_context"]
+
+log = logging.getLogger("meridian.tls")
 
 
 class TlsFileError(ValueError):
@@ -85,3 +101,72 @@ def read_key_pair(cert_path: str, key_path: str, *, cert_setting: str, key_setti
     except OSError as exc:  # the file vanished between the two reads
         raise TlsFileError(f"{key_setting} {key_path}: cannot read: {exc.strerror or exc}") from None
     return KeyPair(cert_chain=chain, private_key=key)
+
+
+def _signature(paths: tuple[str, ...]) -> tuple[tuple[int, int, int], ...]:
+    out = []
+    for path in paths:
+        st = os.stat(path)
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+class ReloadingContext:
+    """A context built from ``files`` by ``build``, rebuilt when they change (``reload_if_changed``,
+    or the ``watch`` task). ``on_error`` is called with ``"tls_reload"`` when a reload fails (a metric)."""
+
+    def __init__(self, files: tuple[str, ...], build: Callable[[], ssl.SSLContext], *, reload_interval_s: float,
+                 on_error: Callable[[str], None] | None):
+        self._files = tuple(f for f in files if f)
+        self._build = build
+        self.reload_interval_s = reload_interval_s
+        self.on_error = on_error
+        self.reloads = 0
+        self._signature = _signature(self._files)
+        self.current = build()
+
+    def reload_if_changed(self) -> bool:
+        """Rebuild if the files changed since the last good load; True when a new context is live."""
+        try:
+            signature = _signature(self._files)
+            if signature == self._signature:
+                return False
+            fresh = self._build()
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("event=tls_reload_failed files=%s error=%r keeping=previous", ",".join(self._files), exc)
+            if self.on_error is not None:
+                self.on_error("tls_reload")
+            return False
+        self.current = fresh
+        self._signature = signature
+        self.reloads += 1
+        log.info("event=tls_reloaded files=%s reloads=%d", ",".join(self._files), self.reloads)
+        return True
+
+    async def watch(self) -> None:
+        """Check the files every ``reload_interval_s`` (cancel the task to stop)."""
+        while True:
+            await asyncio.sleep(self.reload_interval_s)
+            self.reload_if_changed()
+
+
+class ServerTls(ReloadingContext):
+    """A listener's certificate and key; listen with ``context``, each handshake gets ``current``."""
+
+    def __init__(self, cert_file: str, key_file: str, *, reload_interval_s: float = 5.0,
+                 on_error: Callable[[str], None] | None = None):
+        super().__init__((cert_file, key_file), lambda: server_context(cert_file, key_file),
+                         reload_interval_s=reload_interval_s, on_error=on_error)
+        # The listening context only dispatches: each handshake switches to the current context.
+        self.context = server_context(cert_file, key_file)
+        self.context.sni_callback = self._pick
+
+    def _pick(self, ssl_object: ssl.SSLObject, server_name: str | None, _ctx: ssl.SSLContext) -> None:
+        ssl_object.context = self.current

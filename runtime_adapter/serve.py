@@ -14,6 +14,10 @@ node and weights cache), and serves on the adapter port:
   drain is done what it did: outstanding at SIGTERM, deadline hit, SIGKILL needed, duration).
 - ``GET /metrics``: the adapter's own gauges (start-up phase durations, draining).
 
+With ``--tls-cert-file``/``--tls-key-file`` the engine binds 127.0.0.1 only and HTTPS on
+``--tls-port`` relays to it (``runtime_adapter.tls_relay``; the certificate reloaded when its files
+change): the replica's endpoint is then ``https://<host>:<tls port>``.
+
 Each start-up phase is logged (``event=phase phase=... seconds=...``): config, spawn, load (the
 port opens once weights are loaded), warmup (the first 200 of ``/health``), ready; then draining,
 stopped. SIGTERM without a drain first drains with the default deadline; SIGTERM during a drain
@@ -43,8 +47,9 @@ import prometheus_client as prom
 from aiohttp import web
 
 from meridian import fleet
+from meridian import tls as tls_files
 from runtime_adapter import clock as clock_mod
-from runtime_adapter import handle, launcher, probe, process, scraper
+from runtime_adapter import handle, launcher, probe, process, scraper, tls_relay
 
 log = logging.getLogger("runtime_adapter.serve")
 
@@ -52,7 +57,9 @@ ENV = {"runtime_spec": "MERIDIAN_RUNTIME_SPEC", "host": "MERIDIAN_BIND_HOST", "p
        "adapter_port": "MERIDIAN_ADAPTER_PORT", "engine_command": "MERIDIAN_ENGINE_COMMAND",
        "cache_dir": "MERIDIAN_CACHE_DIR", "drain_deadline_s": "MERIDIAN_DRAIN_DEADLINE_S",
        "stop_grace_s": "MERIDIAN_STOP_GRACE_S", "replica_id": "MERIDIAN_REPLICA_ID",
-       "api_key_file": "MERIDIAN_API_KEY_FILE"}
+       "api_key_file": "MERIDIAN_API_KEY_FILE", "tls_cert_file": "MERIDIAN_TLS_CERT_FILE",
+       "tls_key_file": "MERIDIAN_TLS_KEY_FILE", "tls_port": "MERIDIAN_TLS_PORT",
+       "tls_reload_interval_s": "MERIDIAN_TLS_RELOAD_INTERVAL_S"}
 EXIT_CONFIG = 2
 
 
@@ -74,6 +81,12 @@ class ServeConfig:
     probe_interval_s: float = 0.5
     health_timeout_s: float = 25.0
     api_key: str | None = dataclasses.field(default=None, repr=False)  # from --api-key-file; a secret
+    # HTTPS beside the engine (runtime_adapter.tls_relay): with a certificate, the engine binds
+    # loopback only and the relay on host:tls_port is the replica's endpoint.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_port: int = 30443
+    tls_reload_interval_s: float = 5.0
 
 
 def parse_runtime_spec(text: str) -> fleet.RuntimeSpec:
@@ -140,7 +153,34 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str] | 
     parser.add_argument("--api-key-file", default=default("api_key_file", None), metavar="FILE",
                         help=f"a file holding the API key the engine requires (SGLang --api-key; a mounted Secret; "
                              f"env {ENV['api_key_file']}); the key reaches the engine in a private --config file")
+    parser.add_argument("--tls-cert-file", default=default("tls_cert_file", None), metavar="FILE",
+                        help=f"serve HTTPS on --tls-port with this PEM certificate chain, relayed to the engine, which "
+                             f"then binds 127.0.0.1 only (env {ENV['tls_cert_file']}); reloaded when it changes")
+    parser.add_argument("--tls-key-file", default=default("tls_key_file", None), metavar="FILE",
+                        help=f"its unencrypted PEM key (env {ENV['tls_key_file']})")
+    parser.add_argument("--tls-port", type=int, default=default("tls_port", "30443"),
+                        help=f"the HTTPS port (env {ENV['tls_port']}; default 30443)")
+    parser.add_argument("--tls-reload-interval-s", type=float, default=default("tls_reload_interval_s", "5"),
+                        help=f"how often the certificate files are checked for a change "
+                             f"(env {ENV['tls_reload_interval_s']}; default 5)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def check_tls(args: argparse.Namespace) -> None:
+    """Both TLS files or neither; they load, the key is unencrypted and belongs to the certificate."""
+    cert, key = args.tls_cert_file, args.tls_key_file
+    if bool(cert) != bool(key):
+        raise ConfigError(f"--tls-cert-file / {ENV['tls_cert_file']} and --tls-key-file / {ENV['tls_key_file']} go "
+                          "together: give both or neither")
+    if not cert:
+        return
+    try:
+        tls_files.read_key_pair(cert, key, cert_setting=f"--tls-cert-file / {ENV['tls_cert_file']}",
+                                key_setting=f"--tls-key-file / {ENV['tls_key_file']}")
+    except tls_files.TlsFileError as exc:
+        raise ConfigError(str(exc)) from None
+    if args.tls_reload_interval_s <= 0:
+        raise ConfigError("--tls-reload-interval-s must be > 0")
 
 
 def read_api_key(path: str | None) -> str | None:
@@ -169,17 +209,22 @@ def config_from(args: argparse.Namespace) -> ServeConfig:
             raise ConfigError(f"--engine-command / {ENV['engine_command']} is not a JSON list: {exc}") from None
         if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
             raise ConfigError(f"--engine-command / {ENV['engine_command']} must be a JSON list of strings")
-    for name in ("port", "adapter_port"):
+    for name in ("port", "adapter_port", "tls_port"):
         if not 1 <= getattr(args, name) <= 65535:
             raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)} is out of range; valid: 1..65535")
     if args.port == args.adapter_port:
         raise ConfigError(f"--adapter-port must differ from --port ({args.port})")
+    if args.tls_cert_file and args.tls_port in (args.port, args.adapter_port):
+        raise ConfigError(f"--tls-port {args.tls_port} must differ from --port and --adapter-port")
+    check_tls(args)
     if args.drain_deadline_s < 0 or args.stop_grace_s <= 0:
         raise ConfigError("--drain-deadline-s must be >= 0 and --stop-grace-s > 0")
     return ServeConfig(spec=spec, replica_id=args.replica_id, host=args.host, port=args.port,
                        adapter_port=args.adapter_port, engine_command=resolve_engine_command(command),
                        cache_dir=args.cache_dir or None, drain_deadline_s=args.drain_deadline_s,
-                       stop_grace_s=args.stop_grace_s, api_key=read_api_key(args.api_key_file))
+                       stop_grace_s=args.stop_grace_s, api_key=read_api_key(args.api_key_file),
+                       tls_cert_file=args.tls_cert_file or None, tls_key_file=args.tls_key_file or None,
+                       tls_port=args.tls_port, tls_reload_interval_s=args.tls_reload_interval_s)
 
 
 class PodAdapter:
@@ -192,11 +237,13 @@ class PodAdapter:
         # in a directory of this process's own, removed at exit.
         self._secrets_dir = tempfile.mkdtemp(prefix="meridian-engine-") if config.api_key else None
         config_path = os.path.join(self._secrets_dir, "engine.yaml") if self._secrets_dir else None
-        self.plan = launcher.build_command(config.spec, host=config.host, port=config.port,
+        # With TLS the engine is reachable on loopback only: the relay is the replica's one open port.
+        engine_host = "127.0.0.1" if config.tls_cert_file else config.host
+        self.plan = launcher.build_command(config.spec, host=engine_host, port=config.port,
                                            engine_command=config.engine_command, cache_dir=config.cache_dir,
                                            api_key=config.api_key, config_path=config_path)
         self._clock = clock or clock_mod.SystemClock()
-        self._probe_host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "") else config.host
+        self._probe_host = "127.0.0.1" if engine_host in ("0.0.0.0", "::", "") else engine_host
         self._base = f"http://{self._probe_host}:{config.port}"
         self.phase = "config"
         self._phase_t = self._clock.monotonic()
@@ -207,6 +254,7 @@ class PodAdapter:
         self.drain_result: dict | None = None  # what the drain did, once done (also in /healthz)
         self._cut = asyncio.Event()  # SIGTERM during a drain: the kubelet's grace period is over
         self._stopping = False
+        self.relay: tls_relay.TlsRelay | None = None
         self.registry = prom.CollectorRegistry()
         self._phase_seconds = prom.Gauge("meridian_replica_phase_seconds", "Seconds spent in each start-up phase.",
                                          ["phase"], registry=self.registry)
@@ -340,6 +388,11 @@ class PodAdapter:
                 self._engine.follow_stream(stream)
             # The adapter port opens once there is an engine to drain (preStop may come at any time after).
             await web.TCPSite(runner, self.config.host, self.config.adapter_port).start()
+            if self.config.tls_cert_file and self.config.tls_key_file:
+                tls = tls_files.ServerTls(self.config.tls_cert_file, self.config.tls_key_file,
+                                          reload_interval_s=self.config.tls_reload_interval_s)
+                self.relay = tls_relay.TlsRelay(self._base, tls, host=self.config.host, port=self.config.tls_port)
+                await self.relay.start()
             self._enter("load", pid=proc.pid)
             starting = asyncio.create_task(self._start_up(), name="start-up")
             stopper = asyncio.create_task(stop.wait(), name="stop")
@@ -368,6 +421,8 @@ class PodAdapter:
                 await self._engine.kill(5.0)
             if self._engine is not None:
                 await self._engine.stop_following()
+            if self.relay is not None:
+                await self.relay.stop()
             await runner.cleanup()
             await self._session.close()
             if self._secrets_dir:

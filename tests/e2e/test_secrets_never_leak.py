@@ -65,6 +65,9 @@ async def test_no_secret_in_any_output(tmp_path):
     (fleet.workdir / "scheduler-tokens.yaml").write_text(yaml.safe_dump({
         "clusters": {n: sha(t) for n, t in cluster_tokens.items()}, "routers": [sha(fleet.router_token)],
         "admins": [{"name": "dashboard", "token": sha(viewer_token), "role": "viewer"}]}))
+    router_token_file = tmp_path / "router.token"  # the router reads its secrets from files only
+    router_token_file.write_text(fleet.router_token)
+    router_token_file.chmod(0o600)
     keys_file = tmp_path / "keys.yaml"
     keys_file.write_text(yaml.safe_dump({"keys": [{"name": "team-a", "sha256": router_auth.hash_key(api_key)}]}))
     wrong = {"admin": fleet.admin_token[::-1], "api_key": api_key[:-4] + "XXXX", "cluster": "c-" + secrets.token_hex(8)}
@@ -86,7 +89,7 @@ async def test_no_secret_in_any_output(tmp_path):
             await fleet.start_agents()
             cfg = router_config.RouterConfig(
                 listen_port=0, region="na-east", scheduler_address=f"127.0.0.1:{fleet.grpc_port}",
-                scheduler_token=fleet.router_token, api_keys_file=str(keys_file),
+                scheduler_token_file=str(router_token_file), api_keys_file=str(keys_file),
                 lkg_path=str(tmp_path / "lkg.json"), trusted_region_header=fleet_mod.REGION_HEADER,
                 upstream_api_key_file=str(replica_key_file))
             router = router_app.Router(cfg)
