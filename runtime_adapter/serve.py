@@ -13,6 +13,8 @@ node and weights cache), and serves on the adapter port:
 - ``GET /healthz``: 200 while the engine runs, 503 otherwise (JSON: phase, engine pid, and once a
   drain is done what it did: outstanding at SIGTERM, deadline hit, SIGKILL needed, duration).
 - ``GET /metrics``: the adapter's own gauges (start-up phase durations, draining).
+- ``GET /engine/metrics``: the engine's ``/metrics`` relayed (the agent's load scrape, when the
+  engine listens on loopback behind the TLS port).
 
 With ``--tls-cert-file``/``--tls-key-file`` the engine binds 127.0.0.1 only and HTTPS on
 ``--tls-port`` relays to it (``runtime_adapter.tls_relay``; the certificate reloaded when its files
@@ -274,6 +276,7 @@ class PodAdapter:
         app.router.add_get("/drain", self._get_drain)
         app.router.add_get("/healthz", self._get_healthz)
         app.router.add_get("/metrics", self._get_metrics)
+        app.router.add_get("/engine/metrics", self._get_engine_metrics)
         return app
 
     async def _get_drain(self, request: web.Request) -> web.Response:
@@ -295,6 +298,17 @@ class PodAdapter:
 
     async def _get_metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=prom.generate_latest(self.registry), headers={"Content-Type": prom.CONTENT_TYPE_LATEST})
+
+    async def _get_engine_metrics(self, request: web.Request) -> web.Response:
+        """The engine's own /metrics (open in SGLang too), for the agent's load scraper when the
+        engine listens on loopback behind the TLS port."""
+        assert self._session is not None
+        try:
+            async with self._session.get(self._base + "/metrics", timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                return web.Response(body=await resp.read(), status=resp.status,
+                                    content_type=resp.content_type, charset=resp.charset)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            return web.json_response({"error": f"engine /metrics unreachable: {exc}"}, status=502)
 
     # ----- drain
     def drain(self, deadline_s: float, *, explicit: bool = True) -> asyncio.Task:

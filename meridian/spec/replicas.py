@@ -195,11 +195,22 @@ class KubernetesReplicas(base.StrictModel):
                                   "read-only into each pod, read there by the runtime adapter; never in the pod's "
                                   "args or env. Default: no key (engines serve anyone who reaches them).")
 
+    tls_secret: str | None = pydantic.Field(
+        default=None, pattern=DNS_SUBDOMAIN, max_length=253,
+        description="A kubernetes.io/tls Secret (keys tls.crt, tls.key): each pod serves HTTPS on tls_port with it, "
+                    "terminated by the runtime adapter and relayed to the engine, which then listens on the pod's "
+                    "loopback only; endpoints are https://. Rotations reach new connections without a restart. "
+                    "Default: plain HTTP on engine_port.")
+    tls_port: int = pydantic.Field(default=30443, ge=1024, le=65535,
+                                   description="The pod's HTTPS port (with tls_secret).")
+
     @pydantic.model_validator(mode="after")
     def _ports(self) -> KubernetesReplicas:
         problems = rules.Problems()
         if self.engine_port == self.adapter_port:
             problems.add("adapter_port", f"must differ from engine_port ({self.engine_port})")
+        if self.tls_secret and self.tls_port in (self.engine_port, self.adapter_port):
+            problems.add("tls_port", f"must differ from engine_port and adapter_port ({self.tls_port})")
         problems.raise_if_any()
         return self
 

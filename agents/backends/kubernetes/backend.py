@@ -129,8 +129,10 @@ class KubernetesBackend(base.ReplicaBackend):
         node_address = ""
         if k.endpoint.mode == "service" and self._nodes is not None:
             node_address = nodes.address(self._nodes.objects.get(r.placement.node_id) or {}, k.endpoint.node_address)
-        return tracked.endpoint((view or r.view).pod_ip, r.service, mode=k.endpoint.mode, port=k.engine_port,
-                                node_address=node_address)
+        tls = bool(k.tls_secret)
+        return tracked.endpoint((view or r.view).pod_ip, r.service, mode=k.endpoint.mode,
+                                port=k.tls_port if tls else k.engine_port, node_address=node_address,
+                                scheme="https" if tls else "http")
 
     # ------------------------------------------------------------------ watches and adoption
 

@@ -44,6 +44,8 @@ CACHE_VOLUME = "model-cache"
 API_KEY_VOLUME = "api-key"
 API_KEY_DIR = "/var/run/secrets/meridian/api-key"  # the Secret's one key is mounted here, as file API_KEY_FILE
 API_KEY_FILE = "api-key"
+TLS_VOLUME = "tls"
+TLS_DIR = "/var/run/secrets/meridian/tls"  # tls.crt and tls.key of the spec's kubernetes.io/tls Secret
 NAME_PREFIX = "mr-"
 MAX_NAME = 63  # a Service name (DNS-1035 label) and the pod's hostname are 63 characters at most
 _DNS_SAFE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -130,6 +132,10 @@ def _env(req: PodRequest) -> list[dict]:
     ]
     if s.api_key_secret is not None:  # the path of the mounted Secret file, never the key itself
         env.append({"name": adapter_serve.ENV["api_key_file"], "value": f"{API_KEY_DIR}/{API_KEY_FILE}"})
+    if s.tls_secret:
+        env += [{"name": adapter_serve.ENV["tls_cert_file"], "value": f"{TLS_DIR}/tls.crt"},
+                {"name": adapter_serve.ENV["tls_key_file"], "value": f"{TLS_DIR}/tls.key"},
+                {"name": adapter_serve.ENV["tls_port"], "value": str(s.tls_port)}]
     taken = {e["name"] for e in env}
     env += [{"name": k, "value": str(v)} for k, v in sorted(req.engine_env.items()) if k not in taken]
     return env
@@ -159,7 +165,11 @@ def pod(req: PodRequest) -> dict:
         "ports": [{"name": "http", "containerPort": s.engine_port, "protocol": "TCP"},
                   {"name": "adapter", "containerPort": s.adapter_port, "protocol": "TCP"}],
         "resources": _resources(req),
-        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": s.probe_period_s,
+        # With TLS the engine listens on loopback: the kubelet probes through the relay (it does not
+        # verify an HTTPS probe's certificate).
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "https" if s.tls_secret else "http",
+                                       **({"scheme": "HTTPS"} if s.tls_secret else {})},
+                           "periodSeconds": s.probe_period_s,
                            "timeoutSeconds": max(1, min(10, s.probe_period_s * 2)), "failureThreshold": 3,
                            "successThreshold": 1},
         # The adapter waits for in-flight requests (up to MERIDIAN_DRAIN_DEADLINE_S), then stops the engine.
@@ -170,6 +180,14 @@ def pod(req: PodRequest) -> dict:
     if p.gpu_count > 1:  # NCCL between the GPUs of a tensor-parallel replica needs a large /dev/shm
         container["volumeMounts"].append({"name": "dshm", "mountPath": "/dev/shm"})
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+    if s.tls_secret:
+        container["ports"].append({"name": "https", "containerPort": s.tls_port, "protocol": "TCP"})
+        # A Secret volume (no subPath) is updated in place when the Secret changes: the adapter
+        # reloads the pair, so a rotation (cert-manager) reaches new connections without a restart.
+        container["volumeMounts"].append({"name": TLS_VOLUME, "mountPath": TLS_DIR, "readOnly": True})
+        volumes.append({"name": TLS_VOLUME, "secret": {
+            "secretName": s.tls_secret, "defaultMode": 0o400,
+            "items": [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]}})
     if s.api_key_secret is not None:
         # The kubelet mounts the Secret's key as a file readable by the pod's user only; the adapter
         # reads it and hands it to SGLang in a private --config file.
@@ -204,7 +222,7 @@ def pod(req: PodRequest) -> dict:
 
 def service(pod_object: Mapping, settings: replicas_spec.KubernetesReplicas) -> dict:
     """A per-replica Service selecting exactly this pod, owned by it (deleted with it), of the
-    spec's type; its port is the engine port."""
+    spec's type; its port is the engine port (the TLS port with ``tls_secret``)."""
     meta = pod_object["metadata"]
     lbl = meta.get("labels", {})
     owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta.get("uid", "")}
@@ -216,7 +234,9 @@ def service(pod_object: Mapping, settings: replicas_spec.KubernetesReplicas) -> 
                      "ownerReferences": [owner] if owner["uid"] else []},
         "spec": {"type": settings.endpoint.service_type,
                  "selector": {L_CLUSTER: lbl.get(L_CLUSTER, ""), L_REPLICA: lbl.get(L_REPLICA, "")},
-                 "ports": [{"name": "http", "port": settings.engine_port, "targetPort": "http", "protocol": "TCP"}]},
+                 "ports": [{"name": "https", "port": settings.tls_port, "targetPort": "https", "protocol": "TCP"}
+                           if settings.tls_secret else
+                           {"name": "http", "port": settings.engine_port, "targetPort": "http", "protocol": "TCP"}]},
     }
 
 

@@ -117,7 +117,9 @@ class PodOps:
 
     async def _scrape(self, r: tracked.PodReplica, session: aiohttp.ClientSession,
                       config: adapter_config.SupervisorConfig) -> None:
-        url = f"http://{r.view.pod_ip}:{self._k.engine_port}"
+        # With TLS the engine listens on the pod's loopback: its /metrics come through the adapter port.
+        url = (f"http://{r.view.pod_ip}:{self._k.adapter_port}/engine" if self._k.tls_secret
+               else f"http://{r.view.pod_ip}:{self._k.engine_port}")
         if r.scraper is None or r.scraper_url != url:
             r.scraper = scraper_mod.Scraper(session, url, window_s=config.load_window_s, timeout_s=config.scrape_timeout_s)
             r.scraper_url = url

@@ -97,10 +97,12 @@ def created_at(pod: Mapping, default: float | None = None) -> float:
     return parsed if parsed is not None else (default if default is not None else time.time())
 
 
-def endpoint(pod_ip: str, service: Mapping | None, *, mode: str, port: int, node_address: str = "") -> str:
-    """Where routers reach the replica: the pod IP, or the Service's address by its type ("" until known)."""
+def endpoint(pod_ip: str, service: Mapping | None, *, mode: str, port: int, node_address: str = "",
+             scheme: str = "http") -> str:
+    """Where routers reach the replica: the pod IP, or the Service's address by its type ("" until
+    known); ``scheme`` https when the pod serves TLS (``port`` is then its TLS port)."""
     if mode == "pod_ip":
-        return f"http://{pod_ip}:{port}" if pod_ip else ""
+        return f"{scheme}://{pod_ip}:{port}" if pod_ip else ""
     svc = service
     if not svc:
         return ""
@@ -109,12 +111,12 @@ def endpoint(pod_ip: str, service: Mapping | None, *, mode: str, port: int, node
     if stype == "LoadBalancer":
         ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
         host = (ingress[0].get("ip") or ingress[0].get("hostname")) if ingress else ""
-        return f"http://{host}:{port}" if host else ""
+        return f"{scheme}://{host}:{port}" if host else ""
     if stype == "NodePort":
         node_port = next((p.get("nodePort") for p in spec.get("ports") or [] if p.get("nodePort")), None)
-        return f"http://{node_address}:{node_port}" if node_port and node_address else ""
+        return f"{scheme}://{node_address}:{node_port}" if node_port and node_address else ""
     cluster_ip = spec.get("clusterIP")
-    return f"http://{cluster_ip}:{port}" if cluster_ip and cluster_ip != "None" else ""
+    return f"{scheme}://{cluster_ip}:{port}" if cluster_ip and cluster_ip != "None" else ""
 
 
 

@@ -58,7 +58,7 @@ async def _router(pki: tls_certs.Pki, port: int) -> router_app.Router:
 async def test_the_router_serves_a_request_and_a_stream_through_the_replicas_tls_port(tmp_path, pki):
     """With a certificate, the engine listens on 127.0.0.1 only and the TLS port relays to it: the
     router, trusting the replica's CA, answers a chat request and streams one to its usage chunk;
-    plain HTTP to the TLS port is refused."""
+    the engine's /metrics stay readable on the adapter port; plain HTTP to the TLS port is refused."""
     async with aiohttp.ClientSession() as session:
         with tls_pod(tmp_path, pki.server_cert, pki.server_key) as pod:
             await pod.ready(session)
@@ -81,6 +81,8 @@ async def test_the_router_serves_a_request_and_a_stream_through_the_replicas_tls
             finally:
                 await client.close()
                 await router.stop()
+            async with session.get(pod.adapter + "/engine/metrics") as resp:  # the agent's load scrape
+                assert resp.status == 200 and "sglang:num_running_reqs" in await resp.text()
             with pytest.raises(aiohttp.ClientError):
                 async with session.get(f"http://127.0.0.1:{pod.tls_port}/health") as resp:
                     await resp.read()

@@ -13,7 +13,7 @@ from meridian import spec
 from meridian.fleet import models
 
 from agents import backends
-from agents.backends.kubernetes import adoption, manifest
+from agents.backends.kubernetes import adoption, manifest, tracked
 
 K8S_VERSION = kubernetes_validate.latest_version()
 
@@ -224,3 +224,37 @@ def test_the_api_key_settings_are_validated_with_their_field_path():
     with pytest.raises(spec.SpecError) as wrong_backend:
         spec.load_text(text, "c.yaml")
     assert "replicas.api_key_file" in str(wrong_backend.value) and "api_key_secret" in str(wrong_backend.value)
+
+
+def test_a_tls_secret_makes_the_pod_serve_https_from_the_mounted_pair():
+    """With ``tls_secret`` the pod mounts the Secret's tls.crt/tls.key read-only, gives the adapter
+    their paths and the TLS port, probes readiness over HTTPS on it, and its Service exposes that
+    port; the pod and Service pass the strict schema."""
+    pod = manifest.pod(_request(tls_secret="replica-tls", tls_port=30443))
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    c = pod["spec"]["containers"][0]
+    env = _env(pod)
+    assert env["MERIDIAN_TLS_CERT_FILE"] == f"{manifest.TLS_DIR}/tls.crt"
+    assert env["MERIDIAN_TLS_KEY_FILE"] == f"{manifest.TLS_DIR}/tls.key" and env["MERIDIAN_TLS_PORT"] == "30443"
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == manifest.TLS_VOLUME)
+    assert volume["secret"]["secretName"] == "replica-tls" and volume["secret"]["defaultMode"] == 0o400
+    assert {"name": "https", "containerPort": 30443, "protocol": "TCP"} in c["ports"]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "https", "scheme": "HTTPS"}
+    settings = _settings(tls_secret="replica-tls", endpoint={"mode": "service", "service_type": "NodePort"})
+    created = {**pod, "metadata": {**pod["metadata"], "uid": "0d6c-uid"}}
+    svc = manifest.service(created, settings.replicas.kubernetes)
+    kubernetes_validate.validate(svc, K8S_VERSION, strict=True)
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 30443, "targetPort": "https", "protocol": "TCP"}]
+    plain = manifest.pod(_request())
+    assert plain["spec"]["containers"][0]["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    with pytest.raises(spec.SpecError, match="tls_port"):
+        _settings(tls_secret="replica-tls", tls_port=30000)
+
+
+def test_endpoints_are_https_on_the_tls_port_when_the_pod_serves_tls():
+    """The reported endpoint carries the scheme the pod serves, for the pod IP and a Service."""
+    assert tracked.endpoint("10.0.0.7", None, mode="pod_ip", port=30443, scheme="https") == "https://10.0.0.7:30443"
+    svc = {"spec": {"type": "NodePort", "ports": [{"nodePort": 31443}]}}
+    assert tracked.endpoint("", svc, mode="service", port=30443, node_address="203.0.113.9",
+                            scheme="https") == "https://203.0.113.9:31443"
+    assert tracked.endpoint("10.0.0.7", None, mode="pod_ip", port=30000) == "http://10.0.0.7:30000"
