@@ -11,6 +11,8 @@ import socket
 
 import pydantic
 
+from scheduler.solver import backends
+
 ADDRESS = r"^[^\s:]+:\d{1,5}$"
 STATE_SCHEMES = ("sqlite", "redis", "rediss", "redis+sentinel", "rediss+sentinel")
 
@@ -79,6 +81,10 @@ class SchedulerConfig(pydantic.BaseModel):
         default=10.0, ge=0, le=10_000,
         description="TTFT p99 the placement keeps free of RTT + prefill (the router's hop, engine scheduling, "
                     "jitter): a replica covers a client region only when RTT + prefill + this is within ttft_p99_ms.")
+    solver_backend: str = pydantic.Field(
+        default="portfolio", description="Placement search backend by name (scheduler.solver.backends): portfolio "
+                                         "(the neighbourhood or CP-SAT search, then HiGHS from its plan on models of "
+                                         "at most 2000 pairs), search, or mip.")
 
     ack_timeout_s: float = pydantic.Field(default=30.0, gt=0, le=3600,
                                           description="A directive not acknowledged by then expires.")
@@ -108,6 +114,13 @@ class SchedulerConfig(pydantic.BaseModel):
     @property
     def lost_after_s(self) -> float:
         return self.heartbeat_interval_s * self.lost_after_intervals
+
+    @pydantic.field_validator("solver_backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        if value not in backends.BACKENDS:
+            raise ValueError(f"unknown solver backend {value!r}; valid: {', '.join(sorted(backends.BACKENDS))}")
+        return value
 
     @pydantic.field_validator("state_url")
     @classmethod

@@ -75,7 +75,8 @@ class SchedulerService:
             config=config, clock=self.clock, spec_store=self.spec_store, traffic=self.traffic, fleet=self.fleet,
             events=self.events, executor=self.executor, publisher=self.publisher, metrics=self.metrics,
             tokens=self.tokens, fence=lambda: self.token, on_fenced=self._fenced, env=env,
-            solver_settings=problem.SolverSettings(ttft_headroom_ms=config.ttft_headroom_ms))
+            solver_settings=problem.SolverSettings(ttft_headroom_ms=config.ttft_headroom_ms,
+                                                  backend=config.solver_backend))
         self.intake = intake_mod.Intake(fleet=self.fleet, executor=self.executor, events=self.events,
                                         metrics=self.metrics, fence=lambda: self.token, wake=self.loop.wake,
                                         on_fenced=self._fenced)

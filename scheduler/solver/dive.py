@@ -109,10 +109,10 @@ def _valid_alone(c: cand_mod.Candidates, d: int, counts: Mapping[int, int]) -> b
         return False
     if len({o.region for o in offers}) < placement.min_distinct_regions:
         return False
-    capacity = {p: n * view.capacity(c.groups[c.pairs[p].g].offer.gpu_type) for p, n in counts.items()}
-    spot = sum(u for p, u in capacity.items() if c.groups[c.pairs[p].g].offer.tier is fleet.Tier.SPOT)
+    weights = {p: n * view.spot_weight(c.groups[c.pairs[p].g].offer.gpu_type) for p, n in counts.items()}
+    spot = sum(w for p, w in weights.items() if c.groups[c.pairs[p].g].offer.tier is fleet.Tier.SPOT)
     return sum(counts.values()) <= view.demand.spec.scaling.max_replicas and (
-        spot == 0 or view.spot_max_share >= 1.0 or spot <= view.spot_max_share * sum(capacity.values()) + 1e-9)
+        spot == 0 or view.spot_share_ok(spot, sum(weights.values())))
 
 
 def _fits(book: ledger.Ledger, c: cand_mod.Candidates, counts: Mapping[int, int]) -> bool:

@@ -191,30 +191,54 @@ def breakdown(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: 
               sol: greedy.Solution, placement: problem.Placement,
               current: problem.Placement | None, covered_scaled: Mapping[tuple[int, str], int],
               scope: set[int]) -> Breakdown:
-    """The objective's parts for a solution: member-level cost, arc scores, member-level churn, the
-    penalty of demand left unserved (by ``covered_scaled``) among demand some candidate can serve,
-    and of covered regions some candidate could reach but no replica does, for the deployments the
-    model decided (``scope``)."""
-    score = sum(c.arcs[a].score_usd * f / formulation.coverage(c.pairs[c.arcs[a].p].units)
-                for a, f in sol.flows.items()) + settings.replica_usd_per_hour * sum(sol.counts.values())
+    """The objective's parts for a solution, the model's objective function evaluated on the plan
+    (``formulation``'s docstring): member-level cost, scores per replica
+    (``formulation.replica_score``, as the model weighs them), member-level churn, the penalty of
+    demand left unserved (by ``covered_scaled``) among demand some candidate can serve, the
+    priority protection's, and that of covered regions some candidate could reach but no replica
+    does, for the deployments the model decided (``scope``). On a plan whose groups are single pools
+    it equals the model's objective at that plan; merged groups can only cost more here (a split
+    that opens a node the group count did not), and so do reserved nodes beyond a commitment, which
+    bill on demand here (``node_price``) and at the offer's price in the model."""
+    score = sum(n * (formulation.replica_score(c, p) + settings.replica_usd_per_hour)
+                for p, n in sol.counts.items() if n > 0)
     churn = 0.0
     if current is not None and settings.churn_usd_per_replica > 0:
         keys = set(current.replicas) | set(placement.replicas)
         churn = settings.churn_usd_per_replica * sum(
             abs(placement.replicas.get(k, 0) - current.replicas.get(k, 0)) for k in keys)
+    protect = formulation.protect_weights(prob) if current is not None else {}
+    current_g = _groups_of(c, current) if protect else {}
     unplaced = 0.0
     for d in sorted(scope):
         view = c.views[d]
         weight = settings.unplaced_usd_per_replica * formulation.priority_weight(view.demand.priority)
         reachable = {c.arcs[a].region for a in c.arcs_by_d[d]}
+        served = 0
         for region, wanted in view.demand.replicas_by_region.items():
             # Demand no candidate can serve is unplaced whatever the plan: not part of the objective.
             if wanted > 0 and region in reachable:
-                short = max(0, wanted * formulation.SCALE - covered_scaled.get((d, region), 0))
-                unplaced += weight * short / formulation.SCALE
+                got = min(wanted * formulation.SCALE, covered_scaled.get((d, region), 0))
+                served += got
+                unplaced += weight * (wanted * formulation.SCALE - got) / formulation.SCALE
+        if d in protect:
+            keep = formulation.protect_keep(c, d, current_g)
+            unplaced += (settings.unplaced_usd_per_replica * protect[d] / formulation.SCALE) * max(0, keep - served)
     uncovered = sum(formulation.coverage_weight(c.views[d].demand, settings) * len(c.uncovered(d, sol.counts))
                     for d in sorted(scope))
     return Breakdown(cost_per_hour(prob, placement), score, churn, unplaced, uncovered)
+
+
+def _groups_of(c: cand_mod.Candidates, placement: problem.Placement) -> dict[tuple[int, int], int]:
+    """(deployment, group) -> replicas of a member-level placement."""
+    index = {v.name: d for d, v in enumerate(c.views)}
+    member_group = {m.key: g.index for g in c.groups for m in g.members}
+    out: dict[tuple[int, int], int] = {}
+    for (name, key), n in placement.replicas.items():
+        d, g = index.get(name), member_group.get(key)
+        if d is not None and g is not None and n > 0:
+            out[(d, g)] = out.get((d, g), 0) + n
+    return out
 
 
 def covered(c: cand_mod.Candidates, flows: Mapping[int, int]) -> dict[tuple[int, str], int]:

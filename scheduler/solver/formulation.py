@@ -30,8 +30,9 @@ subject to
   coverage      for every covered region r of d: sum_{p within r's SLA} x_p + m_dr >= 1 (a replica within
                 reach, even where d's demand alone asks for fewer replicas than regions)
   replicas      sum_p x_p <= max_replicas
-  spot share    sum_p ceil(10^4 capacity_p (is_spot_p - share)) x_p <= 0, i.e. spot capacity <= share x
-                all capacity, never looser (capacity: reference replicas without the spot credit)
+  spot share    sum_p w_p (den is_spot_p - num) x_p <= 0 with w_p = round(10^4 capacity_p) and share =
+                num/den: spot capacity <= share x all capacity in the exact integers every check uses
+                (capacity: reference replicas without the spot credit)
   isolation     a deployment with any replica uses >= min_distinct_clouds clouds and
                 >= min_distinct_regions regions (y, z binaries; z = 0 leaves all its demand unserved)
 
@@ -54,7 +55,6 @@ SCALE = 100  # demand and capacity in hundredths of a reference replica
 # rows, no flow variables); beyond, by flow variables per (pair, region).
 HALL_MAX_REGIONS = 5
 CENTS = 100
-SPOT_SCALE = 10_000  # spot share row coefficients: capacity x share in 1/10000ths
 
 
 @dataclasses.dataclass
@@ -89,6 +89,33 @@ def coverage_weight(demand: problem.DeploymentDemand, settings: problem.SolverSe
 def coverage(units: float) -> int:
     """Scaled capacity of one replica; rounded down so a plan never claims capacity it lacks."""
     return max(1, math.floor(units * SCALE + 1e-6))
+
+
+def replica_score(c: cand_mod.Candidates, p: int) -> float:
+    """Score plugins' USD/h for one replica of pair ``p``: its arcs' scores (latency, spot risk)
+    weighed by the demand of the client regions it can serve. The one definition the model, the
+    evaluator (``evaluate.breakdown``) and so every reported objective and bound use: the model
+    does not say which region each replica serves (Hall rows), so scoring the router's actual flows
+    instead made a plan's reported objective 0.3-0.8% lower than the model's for the same plan."""
+    wanted = c.views[c.pairs[p].d].demand.replicas_by_region
+    here = [(wanted.get(c.arcs[a].region, 0), c.arcs[a].score_usd) for a in c.arcs_by_p[p]]
+    total = sum(w for w, _ in here)
+    return sum(w * sc for w, sc in here) / total if total > 0 else 0.0
+
+
+def protect_keep(c: cand_mod.Candidates, d: int, current: Mapping[tuple[int, int], int]) -> int:
+    """Scaled service of deployment ``d`` its current replicas give (on groups it may still use),
+    capped at its demand: what the priority protection term keeps (``_protect``)."""
+    view = c.views[d]
+    keep = 0
+    for (dd, g), n0 in current.items():
+        if dd == d and n0 > 0:
+            units = view.units_by_type.get(c.groups[g].offer.gpu_type)
+            if units is not None and g in c.pair_survivors[d]:
+                keep += n0 * coverage(units)
+    reachable = {c.arcs[a].region for a in c.arcs_by_d[d]}
+    total = sum(w * SCALE for r, w in view.demand.replicas_by_region.items() if w > 0 and r in reachable)
+    return min(keep, total)
 
 
 def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: problem.SolverSettings,
@@ -180,11 +207,7 @@ def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.Solv
         cap = max(0, c.groups[pair.g].offer.gpus_capacity - b.fixed_packed.get(pair.g, 0)) // pair.gpus_packed
         ub = min(scaling.max_replicas, cap, math.ceil(total / cov[p]) + iso_extra)
         churn_new = settings.churn_usd_per_replica if with_churn and current.get((d, pair.g), 0) == 0 else 0.0
-        # Latency and other scores: per replica, weighed by the demand of the regions it can serve
-        # (with Hall rows the model does not say which region each replica serves).
-        here = [(b.wanted[(d, arcs[a].region)], arcs[a].score_usd) for a in c.arcs_by_p[p]]
-        score = sum(w * sc for w, sc in here) / sum(w for w, _ in here) if hall and here else 0.0
-        b.x[p] = m.var(0, max(0, ub), settings.replica_usd_per_hour + churn_new + score)
+        b.x[p] = m.var(0, max(0, ub), settings.replica_usd_per_hour + churn_new + replica_score(c, p))
     if hall:
         # Hall's condition: for every set S of regions, replicas that reach S hold S's demand.
         # With a few regions this is exact (max-flow min-cut) and needs no flow variables.
@@ -203,7 +226,7 @@ def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.Solv
         by_region: dict[str, list[int]] = {}
         for a in mine:
             arc = arcs[a]
-            b.f[a] = m.var(0, min(b.wanted[(d, arc.region)], cov[arc.p] * m.ub[b.x[arc.p]]), arc.score_usd / cov[arc.p])
+            b.f[a] = m.var(0, min(b.wanted[(d, arc.region)], cov[arc.p] * m.ub[b.x[arc.p]]))
             by_region.setdefault(arc.region, []).append(a)
         for p in my_pairs:
             flows = [b.f[a] for a in c.arcs_by_p[p] if a in b.f]
@@ -231,11 +254,10 @@ def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.Solv
     is_spot = {p: c.groups[pairs[p].g].offer.tier is fleet.Tier.SPOT for p in my_pairs}
     if any(is_spot.values()) and view.spot_max_share < 1.0:
         # Spot capacity <= share x all capacity (capacity, not replicas: see DeploymentView.capacity),
-        # as sum capacity_p (is_spot_p - share) x_p <= 0 with each coefficient rounded up at a fine
-        # scale: an integer row no looser than the cap itself (rounding capacities down, as demand
-        # rows do, let 1.716 of 5.716 pass a 30% cap).
-        coef = [math.ceil(SPOT_SCALE * view.capacity(c.groups[pairs[p].g].offer.gpu_type)
-                          * ((1.0 if is_spot[p] else 0.0) - view.spot_max_share) - 1e-9) for p in my_pairs]
+        # in the integers every other check of the cap uses (DeploymentView.spot_coefficient), so
+        # the model and the rules agree exactly (a plan at the cap, 1 spot + 1 on-demand at 0.5, is
+        # inside both).
+        coef = [view.spot_coefficient(c.groups[pairs[p].g].offer.gpu_type, is_spot[p]) for p in my_pairs]
         m.row(xs, coef, hi=0)
     _isolation(b, c, d, my_pairs)
     if with_churn:
@@ -328,14 +350,7 @@ def protect_weights(prob: problem.PlacementProblem) -> dict[int, float]:
 
 def _protect(b: Built, c: cand_mod.Candidates, d: int, current: Mapping[tuple[int, int], int],
              usd_per_unit: float) -> None:
-    view = c.views[d]
-    keep = 0
-    for (dd, g), n0 in current.items():
-        if dd == d and n0 > 0:
-            units = view.units_by_type.get(c.groups[g].offer.gpu_type)
-            if units is not None and g in c.pair_survivors[d]:
-                keep += n0 * coverage(units)
-    keep = min(keep, sum(w for (dd, _), w in b.wanted.items() if dd == d))
+    keep = protect_keep(c, d, current)
     us = [u for (dd, _), u in b.u.items() if dd == d]
     if keep <= 0 or not us:
         return

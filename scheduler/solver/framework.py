@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import fractions
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -45,6 +47,9 @@ def unschedulable(constraint: str, reason: str, *, relaxable: bool = False) -> S
     return Status(Code.UNSCHEDULABLE, constraint, reason, relaxable)
 
 
+SPOT_SCALE = 10_000  # spot share weights: reference replicas of capacity in 1/10000ths
+
+
 @dataclasses.dataclass(frozen=True)
 class DeploymentView:
     """Per-deployment facts every plugin needs, computed once per solve (Kubernetes' CycleState).
@@ -74,6 +79,31 @@ class DeploymentView:
         """Reference replicas one replica on ``gpu_type`` serves, without the spot credit: what the
         spot share cap weighs (one H100 replica of a small model may serve as much as 40 on L4s)."""
         return self.units_by_type.get(gpu_type, 1.0)
+
+    def spot_weight(self, gpu_type: str) -> int:
+        """``capacity`` as a whole number of 1/SPOT_SCALE reference replicas: the spot share cap is
+        checked on these integers everywhere (model row, greedy, dive, last check), so a plan
+        exactly at the cap is inside it for all of them."""
+        return max(1, round(self.capacity(gpu_type) * SPOT_SCALE))
+
+    @functools.cached_property
+    def spot_share_ratio(self) -> tuple[int, int]:
+        """The spot share cap as a fraction (numerator, denominator): 0.3 is (3, 10). Cached: the
+        model asks once per pair."""
+        share = fractions.Fraction(self.spot_max_share if self.spot_allowed else 0.0).limit_denominator(1000)
+        return share.numerator, share.denominator
+
+    def spot_coefficient(self, gpu_type: str, spot: bool) -> int:
+        """One replica's coefficient in the row ``sum coef x <= 0`` that is the spot share cap:
+        weight x (denominator x is_spot - numerator), exact integers."""
+        num, den = self.spot_share_ratio
+        return self.spot_weight(gpu_type) * ((den if spot else 0) - num)
+
+    def spot_share_ok(self, spot_weight: int, total_weight: int) -> bool:
+        """Whether ``spot_weight`` of ``total_weight`` (sums of ``spot_weight`` over spot replicas
+        and over all replicas) keeps the cap: spot <= share x total, exactly."""
+        num, den = self.spot_share_ratio
+        return spot_weight * den <= num * total_weight
 
 
 @dataclasses.dataclass(frozen=True)

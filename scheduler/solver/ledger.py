@@ -18,8 +18,9 @@ class Ledger:
         self.packed = [0] * len(c.groups)
         self.counts: dict[int, int] = {}
         self.replicas = [0] * len(c.views)
-        self.units = [0.0] * len(c.views)  # capacity (DeploymentView.capacity) per deployment
-        self.spot_units = [0.0] * len(c.views)
+        # Spot share weights (DeploymentView.spot_weight) per deployment: all replicas, spot ones.
+        self.units = [0] * len(c.views)
+        self.spot_units = [0] * len(c.views)
         self.team_gpus: dict[tuple[str, str], int] = {}
         self.team_usd: dict[str, float] = {}
         self.total_usd = sum(g.nodes_min * g.offer.price_per_node_hour_usd for g in c.groups)
@@ -54,7 +55,7 @@ class Ledger:
         for key in ((group.offer.cloud, ""), (group.offer.cloud, group.offer.gpu_type)):
             self.cloud_gpus[key] = self.cloud_gpus.get(key, 0) + grown * group.offer.gpus_per_node
         self.replicas[d] += n
-        units = n * view.capacity(group.offer.gpu_type)
+        units = n * view.spot_weight(group.offer.gpu_type)
         self.units[d] += units
         if group.offer.tier is fleet.Tier.SPOT:
             self.spot_units[d] += units
@@ -110,7 +111,7 @@ class Ledger:
         if self.replicas[pair.d] + 1 > scaling.max_replicas:
             return "max_replicas", f"max_replicas ({scaling.max_replicas})"
         if offer.tier is fleet.Tier.SPOT and view.spot_max_share < 1.0:
-            units = view.capacity(offer.gpu_type)
-            if self.spot_units[pair.d] + units > view.spot_max_share * (self.units[pair.d] + units) + 1e-9:
+            units = view.spot_weight(offer.gpu_type)
+            if not view.spot_share_ok(self.spot_units[pair.d] + units, self.units[pair.d] + units):
                 return "spot", f"spot share cap ({view.spot_max_share:.0%})"
         return None

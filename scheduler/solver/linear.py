@@ -61,6 +61,20 @@ class LinearModel:
     def size(self) -> int:
         return len(self.lb)
 
+    def value(self, values: Mapping[int, int]) -> float:
+        """The objective at ``values`` (variable -> value; absent: 0), USD/h, constant included."""
+        return sum(self.cost[v] * n for v, n in values.items() if n) + self.constant
+
+    def feasible(self, values: Mapping[int, int]) -> bool:
+        """Whether ``values`` (absent: 0) keeps every bound and every row exactly."""
+        if any(not self.lb[v] <= values.get(v, 0) <= self.ub[v] for v in range(self.size)):
+            return False
+        for idx, coef, lo, hi in self.rows:
+            total = sum(a * values.get(v, 0) for v, a in zip(idx, coef, strict=True))
+            if total < lo - 1e-9 or total > hi + 1e-9:
+                return False
+        return True
+
 
 @dataclasses.dataclass(frozen=True)
 class SatOutcome:

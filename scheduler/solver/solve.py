@@ -3,11 +3,12 @@
 Pipeline: candidates (filter and score plugins) -> deployments that cannot meet isolation with the
 candidates they have are set aside, with the reason -> the integer program (formulation) -> the LP
 relaxation with GLOP (a lower bound; when there is no current placement, the start by an LP dive)
--> the search: on a model of at most ``restrict_above_pairs`` pairs one CP-SAT search of the whole
-model, hinted with the start (the current placement when there is one: warm start); on a larger
-one, steps that re-solve a few competing deployments at a time with the rest held
-(``neighbourhood``), from the start, until the time limit (without a CP-SAT solution in time, the
-feasible start is the plan) -> the split back to member pools -> the last check (``validate``:
+-> the search, by backend (``backends``: ``search``: on a model of at most ``restrict_above_pairs``
+pairs one CP-SAT search of the whole model, hinted with the start (the current placement when
+there is one: warm start); on a larger one, steps that re-solve a few competing deployments at a
+time with the rest held (``neighbourhood``), from the start, until the time limit (without a
+CP-SAT solution in time, the feasible start is the plan); ``mip``: HiGHS on the whole model from
+the start; ``portfolio``: the search, then HiGHS from its plan, the better kept) -> the split back to member pools -> the last check (``validate``:
 whatever path produced it, a plan that breaks a hard constraint is repaired, never returned as
 is) -> the honest cost, and an explanation for every unplaced demand.
 
@@ -25,8 +26,8 @@ import math
 import time
 
 from scheduler.solver import candidates as cand_mod
-from scheduler.solver import (dive, evaluate, explain, formulation, framework, greedy, ledger, linear, neighbourhood,
-                              problem, starts, validate)
+from scheduler.solver import (backends, dive, evaluate, explain, formulation, framework, greedy, ledger, linear,
+                              neighbourhood, problem, starts, validate)
 
 log = logging.getLogger("meridian.scheduler.solver")
 
@@ -40,6 +41,7 @@ def solve(prob: problem.PlacementProblem, *, time_limit_s: float = 10.0,
     if not time_limit_s > 0:
         raise ValueError(f"time_limit_s must be > 0 seconds, got {time_limit_s}")
     settings = settings or problem.SolverSettings()
+    backends.get(settings.backend)  # an unknown name fails here, naming the setting
     start = time.perf_counter()
     deadline = start + time_limit_s
     if current is not None and settings.incremental != "never":
@@ -196,6 +198,7 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
 def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, current: problem.Placement | None,
            deadline: float, start: float, changed: set[int] | None) -> problem.PlacementResult:
     stats: dict[str, float] = {}
+    backend = backends.get(settings.backend)
     t = time.perf_counter()
     only = sorted(changed) if changed is not None else None
     short_fixed: dict[int, dict[str, float]] = {}
@@ -247,7 +250,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
             active.append(d)
     t = time.perf_counter()
     warm = current_g if current is not None else None
-    built = formulation.build(c, prob, settings, warm, fixed, active)
+    built = full = formulation.build(c, prob, settings, warm, fixed, active)
     stats.update(build_s=time.perf_counter() - t, variables=built.model.size, rows=len(built.model.rows),
                  pairs=len(built.x), arcs=len(c.arcs), groups=len(c.groups), pools=len(prob.pools),
                  deployments=len(prob.deployments), active=len(active))
@@ -294,48 +297,17 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
     if begin is None:
         begin = starts.best_start(prob, c, settings, active, None, fixed)
 
-    t = time.perf_counter()
     remaining = deadline - time.perf_counter()
     # Leave time for the split, the flows and the explanations (about 1 s per 100k pairs).
     reserve = min(0.05 + stats["pairs"] / 100_000, 0.3 * remaining)
-    sat_bound = -math.inf
-    if local:
-        # A large fleet: the start improved a few competing deployments at a time (neighbourhood).
-        found = neighbourhood.search(prob, c, settings, begin, active, deadline - reserve, current=warm,
-                                     fixed=fixed, wanted_groups=wanted, pairs=usable, lp_cost=lp_cost)
-        sol = found.solution
-        status = problem.SolveStatus.FEASIBLE
-        message = ""
-        iso_off = {d for d in built.iso if not any(n > 0 for p, n in sol.counts.items() if c.pairs[p].d == d)}
-        stats.update(neighbourhood_s=time.perf_counter() - t, neighbourhood_steps=found.steps,
-                     neighbourhood_improved=found.improved, neighbourhood_gain_usd=found.gain_usd)
-    else:
-        hint = starts.complete(c, built, begin)
-        small = not restricted and len(built.x) <= settings.small_model_pairs
-        workers = settings.small_model_workers if small else settings.num_search_workers
-        stats["workers"] = workers
-        sat = linear.solve_sat(built.model, time_limit_s=max(0.05, remaining - reserve), workers=workers,
-                               relative_gap=settings.relative_gap, hint=hint, seed=settings.seed,
-                               known_bound=lower)
-        stats["sat_s"] = time.perf_counter() - t
-        sat_bound = sat.bound
-        if sat.status in ("optimal", "feasible"):
-            sol = starts.with_flows(c, greedy.Solution({p: sat.values[v] for p, v in built.x.items()
-                                                        if sat.values[v] > 0}), active)
-            status = problem.SolveStatus.OPTIMAL if sat.status == "optimal" else problem.SolveStatus.FEASIBLE
-            if not restricted:  # CP-SAT's bound holds for the full model only
-                lower = max(lower, sat.bound)
-            message = ""
-            iso_off = {d for d, (z, _, _) in built.iso.items() if sat.values[z] == 0}
-            if status is problem.SolveStatus.OPTIMAL and restricted:
-                status = problem.SolveStatus.FEASIBLE  # optimal among the kept pairs only
-        else:
-            # Out of time without a CP-SAT solution: the start is a feasible plan (the greedy repair
-            # of the current placement or of the LP rounding, next to the replicas kept).
-            sol = starts.with_flows(c, begin, active) if begin.counts else greedy.place(prob, c, active, fixed=fixed)
-            status = problem.SolveStatus.FEASIBLE
-            message = f"CP-SAT returned {sat.status} within the time limit; the greedy start plan returned"
-            iso_off = set()
+    job = backends.Job(prob, c, settings, full, built, restricted, local, begin, active, deadline - reserve, warm,
+                       fixed, wanted, usable, lp_cost, lower, changed is not None)
+    found = backend.run(job)
+    sol, status, message = found.solution, found.status, found.message
+    stats.update(found.stats)
+    stats["backend_bound"] = found.bound
+    lower = max(lower, found.bound)
+    iso_off = {d for d in built.iso if not any(n > 0 for p, n in sol.counts.items() if c.pairs[p].d == d)}
 
     held: dict[str, int] = {}
     for (name, key), n in fixed_members.items():
@@ -411,7 +383,7 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
         parts = dataclasses.replace(parts, unplaced_usd=parts.unplaced_usd + extra)
     elapsed = time.perf_counter() - start
     stats.update(cost_usd=parts.cost_usd, score_usd=parts.score_usd, churn_usd=parts.churn_usd,
-                 unplaced_usd=parts.unplaced_usd, uncovered_usd=parts.uncovered_usd, sat_bound=sat_bound)
+                 unplaced_usd=parts.unplaced_usd, uncovered_usd=parts.uncovered_usd)
     result = problem.PlacementResult(status, placement, parts.cost_usd, parts.objective, min(lower, parts.objective),
                                      elapsed, tuple(unplaced), "incremental" if changed is not None else "full",
                                      message, stats, tuple(uncovered))

@@ -85,7 +85,9 @@ def restrict(c: cand_mod.Candidates, built: formulation.Built, lp_values: list[f
     """Pairs CP-SAT keeps on a large instance: every pair the LP optimum uses (so the restricted LP
     is as good as the full one), the start's pairs, the ``per_region`` cheapest per capacity for
     each (deployment, region), the ``per_region`` cheapest per replica within each covered region's
-    reach, and the cheapest per cloud and per region for deployments that need isolation."""
+    reach, every pair on nodes paid anyway (reserved, ``nodes_min``: their list price is not what a
+    replica there costs; the best plans use them, measured at 200 x 200 and 500 x 300), and the
+    cheapest per cloud and per region for deployments that need isolation."""
     keep = {p for p, v in built.x.items() if lp_values[v] > 1e-6}
     keep |= {p for p, n in start.counts.items() if n > 0 and p in built.x}
     by_key: dict[tuple[int, str], list[int]] = {}
@@ -98,6 +100,9 @@ def restrict(c: cand_mod.Candidates, built: formulation.Built, lp_values: list[f
         # Coverage: the cheapest replicas within each covered region's reach (one replica is enough there).
         for near in c.cover[d].values():
             keep.update(sorted((p for p in near if p in built.x), key=lambda p: (greedy.replica_price(c, p), p))[:per_region])
+    # Nodes paid anyway (reserved, nodes_min): a replica there costs nothing more while they have
+    # room, whatever their list price says, so their pairs are always kept.
+    keep.update(p for p in built.x if c.groups[c.pairs[p].g].nodes_min > 0)
     for d in built.iso:
         cheapest: dict[tuple[str, str], int] = {}
         for p in sorted((p for p in c.pairs_by_d[d] if p in built.x), key=lambda p: (greedy.pair_price(c, p), p)):

@@ -361,7 +361,10 @@ class _Plan:
             capacity = {k: n * self.capacity(name, k) for k, n in mine.items()}
             spot = sum(u for k, u in capacity.items() if self.offers[k].tier is fleet.Tier.SPOT)
             share = self.spot_share(name)
-            if spot > share * sum(capacity.values()) + EPS:
+            view = self.views[name]
+            weights = {k: n * view.spot_weight(self.offers[k].gpu_type) for k, n in mine.items()}
+            if not view.spot_share_ok(sum(w for k, w in weights.items() if self.offers[k].tier is fleet.Tier.SPOT),
+                                      sum(weights.values())):
                 out.append(_of(name, "spot", f"spot share cap ({spot:.2f} of {sum(capacity.values()):.2f} reference "
                                              f"replicas of capacity on spot > {share:.0%})"))
             rules = spec.placement

@@ -12,7 +12,9 @@ def test_lagrangian_bound_lies_between_the_lp_bound_and_a_proven_optimum():
     (at most the optimal objective) and closes most of the LP relaxation's gap to it."""
     prob = fleet.make(20, 20, seed=7)
     result = solver.solve(prob, time_limit_s=20)
-    assert result.status is solver.SolveStatus.OPTIMAL and result.gap == 0.0
+    # Optimal within CP-SAT's relative gap (0.2%): the reported gap is that, not 0, now that the plan
+    # is scored by the model's own objective (it used to score below the model's bound, so 0).
+    assert result.status is solver.SolveStatus.OPTIMAL and result.gap <= solver.SolverSettings().relative_gap
     found = bound.lagrangian(prob, result.placement, time_budget_s=30)
     assert found.rounds >= 1
     assert found.lagrangian <= result.objective + 1e-6

@@ -90,13 +90,14 @@ def test_incremental_resolve_respects_a_lowered_team_quota():
 
 @pytest.mark.parametrize("incremental", ["never", "always"])
 def test_no_cp_sat_solution_in_time_returns_the_warm_start_plan(incremental: str):
-    """CP-SAT out of time without a solution: the greedy repair of the current placement is returned, valid, in either mode."""
+    """CP-SAT out of time without a solution: the search backend returns the greedy repair of the current placement, valid, in either mode."""
     pools = [sc.pool("a", "aws", "us-east-1", "L4", 0.8), sc.pool("b", "aws", "us-east-2", "L4", 0.9, nodes_max=8)]
     deps = [sc.dep("kept", regions={"na-east": 3}), sc.dep("grow", regions={"na-east": 1})]
     first = solve(sc.problem(deps, pools))
     grown = sc.problem([deps[0], sc.dep("grow", regions={"na-east": 4})], pools, excluded={"a/l4-on-demand": "stock-out"})
     with sc.timeout_path("no_cp_sat_solution") as calls:
-        result = solve(grown, current=first.placement, settings=solver.SolverSettings(incremental=incremental))
+        result = solve(grown, current=first.placement,
+                       settings=solver.SolverSettings(incremental=incremental, backend="search"))
     assert calls and "CP-SAT returned unknown" in result.message
     assert result.status is solver.SolveStatus.FEASIBLE
     assert result.placement.to_dict() == {"grow": {"b/l4-on-demand": 4}, "kept": {"b/l4-on-demand": 3}}
