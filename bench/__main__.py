@@ -21,7 +21,8 @@ BENCHES = {
     "emulator": "SGLang emulator: sustainable request rate of one process (is it a bottleneck?)",
     "router": "Router: Meridian vs sglang-router vs direct, short and streaming requests; prefix-aware routing "
               "on Mooncake's trace against sglang-router's cache_aware and an ideal router",
-    "solver": "Placement solver: solve time, gap to the LP bound, greedy baseline, incremental re-solve",
+    "solver": "Placement solver: the 10-s plan against the best known plan and the best proven bound (one "
+              "objective), the gap on the changeable part, greedy baseline, incremental re-solve",
     "simulate": "Simulator: policy comparison over a simulated day (cost, SLO attainment, failures)",
 }
 
