@@ -11,8 +11,6 @@ import socket
 
 import pydantic
 
-from scheduler.solver import backends
-
 ADDRESS = r"^[^\s:]+:\d{1,5}$"
 STATE_SCHEMES = ("sqlite", "redis", "rediss", "redis+sentinel", "rediss+sentinel")
 
@@ -118,6 +116,10 @@ class SchedulerConfig(pydantic.BaseModel):
     @pydantic.field_validator("solver_backend")
     @classmethod
     def _known_backend(cls, value: str) -> str:
+        # Imported here, not at the top: the registry's modules load OR-Tools and HiGHS, which a
+        # command that only reads this config (the CLI's start) must not pay for.
+        from scheduler.solver import backends
+
         if value not in backends.BACKENDS:
             raise ValueError(f"unknown solver backend {value!r}; valid: {', '.join(sorted(backends.BACKENDS))}")
         return value
