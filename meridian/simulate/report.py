@@ -9,6 +9,7 @@ import os
 import platform
 
 from meridian import cost, tables
+from meridian.simulate import bound as bound_mod
 from meridian.simulate import metrics, policies, runner
 from meridian.simulate import windows as windows_mod
 from scheduler.control import floor as floor_mod
@@ -91,6 +92,20 @@ def floor_lines(cmp: runner.Comparison) -> list[str]:
     return lines
 
 
+def bound_lines(cmp: runner.Comparison) -> list[str]:
+    """The demand-following bound, and how far above it Meridian runs."""
+    b = cmp.bound
+    if b is None:
+        return []
+    lines = [bound_mod.headline(b)]
+    ref = cmp.result("meridian")
+    if ref is not None and b.usd > 0:
+        above = ref.cost_usd - b.usd
+        lines.append(f"Meridian costs ${above:,.0f} above it over the run ({100.0 * above / b.usd:+.1f}% of the "
+                     f"bound): what provisioning ahead of demand, headroom and faults cost.")
+    return lines
+
+
 def text(cmp: runner.Comparison) -> str:
     sc = cmp.scenario
     lines = [f"Scenario {sc.name!r}: {sc.hours:g} h from {sc.start_utc_hour:g}:00 UTC, seed {sc.seed}, "
@@ -135,6 +150,7 @@ def text(cmp: runner.Comparison) -> str:
     floor = floor_lines(cmp)
     if floor:
         lines += ["", *floor]
+    lines += bound_lines(cmp)
     notes = [f"{r.policy}: {n}" for r in cmp.results for n in r.notes]
     if notes:
         lines += ["", *notes]
@@ -201,6 +217,7 @@ def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:
             "tick_s": cmp.scenario.tick_s, "requests": cmp.requests, "wall_s": round(cmp.wall_s, 2),
             "jobs": cmp.jobs, "machine": _machine(), "results": results,
             "floor": cmp.floor.to_dict() if cmp.floor is not None else None,
+            "demand_bound": cmp.bound.to_dict() if cmp.bound is not None else None,
             "verdicts": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in item.items()}
                          for item in verdicts(cmp)]}
 
