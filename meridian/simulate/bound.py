@@ -32,6 +32,7 @@ from scheduler.control import planner
 from scheduler.solver import evaluate, problem, throughput
 
 SETTINGS = floor_mod.SETTINGS.model_copy(update={"demand_region_filters": True})
+OBJECTIVE_RESOLUTION = 1e-3  # $/h: the precision of the solver's reported lower bound
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,8 +109,10 @@ def solve_key(specs: planner.SpecView, offers: list[problem.PoolOffer], key: Key
     plan_cost = evaluate.cost_per_hour(prob, result.placement)
     missed = [*result.unplaced, *(u for u in result.uncovered if not u.served_from)]
     bound = min(plan_cost, max(0.0, result.lower_bound))
+    # The solver reports its bound to 1/1000 of its objective's unit ($/h): an optimal plan whose
+    # cost is within that of the bound is proven (seen: bound 58.771 for a plan of 58.7712).
     proven = (result.status is problem.SolveStatus.OPTIMAL and not missed
-              and bound >= plan_cost - 1e-6 * max(1.0, plan_cost))
+              and bound >= plan_cost - max(OBJECTIVE_RESOLUTION, 1e-6 * plan_cost))
     return bound, proven
 
 
