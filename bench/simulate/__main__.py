@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="scenario(s) to run (default: the default day and examples/scenarios/skyserve-like.yaml)")
     parser.add_argument("--trace", default=TRACE, help=f"trace replayed beside the synthetic day (default {TRACE}; "
                                                         "'none': synthetic only)")
+    parser.add_argument("--no-synthetic", action="store_true", help="run the trace replay only")
     parser.add_argument("--hours", type=float, default=None)
     parser.add_argument("--seeds", type=int, default=1, help="days to simulate with seeds seed..seed+N-1")
     parser.add_argument("--jobs", type=int, default=None)
@@ -111,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.policies.split(",") if n]
     results = []
     for name in args.scenario or SCENARIOS:
-        for traffic in ("synthetic", *(() if args.trace == "none" else (args.trace,))):
+        kinds = (*(() if args.no_synthetic else ("synthetic",)), *(() if args.trace == "none" else (args.trace,)))
+        for traffic in kinds:
             base = scenario.load(name).with_overrides(hours=args.hours,
                                                       trace=None if traffic == "synthetic" else traffic)
             for i in progress.track(range(max(1, args.seeds)), f"bench.simulate: {name} / {traffic}", unit="seeds"):
