@@ -73,8 +73,9 @@ def summary(cmp: runner.Comparison, traffic: str) -> dict:
 
 def lines(s: dict) -> list[str]:
     head = f"{s['scenario']} / {s['traffic']} (seed {s['seed']}, {s['requests']:,} requests)"
-    rows = [[r["policy"], f"${r['usd_per_hour']:,.2f}", f"{100 * r['slo']:.2f}%",
-             f"{100 * r['min_region_slo']:.2f}% ({r['min_region']})", f"{r['failed']:,.0f}"] for r in s["rows"]]
+    rows = [[r["policy"], f"${r['usd_per_hour']:,.2f}", report.attainment_text(r["slo"]),
+             f"{report.attainment_text(r['min_region_slo'])} ({r['min_region']})", f"{r['failed']:,.0f}"]
+            for r in s["rows"]]
     out = [head, *report._table(["policy", "$/h", "SLO met (all)", "SLO met, worst client region", "failed"], rows)]
     if "bound_usd_per_hour" in s:
         out.append(f"  demand-following bound ${s['bound_usd_per_hour']:,.2f}/h"

@@ -23,7 +23,7 @@ def _pct(x: float) -> str:
     return "-" if x is None or math.isnan(x) else f"{100.0 * x:.2f}%"
 
 
-def _att(x: float) -> str:
+def attainment_text(x: float) -> str:
     """An SLO attainment, rounded down: 100.00% only when every request met the SLO, never beside a
     miss or a failure that rounding would hide."""
     if x is None or math.isnan(x):
@@ -135,7 +135,7 @@ def text(cmp: runner.Comparison) -> str:
         gpus = r.stats.get("gpus_mean", 0.0)
         spot = r.stats.get("spot_gpus_mean", 0.0) / gpus if gpus else math.nan
         rows.append([r.policy, r.routing, f"${r.cost_usd:,.0f}", f"${r.cost_per_hour_usd:,.2f}", vs,
-                     _att(r.total.attainment), f"{r.total.failed:,.0f}", _ms(r.total.ttft_p50_ms),
+                     attainment_text(r.total.attainment), f"{r.total.failed:,.0f}", _ms(r.total.ttft_p50_ms),
                      _ms(r.total.ttft_p99_ms), f"{gpus:.1f}", _pct(spot),
                      f"{r.stats.get('wall_s', 0.0):.1f}"])
     lines += _table(["policy", "routing", "cost", "$/h", "meridian saves", "SLO met", "failed", "TTFT p50 ms",
@@ -153,7 +153,7 @@ def text(cmp: runner.Comparison) -> str:
         failed = _counts([r.regions[reg].failed for reg in present], r.total.failed)
         for reg, n in zip(present, failed, strict=True):
             g = r.regions[reg]
-            rows.append([r.policy, reg, _att(g.attainment), n, _ms(g.ttft_p50_ms),
+            rows.append([r.policy, reg, attainment_text(g.attainment), n, _ms(g.ttft_p50_ms),
                          _ms(g.ttft_p90_ms), _ms(g.ttft_p99_ms)])
     lines += _table(["policy", "client region", "SLO met", "failed", "p50", "p90", "p99"], rows)
     lines += ["", "Per deployment (SLO met: share of the deployment's requests / failed, adding up to the policy's "
@@ -163,7 +163,7 @@ def text(cmp: runner.Comparison) -> str:
     for r in cmp.results:
         present = [d for d in deps if d in r.deployments]
         failed = dict(zip(present, _counts([r.deployments[d].failed for d in present], r.total.failed), strict=True))
-        rows.append([r.policy, *[f"{_att(r.deployments[d].attainment)} / {failed[d]}"
+        rows.append([r.policy, *[f"{attainment_text(r.deployments[d].attainment)} / {failed[d]}"
                                  if d in r.deployments else "-" for d in deps]])
     lines += _table(["policy", *deps], rows)
     if ref is not None:
@@ -205,8 +205,8 @@ def region_lines(cmp: runner.Comparison, ref: metrics.RunResult) -> list[str]:
              f"{len(names)} window(s), each until {windows_mod.RECOVERY_MIN:g} min after its fault or spike ends: "
              f"{', '.join(names) or 'none'}):"]
     views = metrics.region_view(ref)
-    rows = [[v.deployment, v.region, f"{v.requests:,.0f}", _att(v.attainment), f"{v.steady_requests:,.0f}",
-             _att(v.steady_attainment), _att(v.window_attainment),
+    rows = [[v.deployment, v.region, f"{v.requests:,.0f}", attainment_text(v.attainment), f"{v.steady_requests:,.0f}",
+             attainment_text(v.steady_attainment), attainment_text(v.window_attainment),
              ", ".join(f"{c} {x:.2%}" for c, x in sorted(v.steady_misses.items(), key=lambda kv: -kv[1])[:2]
                        if x >= 0.00005) or "-"]
             for v in views]

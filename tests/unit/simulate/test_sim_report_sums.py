@@ -59,7 +59,7 @@ def test_no_full_attainment_beside_a_failure(outage_report):
     for line in _section(text, "SLO attainment (share of the client region's requests)"):
         cells = line.split()
         assert not (cells[2] == "100.00%" and _n(cells[3]) > 0), line
-    assert report._att(0.99999) == "99.99%" and report._att(1.0) == "100.00%"
+    assert report.attainment_text(0.99999) == "99.99%" and report.attainment_text(1.0) == "100.00%"
 
 
 def test_slo_columns_name_their_denominators(outage_report):
