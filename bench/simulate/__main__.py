@@ -1,21 +1,31 @@
-"""``python -m bench.simulate``: the simulator's policy comparison and how long it takes here.
+"""``python -m bench.simulate``: the simulator's policy comparison on each scenario, synthetic and
+replayed, against the demand-following bound and SkyServe's headline, and how long it takes here.
 
-Runs ``meridian simulate``'s comparison (every policy on the same trace and seed) and prints the
-table, the verdicts, the wall and CPU time, and the machine. ``--seeds N`` repeats the day with N
-seeds and adds each policy's mean and range of cost and SLO attainment, since one day's cost
-differences between close policies depend on the path the autoscaler and the faults take."""
+By default it runs the default day and the SkyServe-like day (``examples/scenarios/``), each with
+its synthetic (Poisson, diurnal) traffic and with the Azure LLM conversation trace 2023 replayed
+(``--trace``, tiled and shifted to each client region's local time, scaled to the same rates). Per
+run: each policy's cost, SLO attainment over all requests and in its worst client region; Meridian
+against the demand-following bound (target: within 10% at >= 99.5% SLO attainment in every client
+region), against ``skyserve`` (target: cheaper at equal or higher attainment) and its saving against
+``od-multi-region`` beside SkyServe's published 43%. ``--full`` adds ``meridian simulate``'s whole
+report per run; ``--seeds N`` repeats each run with N seeds."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
-import statistics
 import sys
 import time
 
-from meridian import progress
-from meridian.simulate import policies, report, runner, scenario
+from meridian import cost, progress
+from meridian.simulate import defaults, policies, report, runner, scenario
+
+SCENARIOS = ("default", str(defaults.examples_dir() / "scenarios" / "skyserve-like.yaml"))
+TRACE = "azure-conv"
+BOUND_TARGET = 0.10  # Meridian within 10% of the demand-following bound
+REGION_SLO_TARGET = 0.995  # at >= 99.5% SLO attainment in every client region
 
 
 def _cpu_s() -> float:
@@ -24,46 +34,108 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def min_region(r) -> tuple[str, float]:
+    """The client region with the lowest SLO attainment of a result, and that attainment."""
+    worst = min(r.regions.items(), key=lambda kv: (kv[1].attainment, kv[0]))
+    return worst[0], worst[1].attainment
+
+
+def summary(cmp: runner.Comparison, traffic: str) -> dict:
+    """The bench's figures of one comparison (what the table and the JSON print)."""
+    rows = []
+    for r in cmp.results:
+        region, worst = min_region(r)
+        rows.append({"policy": r.policy, "cost_usd": r.cost_usd, "usd_per_hour": r.cost_per_hour_usd,
+                     "slo": r.total.attainment, "min_region": region, "min_region_slo": worst,
+                     "failed": r.total.failed})
+    out: dict = {"scenario": cmp.scenario.name, "traffic": traffic, "seed": cmp.scenario.seed,
+                 "requests": cmp.requests, "rows": rows}
+    mer, sky, od = (cmp.result(n) for n in ("meridian", "skyserve", "od-multi-region"))
+    if cmp.bound is not None:
+        out["bound_usd_per_hour"] = cmp.bound.usd_per_hour
+        out["bound_proven"] = cmp.bound.proven
+    if cmp.floor is not None:
+        out["floor_usd_per_hour"] = cmp.floor.usd_per_hour
+    if mer is not None and cmp.bound is not None and cmp.bound.usd > 0:
+        above = mer.cost_usd / cmp.bound.usd - 1.0
+        worst = min_region(mer)[1]
+        out["meridian_above_bound"] = above
+        out["bound_target_met"] = bool(above <= BOUND_TARGET and worst >= REGION_SLO_TARGET)
+    if mer is not None and sky is not None:
+        out["saving_vs_skyserve"] = cost.saving(sky.cost_usd, mer.cost_usd)
+        out["skyserve_target_met"] = bool(
+            mer.cost_usd < sky.cost_usd and mer.total.attainment >= sky.total.attainment - report.ATTAINMENT_TOLERANCE
+            and min_region(mer)[1] >= min_region(sky)[1] - report.ATTAINMENT_TOLERANCE)
+    if mer is not None and od is not None:
+        out["saving_vs_od_multi_region"] = cost.saving(od.cost_usd, mer.cost_usd)
+    return out
+
+
+def lines(s: dict) -> list[str]:
+    head = f"{s['scenario']} / {s['traffic']} (seed {s['seed']}, {s['requests']:,} requests)"
+    rows = [[r["policy"], f"${r['usd_per_hour']:,.2f}", report.attainment_text(r["slo"]),
+             f"{report.attainment_text(r['min_region_slo'])} ({r['min_region']})", f"{r['failed']:,.0f}"]
+            for r in s["rows"]]
+    out = [head, *report._table(["policy", "$/h", "SLO met (all)", "SLO met, worst client region", "failed"], rows)]
+    if "bound_usd_per_hour" in s:
+        out.append(f"  demand-following bound ${s['bound_usd_per_hour']:,.2f}/h"
+                   f"{'' if s['bound_proven'] else ' (not proven on every tick)'}; cost floor "
+                   f"${s.get('floor_usd_per_hour', float('nan')):,.2f}/h")
+    if "meridian_above_bound" in s:
+        out.append(f"  meridian vs the bound: {100 * s['meridian_above_bound']:+.1f}% (target: within "
+                   f"{100 * BOUND_TARGET:.0f}% at >= {100 * REGION_SLO_TARGET:.1f}% in every client region): "
+                   f"{'met' if s['bound_target_met'] else 'NOT met'}")
+    if "saving_vs_skyserve" in s:
+        out.append(f"  meridian vs skyserve: saves {100 * s['saving_vs_skyserve']:+.1f}% of its cost (target: "
+                   f"cheaper at equal or higher SLO attainment, all and worst region): "
+                   f"{'met' if s['skyserve_target_met'] else 'NOT met'}")
+    if "saving_vs_od_multi_region" in s:
+        out.append(f"  saving against od-multi-region: {100 * s['saving_vs_od_multi_region']:+.1f}% "
+                   f"(SkyServe's published: {100 * report.SKYSERVE_HEADLINE_SAVING:.0f}%)")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", default="default")
+    parser.add_argument("--scenario", action="append", default=None, metavar="default|FILE",
+                        help="scenario(s) to run (default: the default day and examples/scenarios/skyserve-like.yaml)")
+    parser.add_argument("--trace", default=TRACE, help=f"trace replayed beside the synthetic day (default {TRACE}; "
+                                                        "'none': synthetic only)")
+    parser.add_argument("--no-synthetic", action="store_true", help="run the trace replay only")
     parser.add_argument("--hours", type=float, default=None)
     parser.add_argument("--seeds", type=int, default=1, help="days to simulate with seeds seed..seed+N-1")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--policies", default=",".join(policies.DEFAULT))
+    parser.add_argument("--full", action="store_true", help="print meridian simulate's whole report per run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     runner.quiet_components()
-    base = scenario.load(args.scenario).with_overrides(hours=args.hours)
     names = [n for n in args.policies.split(",") if n]
-    runs = []
-    for i in progress.track(range(max(1, args.seeds)), "bench.simulate: days", unit="seeds"):
-        sc = base.with_overrides(seed=base.seed + i)
-        wall, cpu = time.perf_counter(), _cpu_s()
-        cmp = runner.run(sc, names, jobs=args.jobs)
-        runs.append((cmp, time.perf_counter() - wall, _cpu_s() - cpu))
+    results = []
+    for name in args.scenario or SCENARIOS:
+        kinds = (*(() if args.no_synthetic else ("synthetic",)), *(() if args.trace == "none" else (args.trace,)))
+        for traffic in kinds:
+            base = scenario.load(name).with_overrides(hours=args.hours,
+                                                      trace=None if traffic == "synthetic" else traffic)
+            for i in progress.track(range(max(1, args.seeds)), f"bench.simulate: {name} / {traffic}", unit="seeds"):
+                sc = base.with_overrides(seed=base.seed + i)
+                print(f"running {sc.name} / {traffic} seed {sc.seed} ...", file=sys.stderr, flush=True)
+                wall, cpu = time.perf_counter(), _cpu_s()
+                cmp = runner.run(sc, names, jobs=args.jobs)
+                s = summary(cmp, traffic)
+                s.update(wall_s=round(time.perf_counter() - wall, 1), cpu_s=round(_cpu_s() - cpu, 1),
+                         load_avg=[round(x, 2) for x in os.getloadavg()],
+                         bound_solve_s=round(cmp.bound.solve_s, 1) if cmp.bound else None)
+                results.append((cmp, s))
+                if not args.json:
+                    if args.full:
+                        print(report.text(cmp), end="\n\n")
+                    print("\n".join(lines(s)))
+                    print(f"  time: {s['wall_s']:.1f} s wall, {s['cpu_s']:.1f} s CPU (bound: {s['bound_solve_s']} s), "
+                          f"load average {' '.join(map(str, s['load_avg']))}, on {report._machine()}\n", flush=True)
     if args.json:
-        json.dump({"runs": [{**report.as_dict(c, include_series=False), "cpu_s": round(cpu, 2)}
-                            for c, _, cpu in runs]}, sys.stdout)
+        json.dump({"runs": [s for _, s in results]}, sys.stdout)
         print()
-        return 0
-    for cmp, wall, cpu in runs:
-        print(report.text(cmp))
-        print(f"\ntime: {wall:.1f} s wall, {cpu:.1f} s CPU for {len(names)} policies x {cmp.scenario.hours:g} "
-              f"simulated hours (seed {cmp.scenario.seed}, {cmp.jobs} process(es))\n")
-    if len(runs) > 1:
-        print(f"Over {len(runs)} seeds (mean [min .. max]):")
-        for name in names:
-            costs = [c.result(name).cost_per_hour_usd for c, _, _ in runs]
-            att = [100.0 * c.result(name).total.attainment for c, _, _ in runs]
-            print(f"  {name:20s} ${statistics.mean(costs):7.2f}/h [{min(costs):.2f} .. {max(costs):.2f}]   "
-                  f"SLO met {statistics.mean(att):6.2f}% [{min(att):.2f} .. {max(att):.2f}]")
-        beats = {}
-        for c, _, _ in runs:
-            for v in report.verdicts(c):
-                beats.setdefault(v["baseline"], []).append(v["beats"])
-        for baseline, wins in beats.items():
-            print(f"  meridian beats {baseline} on {sum(wins)}/{len(wins)} seeds")
     return 0
 
 

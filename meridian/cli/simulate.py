@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the built-in day ('default') or a YAML scenario file (docs/simulator.md)")
     parser.add_argument("--hours", type=float, default=None, help="simulated hours (default: the scenario's, 24)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: the scenario's)")
+    parser.add_argument("--trace", metavar="NAME|FILE", default=None,
+                        help="replay this trace for every traffic entry (shipped: azure-conv, azure-code, mooncake; "
+                             "or a .csv/.jsonl file), keeping the scenario's rates and day shape")
     parser.add_argument("--policies", default=",".join(policies.DEFAULT), metavar="NAME[,NAME...]",
                         help=f"policies to compare (default: all): {', '.join(policies.POLICIES)}")
     parser.add_argument("--jobs", type=int, default=None,
@@ -46,7 +49,8 @@ class _Ticks:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        sc = scenario.load(args.scenario).with_overrides(hours=args.hours, seed=args.seed)
+        sc = scenario.load(args.scenario).with_overrides(hours=args.hours, seed=args.seed,
+                                                                   trace=args.trace)
         if args.print_scenario:
             print(scenario.dump(sc), end="")  # YAML already: the scenario file itself
             return 0

@@ -9,6 +9,7 @@ import os
 import platform
 
 from meridian import cost, tables
+from meridian.simulate import bound as bound_mod
 from meridian.simulate import metrics, policies, runner
 from meridian.simulate import windows as windows_mod
 from scheduler.control import floor as floor_mod
@@ -20,6 +21,20 @@ ATTAINMENT_TOLERANCE = 0.0005
 
 def _pct(x: float) -> str:
     return "-" if x is None or math.isnan(x) else f"{100.0 * x:.2f}%"
+
+
+def attainment_text(x: float) -> str:
+    """An SLO attainment, rounded down: 100.00% only when every request met the SLO, never beside a
+    miss or a failure that rounding would hide."""
+    if x is None or math.isnan(x):
+        return "-"
+    return f"{math.floor(10_000.0 * x + 1e-9) / 100.0:.2f}%"
+
+
+def _counts(values: list[float], total: float) -> list[str]:
+    """Request counts rounded so that they add up to ``total`` rounded (the parts of a table's row
+    never disagree with its total)."""
+    return [f"{n:,.0f}" for n in cost.text.apportion(values, 0, total=round(total))]
 
 
 def _ms(x: float) -> str:
@@ -91,6 +106,20 @@ def floor_lines(cmp: runner.Comparison) -> list[str]:
     return lines
 
 
+def bound_lines(cmp: runner.Comparison) -> list[str]:
+    """The demand-following bound, and how far above it Meridian runs."""
+    b = cmp.bound
+    if b is None:
+        return []
+    lines = [bound_mod.headline(b)]
+    ref = cmp.result("meridian")
+    if ref is not None and b.usd > 0:
+        above = ref.cost_usd - b.usd
+        lines.append(f"Meridian costs ${above:,.0f} above it over the run ({100.0 * above / b.usd:+.1f}% of the "
+                     f"bound): what provisioning ahead of demand, headroom and faults cost.")
+    return lines
+
+
 def text(cmp: runner.Comparison) -> str:
     sc = cmp.scenario
     lines = [f"Scenario {sc.name!r}: {sc.hours:g} h from {sc.start_utc_hour:g}:00 UTC, seed {sc.seed}, "
@@ -106,35 +135,43 @@ def text(cmp: runner.Comparison) -> str:
         gpus = r.stats.get("gpus_mean", 0.0)
         spot = r.stats.get("spot_gpus_mean", 0.0) / gpus if gpus else math.nan
         rows.append([r.policy, r.routing, f"${r.cost_usd:,.0f}", f"${r.cost_per_hour_usd:,.2f}", vs,
-                     _pct(r.total.attainment), f"{r.total.failed:,.0f}", _ms(r.total.ttft_p50_ms),
+                     attainment_text(r.total.attainment), f"{r.total.failed:,.0f}", _ms(r.total.ttft_p50_ms),
                      _ms(r.total.ttft_p99_ms), f"{gpus:.1f}", _pct(spot),
                      f"{r.stats.get('wall_s', 0.0):.1f}"])
     lines += _table(["policy", "routing", "cost", "$/h", "meridian saves", "SLO met", "failed", "TTFT p50 ms",
                      "TTFT p99 ms", "GPUs", "spot", "run s"], rows)
     lines.append(f"(cost: the bill, node-hours x price; meridian saves = {cost.SAVING_DEFINITION}, a share of that "
-                 "row's cost)")
+                 "row's cost; SLO met: share of all requests, failed ones included, rounded down; TTFT over "
+                 "answered requests; spot: share of the GPUs billed)")
     lines += ["", *bill_lines(cmp)]
     regions = sorted({reg for r in cmp.results for reg in r.regions})
-    lines += ["", "SLO attainment / failed requests / TTFT p50, p90, p99 (ms) per client region:"]
+    lines += ["", "SLO attainment (share of the client region's requests) / failed requests (adding up to the "
+                  "policy's total) / TTFT p50, p90, p99 (ms) per client region:"]
     rows = []
     for r in cmp.results:
-        for reg in regions:
-            g = r.regions.get(reg)
-            if g is None:
-                continue
-            rows.append([r.policy, reg, _pct(g.attainment), f"{g.failed:,.0f}", _ms(g.ttft_p50_ms),
+        present = [reg for reg in regions if reg in r.regions]
+        failed = _counts([r.regions[reg].failed for reg in present], r.total.failed)
+        for reg, n in zip(present, failed, strict=True):
+            g = r.regions[reg]
+            rows.append([r.policy, reg, attainment_text(g.attainment), n, _ms(g.ttft_p50_ms),
                          _ms(g.ttft_p90_ms), _ms(g.ttft_p99_ms)])
     lines += _table(["policy", "client region", "SLO met", "failed", "p50", "p90", "p99"], rows)
-    lines += ["", "Per deployment (SLO met / failed):"]
+    lines += ["", "Per deployment (SLO met: share of the deployment's requests / failed, adding up to the policy's "
+                  "total):"]
     deps = sorted({d for r in cmp.results for d in r.deployments})
-    rows = [[r.policy, *[f"{_pct(r.deployments[d].attainment)} / {r.deployments[d].failed:,.0f}"
-                         if d in r.deployments else "-" for d in deps]] for r in cmp.results]
+    rows = []
+    for r in cmp.results:
+        present = [d for d in deps if d in r.deployments]
+        failed = dict(zip(present, _counts([r.deployments[d].failed for d in present], r.total.failed), strict=True))
+        rows.append([r.policy, *[f"{attainment_text(r.deployments[d].attainment)} / {failed[d]}"
+                                 if d in r.deployments else "-" for d in deps]])
     lines += _table(["policy", *deps], rows)
     if ref is not None:
         lines += ["", *region_lines(cmp, ref)]
     floor = floor_lines(cmp)
     if floor:
         lines += ["", *floor]
+    lines += bound_lines(cmp)
     notes = [f"{r.policy}: {n}" for r in cmp.results for n in r.notes]
     if notes:
         lines += ["", *notes]
@@ -168,8 +205,8 @@ def region_lines(cmp: runner.Comparison, ref: metrics.RunResult) -> list[str]:
              f"{len(names)} window(s), each until {windows_mod.RECOVERY_MIN:g} min after its fault or spike ends: "
              f"{', '.join(names) or 'none'}):"]
     views = metrics.region_view(ref)
-    rows = [[v.deployment, v.region, f"{v.requests:,.0f}", _pct(v.attainment), f"{v.steady_requests:,.0f}",
-             _pct(v.steady_attainment), _pct(v.window_attainment),
+    rows = [[v.deployment, v.region, f"{v.requests:,.0f}", attainment_text(v.attainment), f"{v.steady_requests:,.0f}",
+             attainment_text(v.steady_attainment), attainment_text(v.window_attainment),
              ", ".join(f"{c} {x:.2%}" for c, x in sorted(v.steady_misses.items(), key=lambda kv: -kv[1])[:2]
                        if x >= 0.00005) or "-"]
             for v in views]
@@ -179,9 +216,11 @@ def region_lines(cmp: runner.Comparison, ref: metrics.RunResult) -> list[str]:
     lines += ([f"Under {metrics.TARGET_SHARE:.0%} of steady-state requests within SLO, and why:"]
               + [f"  {w}" for w in low]) if low else [f"Every deployment and client region: at least "
                                                      f"{metrics.TARGET_SHARE:.0%} of steady-state requests within SLO."]
-    moments = [(c, w, h, n) for c, w, h, n in ref.failures if n >= 0.5]
+    counts = cost.text.apportion([n for *_, n in ref.failures], 0, total=round(ref.total.failed))
+    moments = [(c, w, h, n) for (c, w, h, _), n in zip(ref.failures, counts, strict=True) if n > 0]
     if moments:
-        lines += ["Meridian's failed requests by cause, window and hour of the day (UTC from the start):"]
+        lines += [f"Meridian's failed requests by cause, window and hour of the day (UTC from the start; "
+                  f"{round(ref.total.failed):,} in all):"]
         lines += _table(["cause", "window", "hour", "requests"],
                         [[c, w, f"{(cmp.scenario.start_utc_hour + h) % 24:02.0f}:00", f"{n:,.0f}"]
                          for c, w, h, n in moments])
@@ -201,6 +240,7 @@ def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:
             "tick_s": cmp.scenario.tick_s, "requests": cmp.requests, "wall_s": round(cmp.wall_s, 2),
             "jobs": cmp.jobs, "machine": _machine(), "results": results,
             "floor": cmp.floor.to_dict() if cmp.floor is not None else None,
+            "demand_bound": cmp.bound.to_dict() if cmp.bound is not None else None,
             "verdicts": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in item.items()}
                          for item in verdicts(cmp)]}
 

@@ -15,6 +15,8 @@ import queue
 import time
 from collections.abc import Callable, Sequence
 
+from meridian import spec
+from meridian.simulate import bound as bound_mod
 from meridian.simulate import engine, metrics, policies, trace
 from meridian.simulate import scenario as scenario_mod
 from scheduler.control import floor as floor_mod
@@ -35,6 +37,7 @@ class Comparison:
     wall_s: float
     jobs: int
     floor: floor_mod.Floor | None = None  # the specs' cost floor (None: not computed)
+    bound: bound_mod.DemandBound | None = None  # the demand-following bound (None: not computed)
 
     def result(self, policy: str) -> metrics.RunResult | None:
         return next((r for r in self.results if r.policy == policy), None)
@@ -59,9 +62,16 @@ def _send_progress(policy: str, done: int, total: int) -> None:
         _progress_queue.put((policy, done, total))
 
 
-def _run_one(sc: scenario_mod.Scenario, policy: str) -> metrics.RunResult:
+def prepare(sc: scenario_mod.Scenario) -> tuple[spec.SpecSet, trace.Trace]:
+    """The specs (each replayed deployment's workload set to its trace's tokens) and the trace."""
     specs = sc.load_specs()
-    return engine.run(sc, specs, trace.build(sc), policies.get(policy), _send_progress)
+    tr = trace.build(sc, specs)
+    return trace.with_workload(specs, tr), tr
+
+
+def _run_one(sc: scenario_mod.Scenario, policy: str) -> metrics.RunResult:
+    specs, tr = prepare(sc)
+    return engine.run(sc, specs, tr, policies.get(policy), _send_progress)
 
 
 def default_jobs() -> int:
@@ -69,18 +79,21 @@ def default_jobs() -> int:
 
 
 def run(sc: scenario_mod.Scenario, names: Sequence[str] = policies.DEFAULT, *, jobs: int | None = None,
-        progress: Progress | None = None) -> Comparison:
-    """Every policy in ``names`` on ``sc``; ``jobs`` processes (1: in this process)."""
+        progress: Progress | None = None, with_bound: bool = True) -> Comparison:
+    """Every policy in ``names`` on ``sc``; ``jobs`` processes (1: in this process); with the cost
+    floor and (``with_bound``) the demand-following bound, computed in this process."""
     for name in names:
         policies.get(name)
-    specs = sc.load_specs()  # fail fast, before any process starts
-    floor = floor_mod.compute(planner.SpecView.of(specs, 1))
-    tr = trace.build(sc)
+    specs, tr = prepare(sc)  # fail fast, before any process starts
+    view = planner.SpecView.of(specs, 1)
+    floor = floor_mod.compute(view)
+    bound = bound_mod.compute(view, tr) if with_bound else None
     jobs = max(1, min(jobs or default_jobs(), len(names)))
     start = time.perf_counter()
     if jobs == 1:
         results = [engine.run(sc, specs, tr, policies.get(n), progress) for n in names]
-        return Comparison(sc, tuple(results), tr.total_requests(), time.perf_counter() - start, 1, floor)
+        return Comparison(sc, tuple(results), tr.total_requests(), time.perf_counter() - start, 1, floor,
+                          bound)
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     q = ctx.Queue()
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
@@ -96,7 +109,7 @@ def run(sc: scenario_mod.Scenario, names: Sequence[str] = policies.DEFAULT, *, j
         _drain(q, progress)
         by_name = {futures[f]: f.result() for f in futures}
     return Comparison(sc, tuple(by_name[n] for n in names), tr.total_requests(), time.perf_counter() - start, jobs,
-                      floor)
+                      floor, bound)
 
 
 def _drain(q: multiprocessing.Queue, progress: Progress | None) -> None:

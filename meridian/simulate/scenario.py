@@ -12,8 +12,17 @@ import pathlib
 import pydantic
 import yaml
 
-from meridian import spec, yamlread
+from meridian import spec, traces, yamlread
 from meridian.simulate import defaults
+
+
+# A shipped trace by short name or by its file's stem (``azure-llm-2023-conv`` is ``azure-conv``).
+_SHIPPED_NAMES = {**{s.name: s.name for s in traces.SHIPPED.values()},
+                  **{pathlib.Path(s.file).stem: s.name for s in traces.SHIPPED.values()}}
+
+
+def _shipped_trace(name: str) -> str | None:
+    return _SHIPPED_NAMES.get(name)
 
 
 class ScenarioError(ValueError):
@@ -24,16 +33,38 @@ class _Model(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
 
 
+class TraceReplay(_Model):
+    """Replay a recorded trace instead of drawing Poisson arrivals (``meridian.simulate.trace.replay``).
+
+    ``file``: a trace shipped with Meridian by short name (``azure-conv``, ``azure-code``,
+    ``mooncake``) or file name stem (``azure-llm-2023-conv``), or a ``.csv`` (Azure) / ``.jsonl``
+    (Mooncake) path relative to the scenario file. Every client region of the traffic entry replays
+    the whole trace, tiled end to end to cover the run (a one-hour trace repeats every hour) and
+    shifted to the region's local time: at local midnight each region is at the trace's start. Its
+    rate is scaled by ``peak_rps[region] / the trace's mean requests/s`` (so the region's mean rate
+    at its peak is ``peak_rps``), times the diurnal curve of the entry when ``diurnal`` is true,
+    times the scenario's spikes. ``tokens``: ``trace`` serves the trace's mean prompt and output
+    tokens (the deployment's ``workload`` is set to them, for the scheduler and the replicas alike;
+    embedding deployments keep their spec's, a chat trace's prompts being beyond an embedding
+    model's context), ``spec`` keeps the spec's."""
+
+    file: str = pydantic.Field(min_length=1)
+    diurnal: bool = True
+    tokens: str = pydantic.Field(default="trace", pattern="^(trace|spec)$")
+
+
 class TrafficShape(_Model):
     """Requests/s of one deployment per client region at that region's daily peak.
 
     The rate follows a cosine over the local day: ``peak_rps`` at ``peak_local_hour`` and
-    ``trough_share x peak_rps`` twelve hours away. Arrivals in a tick are Poisson."""
+    ``trough_share x peak_rps`` twelve hours away. Arrivals in a tick are Poisson, or with ``trace``
+    the recorded arrivals of a trace file, scaled and shifted (``TraceReplay``)."""
 
     deployment: str = pydantic.Field(min_length=1)
     peak_rps: dict[str, float] = pydantic.Field(min_length=1, description="client region -> requests/s at peak")
     trough_share: float = pydantic.Field(default=0.25, ge=0, le=1)
     peak_local_hour: float = pydantic.Field(default=14.0, ge=0, lt=24)
+    trace: TraceReplay | None = None
 
     @pydantic.field_validator("peak_rps")
     @classmethod
@@ -172,8 +203,17 @@ class Scenario(_Model):
     def ticks(self) -> int:
         return max(1, int(round(self.hours * 3600.0 / self.tick_s)))
 
-    def with_overrides(self, *, hours: float | None = None, seed: int | None = None) -> Scenario:
+    def with_overrides(self, *, hours: float | None = None, seed: int | None = None,
+                       trace: str | None = None) -> Scenario:
+        """``trace``: every traffic entry replays this trace file (``--trace FILE``; a path is taken
+        as given, relative to the working directory), keeping its rates and day shape."""
         update: dict[str, object] = {}
+        if trace is not None:
+            file = trace if _shipped_trace(trace) else str(pathlib.Path(trace).resolve())
+            update["traffic"] = tuple(
+                t.model_copy(update={"trace": TraceReplay(file=file, **(
+                    {"diurnal": t.trace.diurnal, "tokens": t.trace.tokens} if t.trace else {}))})
+                for t in self.traffic)
         if hours is not None:
             if not 0 < hours <= 24 * 14:
                 raise ScenarioError(f"hours must be in (0, 336], got {hours}")
@@ -182,7 +222,32 @@ class Scenario(_Model):
             if seed < 0:
                 raise ScenarioError(f"seed must be >= 0, got {seed}")
             update["seed"] = seed
-        return self.model_copy(update=update)
+        out = self.model_copy(update=update)
+        out.check_traces()
+        return out
+
+    def trace_path(self, replay: TraceReplay) -> str | pathlib.Path:
+        """A replay's file: a shipped trace's short name as it is, else a path (relative: to the
+        scenario file)."""
+        name = _shipped_trace(replay.file)
+        if name is not None:
+            return name
+        path = pathlib.Path(replay.file)
+        return path if path.is_absolute() else pathlib.Path(self.base_dir) / path
+
+    def check_traces(self) -> None:
+        """Every ``traffic[].trace.file`` resolves to a readable trace with requests in it."""
+        problems = []
+        for i, shape in enumerate(self.traffic):
+            if shape.trace is None:
+                continue
+            try:
+                traces.resolve(self.trace_path(shape.trace))
+            except traces.TraceError as exc:
+                problems.append(f"traffic.{i}.trace.file: {exc}; give a shipped trace "
+                                f"({', '.join(sorted(_SHIPPED_NAMES))}) or a .csv/.jsonl file")
+        if problems:
+            raise ScenarioError("; ".join(problems))
 
     def spec_paths(self) -> list[pathlib.Path]:
         base = pathlib.Path(self.base_dir)
@@ -254,13 +319,18 @@ def parse(data: object, base_dir: str | pathlib.Path, source: str = "<scenario>"
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario is a YAML mapping, got {type(data).__name__}")
     try:
-        return Scenario.model_validate({**data, "base_dir": str(base_dir)})
+        sc = Scenario.model_validate({**data, "base_dir": str(base_dir)})
     except pydantic.ValidationError as exc:
         parts = []
         for err in exc.errors(include_url=False):
             path = ".".join(str(p) for p in err["loc"]) or "(top)"
             parts.append(f"{path}: {err['msg']}")
         raise ScenarioError(f"{source}: " + "; ".join(parts)) from None
+    try:
+        sc.check_traces()
+    except ScenarioError as exc:
+        raise ScenarioError(f"{source}: {exc}") from None
+    return sc
 
 
 def load(name_or_path: str) -> Scenario:

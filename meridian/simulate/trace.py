@@ -1,13 +1,17 @@
 """The traffic trace: request arrivals per tick and stream (deployment, client region), drawn once
-from the scenario's seed so every compared policy replays exactly the same requests."""
+from the scenario's seed so every compared policy replays exactly the same requests; or, for a
+traffic entry with ``trace``, the recorded arrivals of a trace file, replayed (``replay``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import pathlib
 
 import numpy as np
 
+from meridian import spec, traces
 from meridian.simulate import scenario as scenario_mod
 
 
@@ -25,6 +29,10 @@ class Trace:
     arrivals: np.ndarray
     rate_rps: np.ndarray
     tick_s: float
+    # deployment -> (prompt, output) mean tokens of the trace it replays with tokens: trace
+    workload: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    # stream index -> what it replays (file, scale = requests/s multiplier before the day shape)
+    replays: dict[int, tuple[str, float]] = dataclasses.field(default_factory=dict)
 
     @property
     def ticks(self) -> int:
@@ -59,8 +67,80 @@ def rate_at(sc: scenario_mod.Scenario, shape: scenario_mod.TrafficShape, region:
     return rate
 
 
-def build(sc: scenario_mod.Scenario) -> Trace:
-    """Poisson arrivals at the mid-tick rate of every stream, from ``sc.seed``."""
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """A trace file's arrivals (seconds from its first request, sorted) and token means; the file
+    repeats every ``period_s`` (its last arrival rounded up to a whole minute)."""
+
+    arrival_s: np.ndarray
+    prompt_tokens_mean: float
+    output_tokens_mean: float
+    period_s: float
+
+    @property
+    def mean_rps(self) -> float:
+        return len(self.arrival_s) / self.period_s
+
+    def count_before(self, t_s: np.ndarray) -> np.ndarray:
+        """Arrivals of the tiled trace (the file repeated end to end from t = 0) before ``t_s``."""
+        laps, within = np.divmod(t_s, self.period_s)
+        return laps * len(self.arrival_s) + np.searchsorted(self.arrival_s, within, side="left")
+
+
+@functools.lru_cache(maxsize=16)
+def recorded(path: str | pathlib.Path) -> Recorded:
+    """Read a trace (a shipped short name or a file) once per process."""
+    times, prompt, output = [], 0, 0
+    for r in traces.read(path):
+        times.append(r.arrival_s)
+        prompt += r.input_tokens
+        output += r.output_tokens
+    if not times:
+        raise traces.TraceError(str(path), 0, "the trace has no requests")
+    arr = np.sort(np.asarray(times, dtype=float))
+    period = max(60.0, math.ceil((arr[-1] + 1e-9) / 60.0) * 60.0)
+    return Recorded(arr, prompt / len(arr), output / len(arr), period)
+
+
+def replay(sc: scenario_mod.Scenario, shape: scenario_mod.TrafficShape, region: str) -> tuple[np.ndarray, float]:
+    """Arrivals per tick of (shape's deployment, region) replaying ``shape.trace``, and its scale.
+
+    The region plays the tiled trace at trace time = its local time since midnight; tick ``k``'s
+    recorded arrivals are multiplied by ``scale = peak_rps / trace mean rps`` (times the diurnal
+    share at mid-tick when ``diurnal``, times the spikes) and rounded by carrying the fraction:
+    whole arrivals are the differences of the floor of the running total, so over any span the
+    count is the recorded count times the multiplier to within one request."""
+    assert shape.trace is not None
+    rec = recorded(sc.trace_path(shape.trace))
+    scale = shape.peak_rps[region] / rec.mean_rps
+    ticks = sc.ticks
+    offset_s = (sc.start_utc_hour + sc.client_utc_offsets_h[region]) * 3600.0 % (24 * 3600.0)
+    edges = offset_s + np.arange(ticks + 1) * sc.tick_s
+    recorded_per_tick = np.diff(rec.count_before(edges)).astype(float)
+    mult = np.empty(ticks)
+    for k in range(ticks):
+        mid = (k + 0.5) * sc.tick_s
+        if shape.trace.diurnal:
+            mult[k] = rate_at(sc, shape, region, mid) / shape.peak_rps[region] * scale if shape.peak_rps[region] else 0.0
+        else:
+            mult[k] = scale * _spike_factor(sc, shape, region, mid)
+    total = np.floor(np.cumsum(recorded_per_tick * mult) + 1e-9)
+    return np.diff(np.concatenate([[0.0], total])).astype(np.int64), scale
+
+
+def _spike_factor(sc: scenario_mod.Scenario, shape: scenario_mod.TrafficShape, region: str, t_s: float) -> float:
+    at_h, factor = t_s / 3600.0, 1.0
+    for spike in sc.spikes:
+        if spike.deployment in (None, shape.deployment) and spike.client_region in (None, region) \
+                and spike.at_h <= at_h < spike.at_h + spike.duration_min / 60.0:
+            factor *= spike.multiplier
+    return factor
+
+
+def build(sc: scenario_mod.Scenario, specset: spec.SpecSet | None = None) -> Trace:
+    """Poisson arrivals at the mid-tick rate of every stream, from ``sc.seed``; streams whose entry
+    has ``trace`` replay it instead (``replay``). ``specset`` tells embedding deployments apart
+    (they keep their spec's tokens); without it every ``tokens: trace`` entry takes the trace's."""
     streams = tuple(Stream(shape.deployment, region) for shape in sc.traffic for region in sorted(shape.peak_rps))
     shapes = [shape for shape in sc.traffic for _ in sorted(shape.peak_rps)]
     ticks = sc.ticks
@@ -71,4 +151,34 @@ def build(sc: scenario_mod.Scenario) -> Trace:
             rate[k, i] = rate_at(sc, shape, s.client_region, mid)
     rng = np.random.default_rng(sc.seed)
     arrivals = rng.poisson(rate * sc.tick_s).astype(np.int64)
-    return Trace(streams, arrivals, rate, sc.tick_s)
+    embedding = set() if specset is None else {
+        d.metadata.name for d in specset.of_kind("ModelDeployment") if d.spec.runtime.is_embedding}
+    workload: dict[str, tuple[float, float]] = {}
+    replays: dict[int, tuple[str, float]] = {}
+    for i, (s, shape) in enumerate(zip(streams, shapes, strict=True)):
+        if shape.trace is None:
+            continue
+        arrivals[:, i], scale = replay(sc, shape, s.client_region)
+        rate[:, i] = arrivals[:, i] / sc.tick_s
+        replays[i] = (shape.trace.file, scale)
+        if shape.trace.tokens == "trace" and s.deployment not in embedding:
+            rec = recorded(sc.trace_path(shape.trace))
+            workload[s.deployment] = (rec.prompt_tokens_mean, rec.output_tokens_mean)
+    return Trace(streams, arrivals, rate, sc.tick_s, workload, replays)
+
+
+def with_workload(specset: spec.SpecSet, tr: Trace) -> spec.SpecSet:
+    """``specset`` with each replayed deployment's ``workload`` set to its trace's mean tokens, so
+    the scheduler plans for the requests the replicas serve."""
+    if not tr.workload:
+        return specset
+    docs = []
+    for loaded in specset.documents:
+        doc = loaded.doc
+        if loaded.kind == "ModelDeployment" and doc.metadata.name in tr.workload:
+            prompt, output = tr.workload[doc.metadata.name]
+            shape = doc.spec.workload.model_copy(update={"prompt_tokens_mean": prompt, "output_tokens_mean": output})
+            doc = doc.model_copy(update={"spec": doc.spec.model_copy(update={"workload": shape})})
+            loaded = dataclasses.replace(loaded, doc=doc)
+        docs.append(loaded)
+    return dataclasses.replace(specset, documents=tuple(docs))

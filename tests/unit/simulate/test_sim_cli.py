@@ -96,3 +96,23 @@ def test_processes_give_the_same_results_as_one(make_scenario):
     strip = lambda cmp: [{k: v for k, v in r.to_dict().items() if k != "stats"} for r in cmp.results]  # noqa: E731
     assert strip(one) == strip(two)
     assert report.as_dict(two)["jobs"] == 2
+
+
+def test_trace_option_replays_a_shipped_trace_with_the_bound(capsys):
+    """``--trace azure-conv`` runs the day on the recorded arrivals; the JSON carries the
+    demand-following bound, at most Meridian's cost."""
+    code = cli.main(["simulate", "--hours", "0.25", "--policies", "meridian", "--jobs", "1", "--json",
+                     "--trace", "azure-conv"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    bound = out["demand_bound"]
+    assert bound["ticks"] == 15 and 0 < bound["usd"] <= out["results"][0]["cost_usd"]
+    assert bound["summary"].startswith("Demand-following bound: $")
+
+
+def test_trace_option_with_a_missing_file_names_the_field(capsys, tmp_path):
+    """A trace that cannot be read is exit 1 with the field and the valid choices named."""
+    code = cli.main(["simulate", "--trace", str(tmp_path / "missing.csv")])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "traffic.0.trace.file" in err and "no such file" in err and "azure-conv" in err

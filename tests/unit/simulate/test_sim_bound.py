@@ -1,0 +1,70 @@
+"""The demand-following bound: per tick the least cost of a fleet serving that tick's requests
+within the SLAs, summed; no policy that serves the demand costs less."""
+
+from __future__ import annotations
+
+import datetime
+import pathlib
+
+import pytest
+
+from meridian import catalog
+from meridian.simulate import bound, report, runner, scenario
+from scheduler.control import planner
+from scheduler.solver import throughput
+
+DATA = pathlib.Path(__file__).parent / "data"
+
+
+def _even_trace(path: pathlib.Path) -> pathlib.Path:
+    start = datetime.datetime(2023, 11, 16, 18, 0, 0)
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    rows += [(start + datetime.timedelta(seconds=i)).strftime("%Y-%m-%d %H:%M:%S.%f") + "0,600,250"
+             for i in range(3600)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _tiny(tmp_path: pathlib.Path, rps: float) -> scenario.Scenario:
+    trace_file = _even_trace(tmp_path / "even.csv")
+    data = {"name": "tiny", "specs": [str(DATA / "tiny-specs.yaml")], "hours": 1.0, "warmup_min": 20.0,
+            "traffic": [{"deployment": "chat", "peak_rps": {"na-east": rps},
+                         "trace": {"file": str(trace_file), "diurnal": False, "tokens": "spec"}}]}
+    return scenario.parse(data, tmp_path, "tiny")
+
+
+def test_bound_equals_the_hand_computed_fleet(tmp_path):
+    """At a steady 1.5 requests/s, with one L4 serving 0.587 requests/s within the SLA, every tick
+    needs floor(1.5 / 0.587) = 2 L4 nodes at $0.8048/h: the bound over the hour is 2 x $0.8048,
+    from one distinct demand solved once and proven."""
+    sc = _tiny(tmp_path, 1.5)
+    specs, tr = runner.prepare(sc)
+    view = planner.SpecView.of(specs, 1)
+    cap = throughput.capacity_rps(view.deployments["chat"].spec)
+    assert int(1.5 // cap) == 2
+    price = catalog.instances.default().lookup("aws", "g6.xlarge", "us-east-1").price_per_hour_usd
+    b = bound.compute(view, tr)
+    assert b.proven and b.distinct_demands == 1 and b.ticks == 60
+    assert b.usd == pytest.approx(2 * price, rel=1e-6)
+    assert b.usd_per_hour == pytest.approx(2 * price, rel=1e-6)
+
+
+def test_the_deployments_minimum_holds_below_one_replica_of_demand(tmp_path):
+    """Below one replica's worth of requests the bound is still the deployment's minimum (one L4)."""
+    sc = _tiny(tmp_path, 0.2)
+    specs, tr = runner.prepare(sc)
+    price = catalog.instances.default().lookup("aws", "g6.xlarge", "us-east-1").price_per_hour_usd
+    assert bound.compute(planner.SpecView.of(specs, 1), tr).usd == pytest.approx(price, rel=1e-6)
+
+
+def test_no_policy_that_meets_the_slo_costs_less_than_the_bound(tmp_path):
+    """Every policy run on the tiny scenario that meets the SLO for at least 99% of requests costs
+    at least the bound, which the comparison prints beside the floor (text and JSON)."""
+    cmp = runner.run(_tiny(tmp_path, 1.5), jobs=1)
+    assert cmp.bound is not None
+    met = [r for r in cmp.results if r.total.attainment >= 0.99]
+    assert met, [(r.policy, r.total.attainment) for r in cmp.results]
+    for r in met:
+        assert r.cost_usd >= cmp.bound.usd - 1e-9, r.policy
+    assert "Demand-following bound: $1.61/h" in report.text(cmp)
+    assert report.as_dict(cmp, include_series=False)["demand_bound"]["usd"] == pytest.approx(cmp.bound.usd, abs=1e-3)

@@ -1,0 +1,155 @@
+"""Trace replay in the simulator: recorded arrivals scaled in rate and shifted to each client
+region's local time, tokens taken from the trace, and the scenario fields that ask for it."""
+
+from __future__ import annotations
+
+import datetime
+import pathlib
+
+import numpy as np
+import pytest
+
+from meridian.simulate import defaults, runner, scenario, trace
+
+EXAMPLES = defaults.examples_dir()
+SCENARIOS = EXAMPLES / "scenarios"
+
+
+def _azure_csv(path: pathlib.Path, offsets_s: list[float], prompt: int = 100, output: int = 10) -> pathlib.Path:
+    start = datetime.datetime(2023, 11, 16, 18, 0, 0)
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for t in offsets_s:
+        stamp = (start + datetime.timedelta(seconds=t)).strftime("%Y-%m-%d %H:%M:%S.%f") + "0"
+        rows.append(f"{stamp},{prompt},{output}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _replay_scenario(tmp_path: pathlib.Path, file: str, peak: dict[str, float], **extra) -> scenario.Scenario:
+    data = {"name": "replay", "specs": [str(EXAMPLES / p) for p in defaults.DEFAULT_SPECS], "hours": 2.0,
+            "start_utc_hour": 0.0, "tick_s": 60.0, "control_interval_s": 180.0,
+            "traffic": [{"deployment": "chat-8b", "peak_rps": peak,
+                         "trace": {"file": file, "diurnal": False, **extra}}]}
+    return scenario.parse(data, tmp_path, "replay")
+
+
+def test_replay_counts_per_region_hour_are_the_traces_times_the_scale_shifted_by_the_offset(tmp_path):
+    """A one-hour trace with 120 requests in its first half hour and one at its end, replayed at
+    twice its rate: every region-hour holds 2 x 121 requests, and Mumbai (UTC+5:30) plays it half an
+    hour later than London (UTC+0): its burst falls in the second half of each UTC hour."""
+    times = [i * 15.0 for i in range(120)] + [3599.0]
+    path = _azure_csv(tmp_path / "half.csv", times)
+    mean_rps = 121 / 3600.0
+    sc = _replay_scenario(tmp_path, path.name, {"eu-west": 2 * mean_rps, "ap-south": 2 * mean_rps})
+    tr = trace.build(sc)
+    col = {s.client_region: i for i, s in enumerate(tr.streams)}
+    for region in ("eu-west", "ap-south"):
+        per_hour = tr.arrivals[:, col[region]].reshape(2, 60).sum(axis=1)
+        assert per_hour.tolist() == [242, 242]
+        assert tr.replays[col[region]][1] == pytest.approx(2.0)
+    london = tr.arrivals[:60, col["eu-west"]]
+    mumbai = tr.arrivals[:60, col["ap-south"]]
+    assert london[:30].sum() == 240 and london[30:].sum() == 2
+    assert mumbai[:30].sum() == 2 and mumbai[30:].sum() == 240
+    assert np.array_equal(np.roll(london, 30), mumbai)
+
+
+def test_fractional_scale_keeps_the_count_within_one_request(tmp_path):
+    """Scaled by 0.3, a region replays 0.3 x the recorded requests over any whole span (the fraction
+    is carried from tick to tick, never lost)."""
+    path = _azure_csv(tmp_path / "even.csv", [i * 1.0 for i in range(3600)])
+    sc = _replay_scenario(tmp_path, path.name, {"na-east": 0.3})
+    tr = trace.build(sc)
+    assert tr.arrivals.shape == (120, 1)
+    assert abs(int(tr.arrivals.sum()) - round(0.3 * 7200)) <= 1
+    assert tr.arrivals.min() >= 17 and tr.arrivals.max() <= 19
+
+
+def test_diurnal_replay_follows_the_day_and_tiles_the_hour(tmp_path):
+    """With ``diurnal: true`` the replayed hour repeats over the day and each region's hourly count
+    follows its local day: at the local peak the mean rate is ``peak_rps``, at the trough a quarter."""
+    path = _azure_csv(tmp_path / "even.csv", [i * 1.0 for i in range(3600)])
+    data = {"name": "replay", "specs": [str(EXAMPLES / p) for p in defaults.DEFAULT_SPECS], "hours": 24.0,
+            "traffic": [{"deployment": "chat-8b", "peak_rps": {"eu-west": 2.0}, "peak_local_hour": 14.0,
+                         "trough_share": 0.25, "trace": {"file": path.name}}]}
+    tr = trace.build(scenario.parse(data, tmp_path, "replay"))
+    hourly = tr.arrivals[:, 0].reshape(24, 60).sum(axis=1) / 3600.0
+    assert hourly[14] == pytest.approx(2.0, rel=0.01)
+    assert hourly[2] == pytest.approx(0.5, rel=0.02)
+    assert hourly.argmax() in (13, 14)
+
+
+def test_replayed_deployment_serves_the_traces_tokens(tmp_path):
+    """``tokens: trace`` sets the deployment's workload to the trace's mean prompt and output
+    tokens, for the scheduler and the replicas alike; ``tokens: spec`` keeps the spec's."""
+    path = _azure_csv(tmp_path / "t.csv", [0.0, 30.0, 59.0], prompt=900, output=40)
+    sc = _replay_scenario(tmp_path, path.name, {"na-east": 1.0})
+    specs, tr = runner.prepare(sc)
+    chat = next(d for d in specs.of_kind("ModelDeployment") if d.metadata.name == "chat-8b")
+    assert (chat.spec.workload.prompt_tokens_mean, chat.spec.workload.output_tokens_mean) == (900, 40)
+    kept, _ = runner.prepare(_replay_scenario(tmp_path, path.name, {"na-east": 1.0}, tokens="spec"))
+    chat = next(d for d in kept.of_kind("ModelDeployment") if d.metadata.name == "chat-8b")
+    assert chat.spec.workload.prompt_tokens_mean == 600
+
+
+def test_shipped_trace_names_resolve_by_short_name_and_file_stem(tmp_path):
+    """``azure-conv`` and ``azure-llm-2023-conv`` name the same shipped file: the one-hour
+    conversation trace (19,366 requests, the last at 3,501.7 s: it repeats every 3,540 s)."""
+    for name in ("azure-conv", "azure-llm-2023-conv"):
+        rec = trace.recorded(scenario.Scenario.trace_path(
+            _replay_scenario(tmp_path, name, {"na-east": 1.0}), scenario.TraceReplay(file=name)))
+        assert len(rec.arrival_s) == 19_366 and rec.period_s == 3540.0
+
+
+def test_bad_trace_fields_name_the_field(tmp_path):
+    """A missing trace file, an unknown format and a bad ``tokens`` value are scenario errors that
+    name ``traffic.0.trace``'s field and what would be valid."""
+    with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.file: .*nope\.csv.*no such file.*azure-conv"):
+        _replay_scenario(tmp_path, "nope.csv", {"na-east": 1.0})
+    with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.file: .*unknown trace format"):
+        _replay_scenario(tmp_path, "trace.txt", {"na-east": 1.0})
+    with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.tokens"):
+        _replay_scenario(tmp_path, "azure-conv", {"na-east": 1.0}, tokens="recorded")
+    with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.scale: Extra inputs"):
+        _replay_scenario(tmp_path, "azure-conv", {"na-east": 1.0}, scale=2)
+
+
+def test_trace_override_replays_the_file_for_every_traffic_entry():
+    """``--trace NAME`` (``with_overrides(trace=...)``) puts the trace on every traffic entry of the
+    scenario, keeping its rates; an unknown file is an error naming the field."""
+    sc = scenario.load("default").with_overrides(hours=1, trace="mooncake")
+    assert [t.trace.file for t in sc.traffic] == ["mooncake"] * 3
+    assert sc.traffic[0].peak_rps == scenario.load("default").traffic[0].peak_rps
+    with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.file"):
+        scenario.load("default").with_overrides(trace="/nonexistent/x.jsonl")
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_scenario_files_are_valid(path):
+    """Every scenario in examples/scenarios/ parses, its traces resolve and its names exist in its
+    specs (what ``meridian simulate --scenario FILE`` checks before running)."""
+    sc = scenario.load(str(path))
+    sc.check_against(sc.load_specs())
+    assert sc.ticks > 0
+
+
+def test_default_scenario_file_is_the_built_in_day():
+    """examples/scenarios/default.yaml is the built-in default day, field for field."""
+    from_file = scenario.load(str(SCENARIOS / "default.yaml"))
+    built_in = scenario.load("default")
+    assert from_file.model_dump(exclude={"base_dir", "specs"}) == built_in.model_dump(exclude={"base_dir", "specs"})
+    assert [p.resolve() for p in from_file.spec_paths()] == [p.resolve() for p in built_in.spec_paths()]
+
+
+def test_skyserve_like_fleet_may_run_wholly_on_spot():
+    """The SkyServe-like scenario's fleet: every deployment allows spot without a share cap, the
+    capacity policy neither caps spot nor holds a reserved node, and spot H100 pools exist."""
+    sc = scenario.load(str(SCENARIOS / "skyserve-like.yaml"))
+    specs = sc.load_specs()
+    for d in specs.of_kind("ModelDeployment"):
+        assert d.spec.placement.spot.allowed and d.spec.placement.spot.max_share == 1.0
+    policy = specs.of_kind("CapacityPolicy")[0].spec
+    assert not policy.reserved and policy.spot.max_share == 1.0
+    spot_h100 = [p for c in specs.of_kind("Cluster") for p in c.spec.pools
+                 if p.tier == "spot" and p.instance_type in ("p5.48xlarge", "a3-highgpu-8g")]
+    assert len(spot_h100) == 3
