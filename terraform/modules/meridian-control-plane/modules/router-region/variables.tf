@@ -33,12 +33,7 @@ variable "namespace" {
 }
 
 variable "hostname" {
-  description = "Public DNS name of this region's endpoint (in the router certificate)."
-  type        = string
-}
-
-variable "certificate_issuer" {
-  description = "cert-manager ClusterIssuer of the router certificate on this cluster (e.g. an ACME issuer for a public name)."
+  description = "Public DNS name of this region's endpoint (point it at the Service's load balancer)."
   type        = string
 }
 
@@ -55,6 +50,7 @@ variable "scheduler_ca_pem" {
 variable "router_token_secret" {
   description = "Name of the Kubernetes Secret (key token) in the namespace that holds the router token; the caller creates it from its cloud's secret store."
   type        = string
+  default     = "meridian-router-token"
 }
 
 variable "load_balancer_annotations" {
@@ -64,6 +60,6 @@ variable "load_balancer_annotations" {
 }
 
 variable "manifests_path" {
-  description = "Path to the repository's deploy/kubernetes directory (the router overlay is under control-plane/overlays/router)."
+  description = "Path to the repository's deploy/kubernetes directory (this module applies its overlays/router)."
   type        = string
 }
