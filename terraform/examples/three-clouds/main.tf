@@ -95,12 +95,14 @@ module "routers_na_east" {
   source = "../../modules/meridian-control-plane/modules/router-region"
   providers = {
     kubernetes    = kubernetes.aws_use1
+    kubectl       = kubectl.aws_use1
     kustomization = kustomization.aws_use1
   }
 
   client_region             = "na-east"
   image                     = var.control_plane_image
   hostname                  = "na-east.${var.endpoint_domain}"
+  certificate_issuer        = var.router_certificate_issuer
   scheduler_address         = module.control_plane.scheduler_address
   scheduler_ca_pem          = module.control_plane.ca_pem
   router_token_secret       = "meridian-router-token"
@@ -112,12 +114,14 @@ module "routers_eu_west" {
   source = "../../modules/meridian-control-plane/modules/router-region"
   providers = {
     kubernetes    = kubernetes.aws_euw1
+    kubectl       = kubectl.aws_euw1
     kustomization = kustomization.aws_euw1
   }
 
   client_region             = "eu-west"
   image                     = var.control_plane_image
   hostname                  = "eu-west.${var.endpoint_domain}"
+  certificate_issuer        = var.router_certificate_issuer
   scheduler_address         = module.control_plane.scheduler_address
   scheduler_ca_pem          = module.control_plane.ca_pem
   router_token_secret       = "meridian-router-token"
@@ -129,12 +133,14 @@ module "routers_ap_northeast" {
   source = "../../modules/meridian-control-plane/modules/router-region"
   providers = {
     kubernetes    = kubernetes.gcp_ane1
+    kubectl       = kubectl.gcp_ane1
     kustomization = kustomization.gcp_ane1
   }
 
   client_region             = "ap-northeast"
   image                     = var.control_plane_image
   hostname                  = "ap-northeast.${var.endpoint_domain}"
+  certificate_issuer        = var.router_certificate_issuer
   scheduler_address         = module.control_plane.scheduler_address
   scheduler_ca_pem          = module.control_plane.ca_pem
   router_token_secret       = "meridian-router-token"

@@ -284,3 +284,19 @@ provider "kubectl" {
   token                  = data.aws_eks_cluster_auth.aws_use1.token
   load_config_file       = false
 }
+
+provider "kubectl" {
+  alias                  = "aws_euw1"
+  host                   = module.aws_euw1.cluster_endpoint
+  cluster_ca_certificate = base64decode(module.aws_euw1.cluster_ca_certificate)
+  token                  = data.aws_eks_cluster_auth.aws_euw1.token
+  load_config_file       = false
+}
+
+provider "kubectl" {
+  alias                  = "gcp_ane1"
+  host                   = "https://${module.gcp_ane1.cluster_endpoint}"
+  cluster_ca_certificate = base64decode(module.gcp_ane1.cluster_ca_certificate)
+  token                  = data.google_client_config.current.access_token
+  load_config_file       = false
+}

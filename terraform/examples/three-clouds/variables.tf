@@ -18,6 +18,12 @@ variable "endpoint_domain" {
   type        = string
 }
 
+variable "router_certificate_issuer" {
+  description = "cert-manager ClusterIssuer on the router clusters for the public endpoint certificates."
+  type        = string
+  default     = "letsencrypt"
+}
+
 variable "admin_token_secret_arn" {
   description = "Secrets Manager (us-east-1) secret of the admin token."
   type        = string

@@ -5,8 +5,8 @@
 # Why not the clouds' own certificates: ACM certificates cannot be exported to a pod (the scheduler
 # terminates TLS itself, for mutual TLS), Google-managed certificates exist only on HTTP(S) load
 # balancers (routers sit behind L4 regional load balancers, for streaming and latency), and Key
-# Vault certificates would need a CSI driver on AKS only. Routers serve plain HTTP (the router has no
-# TLS listener): their public names' TLS ends in front of them (modules/router-region).
+# Vault certificates would need a CSI driver on AKS only. Routers' public certificates come from the
+# ClusterIssuer each router region names (e.g. an ACME issuer): modules/router-region.
 
 resource "helm_release" "cert_manager" {
   name             = "cert-manager"

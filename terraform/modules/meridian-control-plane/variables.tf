@@ -114,7 +114,7 @@ variable "manifests_path" {
 }
 
 variable "cert_manager_version" {
-  description = "Chart version of cert-manager (issues the scheduler's certificate)."
+  description = "Chart version of cert-manager (issues the scheduler's and routers' certificates)."
   type        = string
   default     = "v1.16.2"
 }

@@ -6,14 +6,14 @@
 # renders these patches on the real overlay and fails on any name, key or mount that is not there):
 # the overlay's generated ConfigMap meridian-router-config (mounted at /etc/meridian/router) is
 # replaced by this region's settings (the overlay's own, with the region, the scheduler's address
-# and its CA); the container `router` gets `image`; its volume scheduler-token reads the Secret
-# router_token_secret (key token).
-#
-# The routers serve plain HTTP (the router has no TLS listener): terminate TLS for the public name in
-# front of them, with the load balancer's annotations or an ingress (docs/operations.md).
+# and its CA, and HTTPS from the certificate cert-manager keeps in the Secret meridian-router-tls,
+# mounted at /etc/meridian/secrets/tls; the router reloads it when renewed); the container `router`
+# gets `image` and HTTPS probes; its volume scheduler-token reads the Secret router_token_secret
+# (key token); the Service serves port 443.
 
 locals {
   config_dir = "/etc/meridian/router"
+  tls_dir    = "/etc/meridian/secrets/tls"
   # base/router/router-config.yaml, with this region's values.
   router_config = {
     listen_host           = "0.0.0.0"
@@ -22,6 +22,8 @@ locals {
     region                = var.client_region
     scheduler_address     = var.scheduler_address
     scheduler_tls_ca_file = "${local.config_dir}/scheduler-ca.crt"
+    tls_cert_file         = "${local.tls_dir}/tls.crt"
+    tls_key_file          = "${local.tls_dir}/tls.key"
     lkg_store             = "file"
     lkg_path              = "/var/lib/meridian/router/lkg.json"
   }
@@ -32,6 +34,20 @@ resource "kubernetes_namespace" "this" {
     name   = var.namespace
     labels = { "app.kubernetes.io/part-of" = "meridian", "meridian.dev/client-region" = var.client_region }
   }
+}
+
+resource "kubectl_manifest" "certificate" {
+  yaml_body = yamlencode({
+    apiVersion = "cert-manager.io/v1"
+    kind       = "Certificate"
+    metadata   = { name = "meridian-router", namespace = kubernetes_namespace.this.metadata[0].name }
+    spec = {
+      secretName = "meridian-router-tls"
+      dnsNames   = [var.hostname]
+      privateKey = { algorithm = "ECDSA", size = 256, rotationPolicy = "Always" }
+      issuerRef  = { kind = "ClusterIssuer", name = var.certificate_issuer }
+    }
+  })
 }
 
 data "kustomization_overlay" "router" {
@@ -59,8 +75,17 @@ data "kustomization_overlay" "router" {
       spec = {
         replicas = var.replicas
         template = { spec = {
-          containers = [{ name = "router", image = var.image }]
-          volumes    = [{ name = "scheduler-token", secret = { secretName = var.router_token_secret } }]
+          containers = [{
+            name           = "router"
+            image          = var.image
+            readinessProbe = { httpGet = { scheme = "HTTPS" } }
+            livenessProbe  = { httpGet = { scheme = "HTTPS" } }
+            volumeMounts   = [{ name = "tls", mountPath = local.tls_dir, readOnly = true }]
+          }]
+          volumes = [
+            { name = "scheduler-token", secret = { secretName = var.router_token_secret } },
+            { name = "tls", secret = { secretName = "meridian-router-tls", defaultMode = 288 } },
+          ]
         } }
       }
     })
@@ -77,9 +102,18 @@ data "kustomization_overlay" "router" {
       metadata   = { name = "meridian-router", annotations = var.load_balancer_annotations }
     })
   }
+
+  patches {
+    target {
+      kind = "Service"
+      name = "meridian-router"
+    }
+    patch = yamlencode([{ op = "replace", path = "/spec/ports/0/port", value = 443 }])
+  }
 }
 
 resource "kustomization_resource" "router" {
-  for_each = data.kustomization_overlay.router.ids
-  manifest = data.kustomization_overlay.router.manifests[each.value]
+  for_each   = data.kustomization_overlay.router.ids
+  manifest   = data.kustomization_overlay.router.manifests[each.value]
+  depends_on = [kubectl_manifest.certificate]
 }

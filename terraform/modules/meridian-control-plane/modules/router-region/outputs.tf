@@ -1,6 +1,6 @@
 output "endpoint" {
-  description = "URL of this region's OpenAI-compatible endpoint (point hostname's DNS record at the Service's load balancer); http: the routers serve no TLS themselves."
-  value       = "http://${var.hostname}/v1"
+  description = "https URL of this region's OpenAI-compatible endpoint (point hostname's DNS record at the Service's load balancer)."
+  value       = "https://${var.hostname}/v1"
 }
 
 output "namespace" {

@@ -33,7 +33,12 @@ variable "namespace" {
 }
 
 variable "hostname" {
-  description = "Public DNS name of this region's endpoint (point it at the Service's load balancer)."
+  description = "Public DNS name of this region's endpoint (in the router certificate; point it at the Service's load balancer)."
+  type        = string
+}
+
+variable "certificate_issuer" {
+  description = "cert-manager ClusterIssuer of the router certificate on this cluster (e.g. an ACME issuer for a public name)."
   type        = string
 }
 

@@ -5,6 +5,10 @@ terraform {
       source  = "hashicorp/kubernetes"
       version = "~> 2.35.0"
     }
+    kubectl = {
+      source  = "alekc/kubectl"
+      version = "~> 2.1.3"
+    }
     kustomization = {
       source  = "kbst/kustomization"
       version = "~> 0.9.6"
