@@ -335,7 +335,7 @@ def test_every_secret_and_config_map_terraform_creates_is_read(directory, overri
     namespace fails the test above)."""
     r = rendered(directory, overrides)
     read: dict[tuple[str, str], set[str]] = {}
-    for obj, c, _where, path, mounts in _file_references(r):
+    for _obj, _c, _where, path, mounts in _file_references(r):
         volume, key = _backing(path, mounts)
         if volume and key:
             source = ("Secret", volume["secret"]["secretName"]) if "secret" in volume else \
@@ -457,7 +457,7 @@ def test_each_gpu_cluster_reads_its_own_token_and_the_scheduler_gets_every_diges
     scope = evaluate.scope(example)
     (digests,) = evaluate.console([scope.hcl(control["cluster_token_digests"])])
     assert digests == {args["cluster_id"]: f"<module.{name}.agent_token_digest>" for name, args in gpu.items()}
-    for name, args in gpu.items():
+    for name in gpu:
         target = example.call_target(name)
         assert target.outputs["agent_token_digest"].get("sensitive") is True
         assert "kubernetes_secret.agent_token" in str(target.outputs["agent_token_digest"]["value"])
