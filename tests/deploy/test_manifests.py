@@ -68,8 +68,10 @@ def matches(selector: dict, labels: dict) -> bool:
 
 
 def test_overlays_cover_the_control_plane_and_each_clouds_agent():
-    """There is an overlay for the control plane (in-cluster and load-balanced) and an agent per cloud."""
-    assert set(OVERLAYS) == {"control-plane", "control-plane-loadbalancer", "agent-eks", "agent-gke", "agent-aks"}
+    """There is an overlay for the control plane (in-cluster and load-balanced), for the scheduler and
+    the routers apart (other clusters' agents and routers reach them), and an agent per cloud."""
+    assert set(OVERLAYS) == {"control-plane", "control-plane-loadbalancer", "scheduler", "router",
+                             "agent-eks", "agent-gke", "agent-aks"}
 
 
 @pytest.mark.parametrize("version", SCHEMA_VERSIONS)
@@ -96,6 +98,8 @@ def test_no_secret_in_args_or_env_values(rendered, overlay):
                     f"{overlay}: {obj['metadata']['name']}/{c['name']}: {arg!r} passes a secret on the command line"
             assert not re.search(r"://[^/\s:@]+:[^/\s@]+@", arg), f"{overlay}: credentials in a URL: {arg!r}"
         for env in c.get("env", []):
+            assert not re.search(r"://[^/\s:@]*:[^/\s@]+@", env.get("value", "")), \
+                f"{overlay}: {c['name']}: env {env['name']} holds credentials in a URL"
             if SECRET_WORDS.search(env["name"]):
                 assert "value" not in env, f"{overlay}: {c['name']}: env {env['name']} holds a literal secret"
 
@@ -299,6 +303,18 @@ def test_loadbalancer_overlay_exposes_routers_and_the_scheduler_grpc_only(render
     assert {s["metadata"]["name"] for s in lbs} == {"meridian-router", "meridian-scheduler-grpc"}
     assert all(p["port"] != 7071 for s in lbs for p in s["spec"]["ports"])
     assert not any(s["spec"].get("type") == "LoadBalancer" for s in by_kind(rendered["control-plane"], "Service"))
+
+
+def test_scheduler_and_router_overlays_split_the_control_plane(rendered):
+    """The scheduler overlay and the router overlay are the two halves of the load-balanced control
+    plane: together the same objects, the scheduler's holding no router and the router's no scheduler
+    or Redis."""
+    def names(overlay: str) -> set[tuple[str, str]]:
+        return {(o["kind"], o["metadata"]["name"]) for o in rendered[overlay]}
+    assert names("scheduler") | names("router") == names("control-plane-loadbalancer")
+    assert not names("scheduler") & names("router")
+    assert not any("router" in name for _kind, name in names("scheduler"))
+    assert not any("scheduler" in name or "redis" in name for _kind, name in names("router"))
 
 
 def test_redis_and_replicas_are_fenced_by_network_policies(rendered):

@@ -82,7 +82,7 @@ def test_the_azure_clusters_agents_size_agent_pools():
     for call in calls:
         doc = {"apiVersion": "meridian/v1", "kind": "Cluster", "metadata": {"name": call["cluster_id"]}, "spec": {
             "cloud": "azure", "region": call["location"], "zone": call["zone"], "provider": generated["provider"],
-            "auth": {"token_file": "/var/run/secrets/meridian/token"},
+            "auth": {"token_file": "/etc/meridian/secrets/agent/token"},
             "azure": {"subscription_id": "00000000-0000-0000-0000-000000000000", "resource_group": "meridian",
                       "aks_cluster": f"meridian-{call['cluster_id']}"},
             "pools": [{"name": p["name"], "instance_type": p["instance_type"], "tier": p["tier"],

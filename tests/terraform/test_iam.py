@@ -166,14 +166,20 @@ def gcp_calls() -> tuple[set[str], set[str]]:
     """(ClusterManager RPC names, Compute operation names) the gcp provider calls."""
     rpcs: set[str] = set()
     compute: set[str] = set()
-    for node in ast.walk(_tree("gcp.py")):
+    tree = _tree("gcp.py")
+    compute_api_self_calls = {n for cls in tree.body if isinstance(cls, ast.ClassDef) and cls.name == "ComputeApi"
+                              for n in ast.walk(cls) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                              and n.func.attr == "call" and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"}
+    for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
         if node.func.attr == "_call" and _self_attr(node.func) == "_call" and len(node.args) >= 2:
             method = node.args[1]
             assert isinstance(method, ast.Constant), ast.dump(node)
             rpcs.add(method.value)
-        if node.func.attr == "call" and _self_attr(node.func.value) == "_compute":
+        # Compute REST calls: self._compute.call(...) from the provider, self.call(...) inside
+        # ComputeApi itself (its paged listManagedInstances).
+        if node.func.attr == "call" and (_self_attr(node.func.value) == "_compute" or node in compute_api_self_calls):
             operation = node.args[2]
             assert isinstance(operation, ast.Constant), ast.dump(node)
             compute.add(operation.value)

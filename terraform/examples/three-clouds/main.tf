@@ -18,7 +18,8 @@ module "control_plane" {
   subnet_ids                = var.aws_subnet_ids["aws-use1"]
   cluster_security_group_id = var.aws_cluster_security_group_ids["aws-use1"]
   admin_token_secret_arn    = var.admin_token_secret_arn
-  tokens_file_secret_arn    = var.tokens_file_secret_arn
+  cluster_token_digests     = local.cluster_token_digests
+  router_token_digests      = [for r in values(local.routers) : "sha256:${sha256(r.token)}"]
   manifests_path            = local.manifests
 }
 
@@ -42,6 +43,19 @@ locals {
     "na-east"      = { token = data.aws_secretsmanager_secret_version.router_token_na_east.secret_string }
     "eu-west"      = { token = data.aws_secretsmanager_secret_version.router_token_eu_west.secret_string }
     "ap-northeast" = { token = data.google_secret_manager_secret_version.router_token_ap_northeast.secret_data }
+  }
+  # One token per cluster: each GPU cluster module reads its own from its cloud's secret store and
+  # hands on only its digest, which is all the scheduler's tokens file holds.
+  cluster_token_digests = {
+    "aws-use1"   = module.aws_use1.agent_token_digest
+    "aws-euw1"   = module.aws_euw1.agent_token_digest
+    "aws-aps1"   = module.aws_aps1.agent_token_digest
+    "gcp-usc1"   = module.gcp_usc1.agent_token_digest
+    "gcp-euw4"   = module.gcp_euw4.agent_token_digest
+    "gcp-ane1"   = module.gcp_ane1.agent_token_digest
+    "azure-eus2" = module.azure_eus2.agent_token_digest
+    "azure-weu"  = module.azure_weu.agent_token_digest
+    "azure-jpe"  = module.azure_jpe.agent_token_digest
   }
   nlb = {
     "service.beta.kubernetes.io/aws-load-balancer-type"            = "external"

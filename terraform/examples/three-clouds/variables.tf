@@ -29,11 +29,6 @@ variable "admin_token_secret_arn" {
   type        = string
 }
 
-variable "tokens_file_secret_arn" {
-  description = "Secrets Manager (us-east-1) secret of the scheduler's tokens file."
-  type        = string
-}
-
 variable "router_token_secret_arns" {
   description = "Secrets Manager secrets of the router tokens of the AWS-hosted router regions (na-east, eu-west)."
   type        = map(string)

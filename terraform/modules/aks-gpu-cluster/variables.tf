@@ -143,7 +143,7 @@ variable "replica_image" {
 }
 
 variable "manifests_path" {
-  description = "Path to the repository's deploy/kubernetes directory (the agent overlay for AKS is under agent/overlays/aks)."
+  description = "Path to the repository's deploy/kubernetes directory (this module applies its overlays/agent-aks)."
   type        = string
 }
 

@@ -1,15 +1,17 @@
 # The Meridian agent of this cluster: its IAM role (IRSA, least privilege: iam.tf), its token from
-# AWS Secrets Manager, its Cluster spec, and the agent overlay of deploy/kubernetes/ for EKS.
+# AWS Secrets Manager, its Cluster spec, and the overlay deploy/kubernetes/overlays/agent-eks.
 #
-# Contract with deploy/kubernetes/agent (k8s-pack's manifests): a ServiceAccount and a Deployment
-# named meridian-agent; the Deployment mounts the ConfigMap meridian-agent-cluster at /etc/meridian
-# (keys cluster.yaml, scheduler-ca.crt) and the Secret meridian-agent-token at
-# /var/run/secrets/meridian (key token); the overlay holds no Namespace object.
+# How the overlay is used (docs/kubernetes.md, "Terraform"; tests/terraform/test_manifest_contract.py
+# renders these patches on the real overlay and fails on any name, key or mount that is not there):
+# the overlay's generated ConfigMap meridian-agent-cluster (mounted at /etc/meridian/cluster) is
+# replaced by this cluster's spec and the scheduler's CA; the ServiceAccount meridian-agent gets
+# this cluster's IAM role; the container `agent` gets agent_image; the Secret meridian-agent-token
+# (key token, mounted at /etc/meridian/secrets/agent) and the namespace are created here, as the
+# overlay expects them to exist.
 
 locals {
-  token_path = "/var/run/secrets/meridian/token"
-  ca_path    = "/etc/meridian/scheduler-ca.crt"
-  image      = regex("^(?P<name>[^@]+?)(?::(?P<tag>[A-Za-z0-9_.-]+))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$", var.agent_image)
+  token_path = "/etc/meridian/secrets/agent/token"
+  ca_path    = "/etc/meridian/cluster/scheduler-ca.crt"
   cluster_spec = {
     apiVersion = "meridian/v1"
     kind       = "Cluster"
@@ -22,6 +24,8 @@ locals {
       aws       = { account_id = data.aws_caller_identity.current.account_id }
       auth      = { token_file = local.token_path }
       scheduler = { address = var.scheduler_address, tls = { ca_file = local.ca_path } }
+      # As the Deployment runs it: status port 9090 (its probes) on the pod's interfaces, state on the PVC.
+      agent = { metrics_port = 9090, advertise_host = "0.0.0.0", state_dir = "/var/lib/meridian/agent" }
       pools = [for p in var.pools : {
         name          = p.name
         instance_type = p.instance_type
@@ -61,27 +65,17 @@ resource "kubernetes_secret" "agent_token" {
   data = { token = data.aws_secretsmanager_secret_version.agent_token.secret_string }
 }
 
-resource "kubernetes_config_map" "agent" {
-  metadata {
-    name      = "meridian-agent-cluster"
-    namespace = kubernetes_namespace.meridian.metadata[0].name
-    labels    = { "app.kubernetes.io/part-of" = "meridian", "app.kubernetes.io/managed-by" = "terraform" }
-  }
-  data = {
-    "cluster.yaml"     = yamlencode(local.cluster_spec)
-    "scheduler-ca.crt" = var.scheduler_ca_pem
-  }
-}
-
 data "kustomization_overlay" "agent" {
-  resources = ["${var.manifests_path}/agent/overlays/eks"]
+  resources = ["${var.manifests_path}/overlays/agent-eks"]
   namespace = var.namespace
 
-  images {
-    name     = "meridian"
-    new_name = local.image.name
-    new_tag  = local.image.tag
-    digest   = local.image.digest
+  config_map_generator {
+    name     = "meridian-agent-cluster"
+    behavior = "replace"
+    literals = [
+      "cluster.yaml=${yamlencode(local.cluster_spec)}",
+      "scheduler-ca.crt=${var.scheduler_ca_pem}",
+    ]
   }
 
   patches {
@@ -98,11 +92,23 @@ data "kustomization_overlay" "agent" {
       }
     })
   }
+
+  patches {
+    target {
+      kind = "Deployment"
+      name = "meridian-agent"
+    }
+    patch = yamlencode({
+      apiVersion = "apps/v1"
+      kind       = "Deployment"
+      metadata   = { name = "meridian-agent" }
+      spec       = { template = { spec = { containers = [{ name = "agent", image = var.agent_image }] } } }
+    })
+  }
 }
 
 resource "kustomization_resource" "agent" {
-  for_each = data.kustomization_overlay.agent.ids
-  manifest = data.kustomization_overlay.agent.manifests[each.value]
-  depends_on = [kubernetes_secret.agent_token, kubernetes_config_map.agent, helm_release.nvidia_device_plugin,
-  helm_release.node_termination_handler]
+  for_each   = data.kustomization_overlay.agent.ids
+  manifest   = data.kustomization_overlay.agent.manifests[each.value]
+  depends_on = [kubernetes_secret.agent_token, helm_release.nvidia_device_plugin, helm_release.node_termination_handler]
 }

@@ -130,7 +130,7 @@ variable "replica_image" {
 }
 
 variable "manifests_path" {
-  description = "Path to the repository's deploy/kubernetes directory (the agent overlay for EKS is under agent/overlays/eks)."
+  description = "Path to the repository's deploy/kubernetes directory (this module applies its overlays/agent-eks)."
   type        = string
 }
 

@@ -1,11 +1,10 @@
 # The Meridian agent of this cluster: token from GCP Secret Manager, its Cluster spec, the agent
 # overlay of deploy/kubernetes/ for GKE, and its ServiceAccount annotated for Workload Identity.
-# Contract with deploy/kubernetes/agent: as in modules/eks-gpu-cluster/agent.tf.
+# How the overlay deploy/kubernetes/overlays/agent-gke is used: as in modules/eks-gpu-cluster/agent.tf.
 
 locals {
-  token_path = "/var/run/secrets/meridian/token"
-  ca_path    = "/etc/meridian/scheduler-ca.crt"
-  image      = regex("^(?P<name>[^@]+?)(?::(?P<tag>[A-Za-z0-9_.-]+))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$", var.agent_image)
+  token_path = "/etc/meridian/secrets/agent/token"
+  ca_path    = "/etc/meridian/cluster/scheduler-ca.crt"
   cluster_spec = {
     apiVersion = "meridian/v1"
     kind       = "Cluster"
@@ -18,6 +17,8 @@ locals {
       gcp       = { project = var.project, location = var.region, gke_cluster = google_container_cluster.this.name }
       auth      = { token_file = local.token_path }
       scheduler = { address = var.scheduler_address, tls = { ca_file = local.ca_path } }
+      # As the Deployment runs it: status port 9090 (its probes) on the pod's interfaces, state on the PVC.
+      agent = { metrics_port = 9090, advertise_host = "0.0.0.0", state_dir = "/var/lib/meridian/agent" }
       pools = [for p in var.pools : {
         name          = p.name
         instance_type = p.instance_type
@@ -58,27 +59,17 @@ resource "kubernetes_secret" "agent_token" {
   data = { token = data.google_secret_manager_secret_version.agent_token.secret_data }
 }
 
-resource "kubernetes_config_map" "agent" {
-  metadata {
-    name      = "meridian-agent-cluster"
-    namespace = kubernetes_namespace.meridian.metadata[0].name
-    labels    = { "app.kubernetes.io/part-of" = "meridian", "app.kubernetes.io/managed-by" = "terraform" }
-  }
-  data = {
-    "cluster.yaml"     = yamlencode(local.cluster_spec)
-    "scheduler-ca.crt" = var.scheduler_ca_pem
-  }
-}
-
 data "kustomization_overlay" "agent" {
-  resources = ["${var.manifests_path}/agent/overlays/gke"]
+  resources = ["${var.manifests_path}/overlays/agent-gke"]
   namespace = var.namespace
 
-  images {
-    name     = "meridian"
-    new_name = local.image.name
-    new_tag  = local.image.tag
-    digest   = local.image.digest
+  config_map_generator {
+    name     = "meridian-agent-cluster"
+    behavior = "replace"
+    literals = [
+      "cluster.yaml=${yamlencode(local.cluster_spec)}",
+      "scheduler-ca.crt=${var.scheduler_ca_pem}",
+    ]
   }
 
   patches {
@@ -95,10 +86,23 @@ data "kustomization_overlay" "agent" {
       }
     })
   }
+
+  patches {
+    target {
+      kind = "Deployment"
+      name = "meridian-agent"
+    }
+    patch = yamlencode({
+      apiVersion = "apps/v1"
+      kind       = "Deployment"
+      metadata   = { name = "meridian-agent" }
+      spec       = { template = { spec = { containers = [{ name = "agent", image = var.agent_image }] } } }
+    })
+  }
 }
 
 resource "kustomization_resource" "agent" {
   for_each   = data.kustomization_overlay.agent.ids
   manifest   = data.kustomization_overlay.agent.manifests[each.value]
-  depends_on = [kubernetes_secret.agent_token, kubernetes_config_map.agent, google_service_account_iam_member.agent_workload_identity]
+  depends_on = [kubernetes_secret.agent_token, google_service_account_iam_member.agent_workload_identity]
 }

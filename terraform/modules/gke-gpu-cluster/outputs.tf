@@ -33,3 +33,9 @@ output "cluster_spec_yaml" {
   description = "The agent's Cluster spec as installed (apply it to the scheduler too)."
   value       = yamlencode(local.cluster_spec)
 }
+
+output "agent_token_digest" {
+  description = "sha256:<hex> digest of this cluster's agent token, for the scheduler's tokens file (the control plane module's cluster_token_digests); sensitive because the token is."
+  value       = "sha256:${sha256(kubernetes_secret.agent_token.data.token)}"
+  sensitive   = true
+}

@@ -160,7 +160,7 @@ variable "replica_image" {
 }
 
 variable "manifests_path" {
-  description = "Path to the repository's deploy/kubernetes directory (the agent overlay for GKE is under agent/overlays/gke)."
+  description = "Path to the repository's deploy/kubernetes directory (this module applies its overlays/agent-gke)."
   type        = string
 }
 

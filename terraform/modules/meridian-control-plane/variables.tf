@@ -84,17 +84,32 @@ variable "cluster_security_group_id" {
 }
 
 variable "admin_token_secret_arn" {
-  description = "Secrets Manager secret holding the admin API token(s) (the file --admin-token-file reads)."
+  description = "Secrets Manager secret holding the admin API token (the file --admin-token-file reads)."
   type        = string
 }
 
-variable "tokens_file_secret_arn" {
-  description = "Secrets Manager secret holding the scheduler's tokens file (YAML: clusters: {id: sha256:...}, routers: [sha256:...])."
-  type        = string
+variable "cluster_token_digests" {
+  description = "Cluster id -> sha256:<hex> digest of its agent token (each GPU cluster module's agent_token_digest output): the tokens file's clusters."
+  type        = map(string)
+  sensitive   = true
+  validation {
+    condition     = length(var.cluster_token_digests) > 0 && alltrue([for d in values(var.cluster_token_digests) : can(regex("^sha256:[0-9a-f]{64}$", d))])
+    error_message = "cluster_token_digests: at least one cluster, each value sha256: and 64 hex digits."
+  }
+}
+
+variable "router_token_digests" {
+  description = "sha256:<hex> digests of the router tokens (one per router region; old and new side by side while rotating): the tokens file's routers."
+  type        = list(string)
+  sensitive   = true
+  validation {
+    condition     = alltrue([for d in var.router_token_digests : can(regex("^sha256:[0-9a-f]{64}$", d))])
+    error_message = "router_token_digests: each sha256: and 64 hex digits."
+  }
 }
 
 variable "manifests_path" {
-  description = "Path to the repository's deploy/kubernetes directory (the scheduler overlay is under control-plane/overlays/scheduler)."
+  description = "Path to the repository's deploy/kubernetes directory (this module applies its overlays/scheduler)."
   type        = string
 }
 

@@ -33,7 +33,7 @@ variable "namespace" {
 }
 
 variable "hostname" {
-  description = "Public DNS name of this region's endpoint (in the router certificate)."
+  description = "Public DNS name of this region's endpoint (in the router certificate; point it at the Service's load balancer)."
   type        = string
 }
 
@@ -55,6 +55,7 @@ variable "scheduler_ca_pem" {
 variable "router_token_secret" {
   description = "Name of the Kubernetes Secret (key token) in the namespace that holds the router token; the caller creates it from its cloud's secret store."
   type        = string
+  default     = "meridian-router-token"
 }
 
 variable "load_balancer_annotations" {
@@ -64,6 +65,6 @@ variable "load_balancer_annotations" {
 }
 
 variable "manifests_path" {
-  description = "Path to the repository's deploy/kubernetes directory (the router overlay is under control-plane/overlays/router)."
+  description = "Path to the repository's deploy/kubernetes directory (this module applies its overlays/router)."
   type        = string
 }
