@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from meridian import spec
+from meridian.spec import replicas as replicas_spec
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 KUBE = REPO / "deploy" / "kubernetes"
@@ -324,6 +325,9 @@ def test_redis_and_replicas_are_fenced_by_network_policies(rendered):
     assert redis["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "meridian-scheduler"}}}],
                                          "ports": [{"protocol": "TCP", "port": 6379}]}]
     (replicas,) = by_kind(rendered["agent-eks"], "NetworkPolicy")
-    rules = {r["ports"][0]["port"]: [f.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name")
-                                     for f in r["from"]] for r in replicas["spec"]["ingress"]}
+    rules = {p["port"]: [f.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name")
+                         for f in r["from"]] for r in replicas["spec"]["ingress"] for p in r["ports"]}
     assert sorted(rules[30000]) == ["meridian-agent", "meridian-router"] and rules[30001] == ["meridian-agent"]
+    # The HTTPS port a pod serves with replicas.kubernetes.tls_secret (its default) is open as the engine's is.
+    tls_port = replicas_spec.KubernetesReplicas.model_fields["tls_port"].default
+    assert sorted(rules[tls_port]) == ["meridian-agent", "meridian-router"]
