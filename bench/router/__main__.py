@@ -35,6 +35,7 @@ import time
 
 from bench import common
 from bench.router import prefix
+from meridian import tables
 
 SHORT_JSON = ('{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"m-short","choices":[{"index":0,'
               '"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],'
@@ -292,8 +293,6 @@ def run_scenario(scenario: str, targets: dict[str, str], pids: dict[str, int], w
               "short-tls": "non-streaming chat, TLS on both hops (HTTPS to the router, HTTPS to nginx)"}
     print(f"\n== {scenario}: {titles[scenario]} (load average before each repeat: "
           f"{' '.join(f'{x:.2f}' for x in loads)})")
-    print(f"{'target':<16}{'best rps':>10}{'median rps':>12}{'CPU us/req':>12}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
-          f"{'1-conn p50':>12}{'1-conn p99':>12}{'added p50':>11}{'added p99':>11}")
     med = {}
     for name in targets:
         runs = sorted(loaded[name], key=lambda r: r["rps"])
@@ -301,12 +300,16 @@ def run_scenario(scenario: str, targets: dict[str, str], pids: dict[str, int], w
         one = sorted(single[name], key=lambda r: r["p50_ms"])[len(single[name]) // 2]
         med[name] = (runs[-1]["rps"], mid, one, median([r["cpu_us"] for r in loaded[name]]))
     direct_one = med["direct"][2]
+    rows = []
     for name, (best, mid, one, cpu_us) in med.items():
         errors = sum(r["errors"] for r in loaded[name])
         added50 = one["p50_ms"] - direct_one["p50_ms"]
         added99 = one["p99_ms"] - direct_one["p99_ms"]
-        print(f"{name:<16}{best:>10.0f}{mid['rps']:>12.0f}{cpu_us:>12.1f}{mid['p50_ms']:>9.2f}{mid['p99_ms']:>9.2f}"
-              f"{errors:>8}{one['p50_ms']:>12.3f}{one['p99_ms']:>12.3f}{added50:>11.3f}{added99:>11.3f}")
+        rows.append((name, f"{best:.0f}", f"{mid['rps']:.0f}", f"{cpu_us:.1f}", f"{mid['p50_ms']:.2f}",
+                     f"{mid['p99_ms']:.2f}", errors, f"{one['p50_ms']:.3f}", f"{one['p99_ms']:.3f}", f"{added50:.3f}",
+                     f"{added99:.3f}"))
+    print(tables.text(["target", "best rps", "median rps", "CPU us/req", "p50 ms", "p99 ms", "errors", "1-conn p50",
+                       "1-conn p99", "added p50", "added p99"], rows, right="numbers"))
     sg = med.get("sglang-router")
     if sg:
         for name, (best, mid, _, cpu_us) in med.items():

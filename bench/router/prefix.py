@@ -36,7 +36,7 @@ from prometheus_client import parser as prometheus_parser
 
 from bench import common
 from bench.router import workload
-from meridian import capacity, traces
+from meridian import capacity, tables, traces
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 GPU = "H100"
@@ -274,9 +274,7 @@ def report(rows: dict[str, dict], ideal: workload.IdealResult, ideal_live: workl
            full_capacity: int, live_capacity: int, ideal_s: float) -> None:
     """The scenario's table, its footnotes and the verdict on the issue's targets."""
     ref = ideal_live.hit_rate
-    print(f"{'target':<16}{'TTFT p50':>10}{'TTFT p99':>10}{'hit rate':>10}{'of ideal':>10}{'errors':>8}"
-          f"{'CPU ms/req':>12}{'KV used':>9}  {'requests per replica (spread)':<34}"
-          f"{'prompt tokens per replica, M (spread)'}")
+    table = []
     ideals = [(f"ideal, {cap // 1000}k", {"hit": res.hit_rate, "requests": list(res.requests_per_replica),
                                           "tokens": list(res.prompt_tokens_per_replica)})
               for cap, res in ((live_capacity, ideal_live), (full_capacity, ideal))]
@@ -289,8 +287,10 @@ def report(rows: dict[str, dict], ideal: workload.IdealResult, ideal_live: workl
         else:
             p50, p99, errors, cpu = f"{r['p50']:.0f}", f"{r['p99']:.0f}", str(r["errors"]), f"{r['cpu_ms']:.2f}"
             kv = f"{r['kv_used'] / 1000:.0f}k"
-        print(f"{name:<16}{p50:>10}{p99:>10}{r['hit']:>10.2%}{of_ideal:>10}{errors:>8}{cpu:>12}{kv:>9}"
-              f"  {reqs_txt:<34}{toks_txt}")
+        table.append((name, p50, p99, f"{r['hit']:.2%}", of_ideal, errors, cpu, kv, reqs_txt, toks_txt))
+    print(tables.text(["target", "TTFT p50", "TTFT p99", "hit rate", "of ideal", "errors", "CPU ms/req", "KV used",
+                       "requests per replica (spread)", "prompt tokens per replica, M (spread)"], table,
+                      right=range(1, 8)))
     print("(TTFT: wall ms at the client, first content chunk; CPU ms/req: the router's own CPU time, user +\n"
           " system, from /proc, over its pass; KV used: mean KV tokens held by running requests per replica;\n"
           " hit rate: sum of sglang:cached_tokens_total over sglang:prompt_tokens_total of the replicas,\n"

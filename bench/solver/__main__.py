@@ -33,6 +33,7 @@ import ortools
 
 from bench import common
 from bench.solver import bound, fleet
+from meridian import progress, tables
 from scheduler import solver
 from scheduler.solver import backends, candidates, evaluate, formulation, greedy
 
@@ -172,23 +173,25 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; python {platform.python_version()}, "
           f"ortools {ortools.__version__}, highspy {importlib.metadata.version('highspy')}; backend "
           f"{args.backend or solver.SolverSettings().backend}; time limit {args.time_limit:g}s; seed {args.seed}")
-    header = (f"{'fleet':>15} {'pairs':>6} {'search':>16} {'status':>8} {'solve s':>7} {'cost $/h':>9} "
-              f"{'objective':>9} {'penalty':>7} {'sunk':>7} {'bound':>9} {'from':>10} {'gap':>6} {'gap chg':>7} "
-              f"{'reference':>9} {'best known':>10} {'vs known':>8} {'unpl':>5} | "
-              f"{'greedy obj':>10} {'vs greedy':>9} | {'re-solve':>11} {'s':>5} {'diff':>4}")
-    print(header)
-    print("-" * len(header))
-    notes = []
-    for size in args.sizes.split(","):
-        r = run(size.strip(), args.time_limit, args.seed, args.bound_s, args.backend, args.reference,
-                args.reference_backend)
-        print(f"{r['size']:>15} {r['pairs']:>6} {r['search']:>16} {r['status']:>8} {r['solve_s']:>7.2f} "
-              f"{r['cost']:>9.1f} {r['objective']:>9.1f} {r['penalty']:>7.0f} {r['sunk']:>7.0f} {r['bound']:>9.1f} "
-              f"{r['bound_from']:>10} {r['gap']:>6.1%} {r['gap_changeable']:>7.1%} {r['reference']:>9.1f} "
-              f"{r['known']:>10.1f} {r['vs_known']:>+8.2%} {r['unplaced']:>5.1f} | {r['g_obj']:>10.1f} "
-              f"{r['objective'] / r['g_obj'] - 1 if r['g_obj'] else 0.0:>+9.1%} | {r['incr_mode']:>11} "
-              f"{r['incr_s']:>5.2f} {r['incr_changes']:>4}", flush=True)
-        notes.append(f"  {r['size']}: best known {r['known']:.2f} from {r['known_how']}")
+    headers = ["fleet", "pairs", "search", "status", "solve s", "cost $/h", "objective", "penalty", "sunk", "bound",
+               "from", "gap", "gap chg", "reference", "best known", "vs known", "unpl", "greedy obj", "vs greedy",
+               "re-solve", "s", "diff"]
+    rows, notes = [], []
+    sizes = [size.strip() for size in args.sizes.split(",")]
+    with progress.Progress("fleets solved", len(sizes)) as bar:
+        for size in sizes:
+            bar.advance(0, note=size)
+            r = run(size, args.time_limit, args.seed, args.bound_s, args.backend, args.reference,
+                    args.reference_backend)
+            rows.append((r["size"], r["pairs"], r["search"], r["status"], f"{r['solve_s']:.2f}", f"{r['cost']:.1f}",
+                         f"{r['objective']:.1f}", f"{r['penalty']:.0f}", f"{r['sunk']:.0f}", f"{r['bound']:.1f}",
+                         r["bound_from"], f"{r['gap']:.1%}", f"{r['gap_changeable']:.1%}", f"{r['reference']:.1f}",
+                         f"{r['known']:.1f}", f"{r['vs_known']:+.2%}", f"{r['unplaced']:.1f}", f"{r['g_obj']:.1f}",
+                         f"{r['objective'] / r['g_obj'] - 1 if r['g_obj'] else 0.0:+.1%}", r["incr_mode"],
+                         f"{r['incr_s']:.2f}", r["incr_changes"]))
+            bar.advance(1, note=size)
+            notes.append(f"  {r['size']}: best known {r['known']:.2f} from {r['known_how']}")
+    print(tables.text(headers, rows, right=[i for i, h in enumerate(headers) if h not in ("search", "from", "re-solve")]))
     print("objective = the model's objective function for the plan (evaluate.breakdown): cost + latency/spot scores "
           "per replica + penalty for unserved demand some pool could serve (5000 $/h per reference replica x priority "
           "weight) + for each client region it could cover but does not, that weight x (1 + the deployment's demand); "
