@@ -17,8 +17,8 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from meridian import redisconn
-from router import auth, config as config_mod, errors, health, listener, metrics, ratelimit, retry, routes_file
+from meridian import redisconn, retrybudget
+from router import auth, config as config_mod, errors, health, listener, metrics, ratelimit, routes_file
 from router import store, table, tls, traffic, upstream, validation, watch
 from router.proxy import Proxy
 
@@ -47,7 +47,7 @@ class Router:
             per_try=cfg.retry.per_try())
         self.metrics.state_fn = lambda: self.state
         self.traffic = traffic.TrafficAccumulator()
-        self.budget = retry.RetryBudget(cfg.retry.budget_ratio, cfg.retry.budget_min_per_s, cfg.retry.budget_window_s)
+        self.budget = retrybudget.RetryBudget(cfg.retry.budget_ratio, cfg.retry.budget_min_per_s, cfg.retry.budget_window_s)
         self.outlier = health.OutlierDetector(cfg.outlier.settings())
         self.session: aiohttp.ClientSession | None = None
         self.redis = None

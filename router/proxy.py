@@ -416,7 +416,7 @@ class Proxy:
     # ------------------------------------------------------------ non-streaming
 
     async def _unary(self, entry, parsed, rid: str, outcome: _Outcome) -> web.StreamResponse:
-        self.budget.on_request()
+        self.budget.on_call()
         rid_b = rid.encode()
         path = parsed.path
         region_line = self._region_line(parsed.client_region)
@@ -483,7 +483,7 @@ class Proxy:
 
     async def _stream(self, request: web.Request, entry, parsed, rid: str, started: float,
                       outcome: _Outcome) -> web.StreamResponse:
-        self.budget.on_request()
+        self.budget.on_call()
         rid_b = rid.encode()
         region_line = self._region_line(parsed.client_region)
         tried: tuple = ()

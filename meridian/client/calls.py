@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 
 from meridian.client import config, errors, events, retry, sse, stream, transport
-from meridian.client import budget as budget_mod
+from meridian import retrybudget as budget_mod
 
 
 class Caller:
