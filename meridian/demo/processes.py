@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import os
 import pathlib
+import random
 import signal
 import socket
 import subprocess
@@ -30,16 +31,65 @@ RUN_ID_ENV = "MERIDIAN_RUN_ID"
 CLUSTER_ENV = "MERIDIAN_RUN_CLUSTER"
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # Replica port blocks of local fleets: below Linux's ephemeral range (32768+), so the OS never hands
-# them out as free_port()s; each fleet holds an flock on its block's lock file while it runs, so two
-# fleets on one machine (a demo beside end-to-end tests) never share replica ports.
+# them to connections, and below the ports free_port() walks; each fleet holds an flock on its
+# block's lock file while it runs, so two fleets on one machine (a demo beside end-to-end tests)
+# never share replica ports.
 PORT_BLOCK_FIRST, PORT_BLOCK_SIZE, PORT_BLOCKS = 20_000, 1_000, 12
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+class _PortCursor:
+    """Hands out loopback ports from outside the kernel's ephemeral range (above it when at least
+    512 ports are there, as with Linux's default 32768-60999, else between the replica port blocks
+    and it). A port bound to 0 and closed again is free only until the kernel gives it to the next
+    outgoing connection, which under load is a matter of milliseconds, so a server started on it a
+    moment later can find it taken; ports outside the range are never handed to connections. The
+    cursor walks the range from a random start (other processes start elsewhere) and never returns
+    a port twice before it wraps; each port is checked to bind before it is returned."""
+
+    def __init__(self) -> None:
+        low, high = _ephemeral_range()
+        blocks_end = PORT_BLOCK_FIRST + PORT_BLOCKS * PORT_BLOCK_SIZE
+        if 65535 - high >= 512:
+            self.first, self.size = high + 1, 65535 - high
+        elif low - blocks_end >= 512:
+            self.first, self.size = blocks_end, low - blocks_end
+        else:
+            self.first, self.size = 0, 0  # no room outside the range: ask the kernel
+        self._next = random.randrange(self.size) if self.size else 0
+
+    def take(self) -> int:
+        for _ in range(min(self.size, 256)):
+            port = self.first + self._next
+            self._next = (self._next + 1) % self.size
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            return port
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+
+_cursors: dict[int, _PortCursor] = {}  # by pid: a forked child starts its own walk
+
+
+def free_port() -> int:
+    """A loopback TCP port free now, outside the kernel's ephemeral range (see ``_PortCursor``)."""
+    cursor = _cursors.get(os.getpid())
+    if cursor is None:
+        cursor = _cursors[os.getpid()] = _PortCursor()
+    return cursor.take()
 
 
 class PortBlock:

@@ -1,0 +1,36 @@
+"""free_port() hands out loopback ports the kernel will not give to outgoing connections, so a
+server started on one a moment later finds it still free."""
+
+from __future__ import annotations
+
+import socket
+
+from meridian.demo import processes
+
+
+def test_ports_are_outside_the_ephemeral_range_and_the_replica_blocks():
+    """Every port is bindable, outside ip_local_port_range and outside the fleets' replica blocks."""
+    low, high = processes._ephemeral_range()
+    blocks = range(processes.PORT_BLOCK_FIRST,
+                   processes.PORT_BLOCK_FIRST + processes.PORT_BLOCKS * processes.PORT_BLOCK_SIZE)
+    for _ in range(50):
+        port = processes.free_port()
+        assert not low <= port <= high and port not in blocks
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_no_port_twice_before_the_walk_wraps():
+    """Ports asked for in a row (before any is bound) are all different: tests that take several
+    ports before starting their servers never get one port twice."""
+    ports = [processes.free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+
+
+def test_a_taken_port_is_skipped():
+    """A port something listens on is never handed out."""
+    cursor = processes._PortCursor()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", cursor.first + cursor._next))
+        held.listen()
+        assert cursor.take() != held.getsockname()[1]
