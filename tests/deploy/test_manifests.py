@@ -16,6 +16,8 @@ import yaml
 
 from meridian import spec
 from meridian.spec import replicas as replicas_spec
+from router import config as router_config
+from tests.integration import tls_certs
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 KUBE = REPO / "deploy" / "kubernetes"
@@ -94,7 +96,7 @@ def test_no_secret_in_args_or_env_values(rendered, overlay):
     for obj, _t, c in containers(rendered[overlay]):
         for arg in c.get("command", []) + c.get("args", []):
             flag, sep, value = arg.partition("=")
-            if sep and SECRET_WORDS.search(flag):
+            if sep and flag.startswith("-") and SECRET_WORDS.search(flag):
                 assert flag.endswith("-file") and value.startswith("/etc/meridian/secrets/"), \
                     f"{overlay}: {obj['metadata']['name']}/{c['name']}: {arg!r} passes a secret on the command line"
             assert not re.search(r"://[^/\s:@]+:[^/\s@]+@", arg), f"{overlay}: credentials in a URL: {arg!r}"
@@ -114,7 +116,7 @@ def test_secrets_are_mounted_from_secret_objects(rendered, overlay):
         mounts = {m["mountPath"]: volumes[m["name"]] for m in c.get("volumeMounts", [])}
         for arg in c.get("args", []):
             flag, sep, path = arg.partition("=")
-            if sep and SECRET_WORDS.search(flag):
+            if sep and flag.startswith("-") and SECRET_WORDS.search(flag):
                 backing = [v for mount, v in mounts.items() if path.startswith(mount.rstrip("/") + "/")]
                 assert backing and "secret" in backing[0], f"{overlay}: {arg} is not on a Secret volume"
 
@@ -280,20 +282,24 @@ def test_agent_cluster_spec_validates_and_points_at_the_mounts(rendered, overlay
 
 
 def test_control_plane_configs_load(rendered, tmp_path):
-    """The scheduler's start-up specs validate and the routers' --config file loads, as the programs read them."""
-    from router import config as router_config
+    """The scheduler's start-up specs validate and the routers' --config file loads, as the programs
+    read them, with real PEM files where its TLS settings point (the router checks each at load)."""
     objects = rendered["control-plane"]
     specs = next(o for o in objects if o["metadata"]["name"].startswith("meridian-scheduler-specs"))
     for name, text in specs["data"].items():
         assert spec.load_text(text, name).documents
     router_cm = next(o for o in objects if o["metadata"]["name"].startswith("meridian-router-config"))
+    settings = yaml.safe_load(router_cm["data"]["router.yaml"])
+    pki = tls_certs.make(tmp_path / "pki")
+    pem = {"tls_cert_file": pki.server_cert, "tls_key_file": pki.server_key, "scheduler_tls_ca_file": pki.ca}
+    assert set(pem) <= set(settings), f"router.yaml lacks TLS settings: {sorted(set(pem) - set(settings))}"
     path = tmp_path / "router.yaml"
-    path.write_text(router_cm["data"]["router.yaml"])
+    path.write_text(yaml.safe_dump(settings | pem))
     cfg = router_config.load(str(path), {})
     (router,) = [o for o in by_kind(objects, "Deployment") if o["metadata"]["name"] == "meridian-router"]
     (container,) = router["spec"]["template"]["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert (cfg.listen_host, cfg.listen_port, cfg.metrics_port) == ("0.0.0.0", ports["http"], ports["metrics"])
+    assert (cfg.listen_host, cfg.listen_port, cfg.metrics_port) == ("0.0.0.0", ports["https"], ports["metrics"])
     assert cfg.scheduler_address.split(":")[0] in {s["metadata"]["name"] for s in by_kind(objects, "Service")}
 
 

@@ -6,7 +6,7 @@
 
 locals {
   token_path = "/etc/meridian/secrets/agent/token"
-  ca_path    = "/etc/meridian/cluster/scheduler-ca.crt"
+  ca_path    = "/etc/meridian/secrets/scheduler-ca/ca.crt"
   cluster_spec = {
     apiVersion = "meridian/v1"
     kind       = "Cluster"
@@ -64,6 +64,17 @@ resource "kubernetes_secret" "agent_token" {
   data = { token = data.azurerm_key_vault_secret.agent_token.value }
 }
 
+# The CA of the scheduler's gRPC certificate (public data), where the overlay mounts it: the Secret
+# meridian-scheduler-ca, key ca.crt (the spec's scheduler.tls.ca_file).
+resource "kubernetes_secret" "scheduler_ca" {
+  metadata {
+    name      = "meridian-scheduler-ca"
+    namespace = kubernetes_namespace.meridian.metadata[0].name
+    labels    = { "app.kubernetes.io/part-of" = "meridian", "app.kubernetes.io/managed-by" = "terraform" }
+  }
+  data = { "ca.crt" = var.scheduler_ca_pem }
+}
+
 data "kustomization_overlay" "agent" {
   resources = ["${var.manifests_path}/overlays/agent-aks"]
   namespace = var.namespace
@@ -73,7 +84,6 @@ data "kustomization_overlay" "agent" {
     behavior = "replace"
     literals = [
       "cluster.yaml=${yamlencode(local.cluster_spec)}",
-      "scheduler-ca.crt=${var.scheduler_ca_pem}",
     ]
   }
 
@@ -109,5 +119,5 @@ data "kustomization_overlay" "agent" {
 resource "kustomization_resource" "agent" {
   for_each   = data.kustomization_overlay.agent.ids
   manifest   = data.kustomization_overlay.agent.manifests[each.value]
-  depends_on = [kubernetes_secret.agent_token, azurerm_federated_identity_credential.agent, helm_release.nvidia_device_plugin]
+  depends_on = [kubernetes_secret.agent_token, kubernetes_secret.scheduler_ca, azurerm_federated_identity_credential.agent, helm_release.nvidia_device_plugin]
 }

@@ -4,14 +4,15 @@
 # How the overlay is used (docs/kubernetes.md, "Terraform"; tests/terraform/test_manifest_contract.py
 # renders these patches on the real overlay and fails on any name, key or mount that is not there):
 # the overlay's generated ConfigMap meridian-agent-cluster (mounted at /etc/meridian/cluster) is
-# replaced by this cluster's spec and the scheduler's CA; the ServiceAccount meridian-agent gets
-# this cluster's IAM role; the container `agent` gets agent_image; the Secret meridian-agent-token
-# (key token, mounted at /etc/meridian/secrets/agent) and the namespace are created here, as the
-# overlay expects them to exist.
+# replaced by this cluster's spec; the ServiceAccount meridian-agent gets this cluster's IAM role;
+# the container `agent` gets agent_image; the Secrets meridian-agent-token (key token, mounted at
+# /etc/meridian/secrets/agent) and meridian-scheduler-ca (key ca.crt, the scheduler's CA, mounted
+# at /etc/meridian/secrets/scheduler-ca) and the namespace are created here, as the overlay expects
+# them to exist.
 
 locals {
   token_path = "/etc/meridian/secrets/agent/token"
-  ca_path    = "/etc/meridian/cluster/scheduler-ca.crt"
+  ca_path    = "/etc/meridian/secrets/scheduler-ca/ca.crt"
   cluster_spec = {
     apiVersion = "meridian/v1"
     kind       = "Cluster"
@@ -65,6 +66,17 @@ resource "kubernetes_secret" "agent_token" {
   data = { token = data.aws_secretsmanager_secret_version.agent_token.secret_string }
 }
 
+# The CA of the scheduler's gRPC certificate (public data), where the overlay mounts it: the Secret
+# meridian-scheduler-ca, key ca.crt (the spec's scheduler.tls.ca_file).
+resource "kubernetes_secret" "scheduler_ca" {
+  metadata {
+    name      = "meridian-scheduler-ca"
+    namespace = kubernetes_namespace.meridian.metadata[0].name
+    labels    = { "app.kubernetes.io/part-of" = "meridian", "app.kubernetes.io/managed-by" = "terraform" }
+  }
+  data = { "ca.crt" = var.scheduler_ca_pem }
+}
+
 data "kustomization_overlay" "agent" {
   resources = ["${var.manifests_path}/overlays/agent-eks"]
   namespace = var.namespace
@@ -74,7 +86,6 @@ data "kustomization_overlay" "agent" {
     behavior = "replace"
     literals = [
       "cluster.yaml=${yamlencode(local.cluster_spec)}",
-      "scheduler-ca.crt=${var.scheduler_ca_pem}",
     ]
   }
 
@@ -110,5 +121,5 @@ data "kustomization_overlay" "agent" {
 resource "kustomization_resource" "agent" {
   for_each   = data.kustomization_overlay.agent.ids
   manifest   = data.kustomization_overlay.agent.manifests[each.value]
-  depends_on = [kubernetes_secret.agent_token, helm_release.nvidia_device_plugin, helm_release.node_termination_handler]
+  depends_on = [kubernetes_secret.agent_token, kubernetes_secret.scheduler_ca, helm_release.nvidia_device_plugin, helm_release.node_termination_handler]
 }

@@ -4,7 +4,7 @@
 
 locals {
   token_path = "/etc/meridian/secrets/agent/token"
-  ca_path    = "/etc/meridian/cluster/scheduler-ca.crt"
+  ca_path    = "/etc/meridian/secrets/scheduler-ca/ca.crt"
   cluster_spec = {
     apiVersion = "meridian/v1"
     kind       = "Cluster"
@@ -59,6 +59,17 @@ resource "kubernetes_secret" "agent_token" {
   data = { token = data.google_secret_manager_secret_version.agent_token.secret_data }
 }
 
+# The CA of the scheduler's gRPC certificate (public data), where the overlay mounts it: the Secret
+# meridian-scheduler-ca, key ca.crt (the spec's scheduler.tls.ca_file).
+resource "kubernetes_secret" "scheduler_ca" {
+  metadata {
+    name      = "meridian-scheduler-ca"
+    namespace = kubernetes_namespace.meridian.metadata[0].name
+    labels    = { "app.kubernetes.io/part-of" = "meridian", "app.kubernetes.io/managed-by" = "terraform" }
+  }
+  data = { "ca.crt" = var.scheduler_ca_pem }
+}
+
 data "kustomization_overlay" "agent" {
   resources = ["${var.manifests_path}/overlays/agent-gke"]
   namespace = var.namespace
@@ -68,7 +79,6 @@ data "kustomization_overlay" "agent" {
     behavior = "replace"
     literals = [
       "cluster.yaml=${yamlencode(local.cluster_spec)}",
-      "scheduler-ca.crt=${var.scheduler_ca_pem}",
     ]
   }
 
@@ -104,5 +114,5 @@ data "kustomization_overlay" "agent" {
 resource "kustomization_resource" "agent" {
   for_each   = data.kustomization_overlay.agent.ids
   manifest   = data.kustomization_overlay.agent.manifests[each.value]
-  depends_on = [kubernetes_secret.agent_token, google_service_account_iam_member.agent_workload_identity]
+  depends_on = [kubernetes_secret.agent_token, kubernetes_secret.scheduler_ca, google_service_account_iam_member.agent_workload_identity]
 }

@@ -56,8 +56,10 @@ data "aws_iam_policy_document" "redis_key" {
   }
 }
 
+# The password of the state's Redis: ElastiCache's auth token, or the overlay's own Redis's
+# (in_cluster); the Secret meridian-redis-auth (scheduler.tf) hands it to both ends.
 resource "random_password" "redis" {
-  count   = local.elasticache ? 1 : 0
+  count   = var.redis_mode == "external" ? 0 : 1
   length  = 64
   special = false
 }
@@ -106,7 +108,8 @@ data "aws_secretsmanager_secret_version" "external_redis" {
 
 locals {
   state_url = {
-    elasticache = local.elasticache ? "rediss://:${random_password.redis[0].result}@${aws_elasticache_replication_group.redis[0].primary_endpoint_address}:6379/0" : ""
+    # No password in this URL: the scheduler reads it from meridian-redis-auth (MERIDIAN_REDIS_PASSWORD).
+    elasticache = local.elasticache ? "rediss://${aws_elasticache_replication_group.redis[0].primary_endpoint_address}:6379/0" : ""
     external    = var.redis_mode == "external" ? data.aws_secretsmanager_secret_version.external_redis[0].secret_string : ""
     in_cluster  = "redis://meridian-redis:6379/0"
   }[var.redis_mode]

@@ -6,20 +6,39 @@
 #
 # How the overlay is used (docs/kubernetes.md, "Terraform"; tests/terraform/test_manifest_contract.py
 # renders these patches on the real overlay and fails on any name, key or mount that is not there):
-# the Secrets meridian-admin-token (key token) and meridian-scheduler-tokens (key tokens.yaml, built
-# here from every cluster's and router's token digest) are created here, as the overlay expects; the
-# container `scheduler` gets scheduler_image, the certificate cert-manager keeps in the Secret
-# meridian-scheduler-tls (--tls-cert-file, --tls-key-file) and, unless Redis is the overlay's own,
-# MERIDIAN_STATE_URL from the Secret meridian-scheduler-state, whose URL holds the Redis password;
-# the overlay's Redis objects are then left out.
+# the overlay already serves gRPC over TLS from the Secret meridian-scheduler-tls and the admin API
+# over HTTPS from meridian-scheduler-admin-tls (cert-manager keeps both: tls.tf), and reads the
+# Redis password from the Secret meridian-redis-auth (key password). Created here, as the overlay
+# expects: the Secrets meridian-admin-token (key token), meridian-scheduler-tokens (key
+# tokens.yaml, built from every cluster's and router's token digest) and meridian-redis-auth (the
+# password of the overlay's Redis, or ElastiCache's auth token); the container `scheduler` gets
+# scheduler_image and, unless Redis is the overlay's own, MERIDIAN_STATE_URL from the Secret
+# meridian-scheduler-state; the overlay's Redis objects are then left out. With redis_mode =
+# external the URL in that Secret carries the password, so no meridian-redis-auth is made and the
+# overlay's reference to it is marked optional.
 
 locals {
-  tls_dir = "/etc/meridian/secrets/tls"
   nlb = {
     "service.beta.kubernetes.io/aws-load-balancer-type"            = "external"
     "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type" = "ip"
     "service.beta.kubernetes.io/aws-load-balancer-scheme"          = "internet-facing"
   }
+  # Env of the container `scheduler`, merged by name into the overlay's: the state URL unless Redis
+  # is the overlay's own; with an external URL (it carries the password) the overlay's
+  # MERIDIAN_REDIS_PASSWORD is made optional, since there is no meridian-redis-auth to read.
+  state_url_env = {
+    name      = "MERIDIAN_STATE_URL"
+    value     = null
+    valueFrom = { secretKeyRef = { name = "meridian-scheduler-state", key = "url" } }
+  }
+  scheduler_env = {
+    in_cluster  = []
+    elasticache = [local.state_url_env]
+    external = [local.state_url_env, {
+      name      = "MERIDIAN_REDIS_PASSWORD"
+      valueFrom = { secretKeyRef = { name = "meridian-redis-auth", key = "password", optional = true } }
+    }]
+  }[var.redis_mode]
   # The overlay's in-cluster Redis, left out when the state lives elsewhere.
   redis_objects = var.redis_mode == "in_cluster" ? {} : {
     "apps/v1:StatefulSet"                = "meridian-redis"
@@ -60,6 +79,18 @@ resource "kubernetes_secret" "tokens" {
   data = { "tokens.yaml" = yamlencode({ clusters = var.cluster_token_digests, routers = var.router_token_digests }) }
 }
 
+# The Redis password the overlay's scheduler reads (MERIDIAN_REDIS_PASSWORD) and, in_cluster, the
+# overlay's redis-server requires; with ElastiCache its auth token.
+resource "kubernetes_secret" "redis_auth" {
+  count = var.redis_mode == "external" ? 0 : 1
+  metadata {
+    name      = "meridian-redis-auth"
+    namespace = kubernetes_namespace.this.metadata[0].name
+    labels    = { "app.kubernetes.io/part-of" = "meridian", "app.kubernetes.io/managed-by" = "terraform" }
+  }
+  data = { password = random_password.redis[0].result }
+}
+
 resource "kubernetes_secret" "state" {
   count = var.redis_mode == "in_cluster" ? 0 : 1
   metadata {
@@ -89,29 +120,11 @@ data "kustomization_overlay" "scheduler" {
           containers = [{
             name  = "scheduler"
             image = var.scheduler_image
-            env = var.redis_mode == "in_cluster" ? [] : [{
-              name      = "MERIDIAN_STATE_URL"
-              value     = null
-              valueFrom = { secretKeyRef = { name = "meridian-scheduler-state", key = "url" } }
-            }]
-            volumeMounts = [{ name = "tls", mountPath = local.tls_dir, readOnly = true }]
+            env   = local.scheduler_env
           }]
-          volumes = [{ name = "tls", secret = { secretName = "meridian-scheduler-tls", defaultMode = 288 } }]
         } }
       }
     })
-  }
-
-  # Arguments are a plain list (no merge key): appended, so the overlay's own stay as they are.
-  patches {
-    target {
-      kind = "Deployment"
-      name = "meridian-scheduler"
-    }
-    patch = yamlencode([
-      { op = "add", path = "/spec/template/spec/containers/0/args/-", value = "--tls-cert-file=${local.tls_dir}/tls.crt" },
-      { op = "add", path = "/spec/template/spec/containers/0/args/-", value = "--tls-key-file=${local.tls_dir}/tls.key" },
-    ])
   }
 
   patches {
@@ -144,7 +157,10 @@ data "kustomization_overlay" "scheduler" {
 }
 
 resource "kustomization_resource" "scheduler" {
-  for_each   = data.kustomization_overlay.scheduler.ids
-  manifest   = data.kustomization_overlay.scheduler.manifests[each.value]
-  depends_on = [kubernetes_secret.admin_token, kubernetes_secret.tokens, kubernetes_secret.state, kubectl_manifest.scheduler_certificate]
+  for_each = data.kustomization_overlay.scheduler.ids
+  manifest = data.kustomization_overlay.scheduler.manifests[each.value]
+  depends_on = [
+    kubernetes_secret.admin_token, kubernetes_secret.tokens, kubernetes_secret.state, kubernetes_secret.redis_auth,
+    kubectl_manifest.scheduler_certificate, kubectl_manifest.scheduler_admin_certificate,
+  ]
 }

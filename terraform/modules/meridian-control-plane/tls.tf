@@ -1,7 +1,9 @@
 # Certificates: cert-manager, one mechanism on every cloud. The fleet's private CA (generated here,
 # so its certificate is known to Terraform and handed to every agent module as scheduler_ca_pem;
 # its key is kept in Terraform's state and in a Secret for cert-manager) signs the scheduler's
-# gRPC certificate, which cert-manager renews; agents trust that CA (spec.scheduler.tls.ca_file).
+# gRPC certificate and its admin API's, which cert-manager renews; agents and routers trust that CA
+# (the Secret meridian-scheduler-ca their modules create from ca_pem), and so does the CLI
+# (--ca-file) for the admin API.
 # Why not the clouds' own certificates: ACM certificates cannot be exported to a pod (the scheduler
 # terminates TLS itself, for mutual TLS), Google-managed certificates exist only on HTTP(S) load
 # balancers (routers sit behind L4 regional load balancers, for streaming and latency), and Key
@@ -65,6 +67,27 @@ resource "kubectl_manifest" "scheduler_certificate" {
     spec = {
       secretName  = "meridian-scheduler-tls"
       dnsNames    = [var.scheduler_hostname]
+      duration    = "2160h"
+      renewBefore = "720h"
+      privateKey  = { algorithm = "ECDSA", size = 256, rotationPolicy = "Always" }
+      issuerRef   = { kind = "ClusterIssuer", name = "${var.name}-ca" }
+    }
+  })
+  depends_on = [kubectl_manifest.ca_issuer]
+}
+
+# The admin API's HTTPS certificate (the overlay's Secret meridian-scheduler-admin-tls): reached
+# in the cluster by its Service or through `kubectl port-forward` (https://127.0.0.1:7071), the
+# names it carries. The admin API reloads it when cert-manager renews it.
+resource "kubectl_manifest" "scheduler_admin_certificate" {
+  yaml_body = yamlencode({
+    apiVersion = "cert-manager.io/v1"
+    kind       = "Certificate"
+    metadata   = { name = "meridian-scheduler-admin", namespace = kubernetes_namespace.this.metadata[0].name }
+    spec = {
+      secretName  = "meridian-scheduler-admin-tls"
+      dnsNames    = ["meridian-scheduler.${var.namespace}.svc", "localhost"]
+      ipAddresses = ["127.0.0.1"]
       duration    = "2160h"
       renewBefore = "720h"
       privateKey  = { algorithm = "ECDSA", size = 256, rotationPolicy = "Always" }

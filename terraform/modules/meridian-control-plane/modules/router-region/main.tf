@@ -4,16 +4,16 @@
 #
 # How the overlay is used (docs/kubernetes.md, "Terraform"; tests/terraform/test_manifest_contract.py
 # renders these patches on the real overlay and fails on any name, key or mount that is not there):
-# the overlay's generated ConfigMap meridian-router-config (mounted at /etc/meridian/router) is
-# replaced by this region's settings (the overlay's own, with the region, the scheduler's address
-# and its CA, and HTTPS from the certificate cert-manager keeps in the Secret meridian-router-tls,
-# mounted at /etc/meridian/secrets/tls; the router reloads it when renewed); the container `router`
-# gets `image` and HTTPS probes; its volume scheduler-token reads the Secret router_token_secret
-# (key token); the Service serves port 443.
+# the overlay already serves HTTPS on port 443 from the Secret meridian-router-tls and verifies the
+# scheduler with the Secret meridian-scheduler-ca (both mounted from the base); here cert-manager
+# issues meridian-router-tls for this region's name (the router reloads it when renewed) and the
+# Secret meridian-scheduler-ca is created from scheduler_ca_pem; the overlay's generated ConfigMap
+# meridian-router-config is replaced by this region's settings (the overlay's own, with the region
+# and the scheduler's address); the container `router` gets `image`; its volume scheduler-token
+# reads the Secret router_token_secret (key token).
 
 locals {
-  config_dir = "/etc/meridian/router"
-  tls_dir    = "/etc/meridian/secrets/tls"
+  tls_dir = "/etc/meridian/secrets/tls"
   # base/router/router-config.yaml, with this region's values.
   router_config = {
     listen_host           = "0.0.0.0"
@@ -21,9 +21,9 @@ locals {
     metrics_port          = 9091
     region                = var.client_region
     scheduler_address     = var.scheduler_address
-    scheduler_tls_ca_file = "${local.config_dir}/scheduler-ca.crt"
     tls_cert_file         = "${local.tls_dir}/tls.crt"
     tls_key_file          = "${local.tls_dir}/tls.key"
+    scheduler_tls_ca_file = "/etc/meridian/secrets/scheduler-ca/ca.crt"
     lkg_store             = "file"
     lkg_path              = "/var/lib/meridian/router/lkg.json"
   }
@@ -34,6 +34,17 @@ resource "kubernetes_namespace" "this" {
     name   = var.namespace
     labels = { "app.kubernetes.io/part-of" = "meridian", "meridian.dev/client-region" = var.client_region }
   }
+}
+
+# The CA of the scheduler's gRPC certificate (public data): the Secret the overlay mounts for
+# scheduler_tls_ca_file.
+resource "kubernetes_secret" "scheduler_ca" {
+  metadata {
+    name      = "meridian-scheduler-ca"
+    namespace = kubernetes_namespace.this.metadata[0].name
+    labels    = { "app.kubernetes.io/part-of" = "meridian", "app.kubernetes.io/managed-by" = "terraform" }
+  }
+  data = { "ca.crt" = var.scheduler_ca_pem }
 }
 
 resource "kubectl_manifest" "certificate" {
@@ -57,10 +68,7 @@ data "kustomization_overlay" "router" {
   config_map_generator {
     name     = "meridian-router-config"
     behavior = "replace"
-    literals = [
-      "router.yaml=${yamlencode(local.router_config)}",
-      "scheduler-ca.crt=${var.scheduler_ca_pem}",
-    ]
+    literals = ["router.yaml=${yamlencode(local.router_config)}"]
   }
 
   patches {
@@ -75,17 +83,8 @@ data "kustomization_overlay" "router" {
       spec = {
         replicas = var.replicas
         template = { spec = {
-          containers = [{
-            name           = "router"
-            image          = var.image
-            readinessProbe = { httpGet = { scheme = "HTTPS" } }
-            livenessProbe  = { httpGet = { scheme = "HTTPS" } }
-            volumeMounts   = [{ name = "tls", mountPath = local.tls_dir, readOnly = true }]
-          }]
-          volumes = [
-            { name = "scheduler-token", secret = { secretName = var.router_token_secret } },
-            { name = "tls", secret = { secretName = "meridian-router-tls", defaultMode = 288 } },
-          ]
+          containers = [{ name = "router", image = var.image }]
+          volumes    = [{ name = "scheduler-token", secret = { secretName = var.router_token_secret } }]
         } }
       }
     })
@@ -102,18 +101,10 @@ data "kustomization_overlay" "router" {
       metadata   = { name = "meridian-router", annotations = var.load_balancer_annotations }
     })
   }
-
-  patches {
-    target {
-      kind = "Service"
-      name = "meridian-router"
-    }
-    patch = yamlencode([{ op = "replace", path = "/spec/ports/0/port", value = 443 }])
-  }
 }
 
 resource "kustomization_resource" "router" {
   for_each   = data.kustomization_overlay.router.ids
   manifest   = data.kustomization_overlay.router.manifests[each.value]
-  depends_on = [kubectl_manifest.certificate]
+  depends_on = [kubectl_manifest.certificate, kubernetes_secret.scheduler_ca]
 }
