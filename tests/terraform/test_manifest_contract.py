@@ -8,7 +8,8 @@ config files it reads) lies on a mounted ConfigMap or Secret that has that key, 
 pods read is one Terraform creates (with that key, in that namespace), every Secret and ConfigMap
 Terraform creates is read, a replaced config keeps every setting of the overlay's own, workload
 identity names the ServiceAccount the overlay renders, and an address a module outputs uses a port
-its load balancer serves. Nothing here lists today's names: a module or an overlay that changes
+its load balancer serves; what Terraform applies keeps TLS on every hop and the Redis password
+(tests/deploy/kube.py), and the scheduler's certificate names the address it outputs. Nothing here lists today's names: a module or an overlay that changes
 on one side only fails."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.deploy import kube
 from tests.terraform import evaluate, hcl
 
 KUBE = hcl.ROOT / "deploy" / "kubernetes"
@@ -127,9 +129,9 @@ class Rendered:
         self.patches = patches + (evaluate.console(extra) if extra else [])
         self.secrets = [s for s in self.secrets if s["count"]]
         self.config_maps = [c for c in self.config_maps if c["count"]]
+        self.certificates = [doc for doc in map(yaml.safe_load, bodies) if doc.get("kind") == "Certificate"]
         self.certificate_secrets = [{"name": doc["spec"]["secretName"], "namespace": doc["metadata"].get("namespace"),
-                                     "keys": sorted(CERTIFICATE_KEYS)}
-                                    for doc in map(yaml.safe_load, bodies) if doc.get("kind") == "Certificate"]
+                                     "keys": sorted(CERTIFICATE_KEYS)} for doc in self.certificates]
         self.overlays = []
         for path in self.resources:
             assert path.startswith(MANIFESTS + "/"), f"{self.name}: overlay {path!r} is not under var.manifests_path"
@@ -421,6 +423,31 @@ def test_addresses_the_module_outputs_use_a_port_its_load_balancer_serves(direct
         m = re.fullmatch(r"[^\s:/]+:(\d+)", value) if isinstance(value, str) else None
         if m:
             assert int(m.group(1)) in lb_ports, f"{r.name}: output {name} = {value}: no load balancer serves port {m.group(1)}"
+
+
+@pytest.mark.parametrize("directory, overrides", CASES)
+def test_terraform_keeps_tls_on_every_hop_and_the_redis_password(directory, overrides):
+    """What Terraform applies keeps the overlays' transport rules (tests/deploy/kube.py): the
+    scheduler's gRPC and admin API over TLS, the routers' HTTPS listener and scheduler CA, the
+    agents' scheduler CA, each from a Secret file, and Redis (the overlay's, or ElastiCache's auth
+    token) with a password every client gets."""
+    r = rendered(directory, overrides)
+    assert kube.transport_problems(r.final) == [], r.name
+
+
+@pytest.mark.parametrize("directory, overrides", CASES)
+def test_the_scheduler_certificate_names_the_address_the_module_outputs(directory, overrides):
+    """The Certificate behind the scheduler's gRPC key (cert-manager's Secret) names the host of
+    every host:port the module outputs for agents and routers to dial: TLS verifies that name."""
+    r = rendered(directory, overrides)
+    for _obj, pod, c in kube.containers(r.final):
+        if kube.program(c) != "scheduler":
+            continue
+        volume, _key = kube.backing(pod, c, kube.flags(c)["--tls-cert-file"])
+        (certificate,) = [d for d in r.certificates if d["spec"]["secretName"] == volume["secret"]["secretName"]]
+        hosts = {v.rpartition(":")[0] for v in r.outputs.values() if isinstance(v, str) and re.fullmatch(r"[^\s:/]+:\d+", v)}
+        assert hosts and hosts <= set(certificate["spec"]["dnsNames"]), \
+            f"{r.name}: Certificate {certificate['metadata']['name']} names {certificate['spec']['dnsNames']}, agents dial {sorted(hosts)}"
 
 
 def test_every_module_with_an_overlay_is_checked():
