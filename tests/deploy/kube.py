@@ -162,7 +162,7 @@ def router_tls_problems(objects: list[dict]) -> list[str]:
         if program(c) != "router":
             continue
         what = f"{obj['kind']}/{obj['metadata']['name']}/{c['name']}"
-        settings = config(objects, pod, c, flags(c).get("--config", "")) or {}
+        settings = router_settings(objects, pod, c)
         if not settings:
             problems.append(f"{what}: its --config is not a mounted ConfigMap file")
         problems += _tls_pair(pod, c, settings.get("tls_cert_file"), settings.get("tls_key_file"),
@@ -171,6 +171,9 @@ def router_tls_problems(objects: list[dict]) -> list[str]:
             ca = settings.get("scheduler_tls_ca_file")
             problems += _on_secret(pod, c, ca, f"{what} scheduler CA") if ca else \
                 [f"{what}: reaches the scheduler without TLS (no scheduler_tls_ca_file)"]
+        if settings.get("scheduler_tls_cert_file") or settings.get("scheduler_tls_key_file"):
+            problems += _tls_pair(pod, c, settings.get("scheduler_tls_cert_file"),
+                                  settings.get("scheduler_tls_key_file"), f"{what} client certificate to the scheduler")
         problems += _https_probes(c, _ports(c, settings.get("listen_port")), what)
     return problems
 
@@ -186,7 +189,18 @@ def agent_tls_problems(objects: list[dict]) -> list[str]:
         tls = ((cluster.get("spec") or {}).get("scheduler") or {}).get("tls") or {}
         problems += _on_secret(pod, c, tls["ca_file"], f"{what} scheduler CA") if tls.get("ca_file") else \
             [f"{what}: its Cluster spec reaches the scheduler without TLS (no scheduler.tls.ca_file)"]
+        if tls.get("cert_file") or tls.get("key_file"):
+            problems += _tls_pair(pod, c, tls.get("cert_file"), tls.get("key_file"),
+                                  f"{what} client certificate to the scheduler")
     return problems
+
+
+def router_settings(objects: list[dict], pod: dict, c: dict) -> dict:
+    """A router's settings as it reads them: its --config file, each --flag overriding its setting."""
+    f = flags(c)
+    settings = dict(config(objects, pod, c, f.get("--config", "")) or {})
+    settings.update({flag[2:].replace("-", "_"): value for flag, value in f.items() if flag != "--config"})
+    return settings
 
 
 def redis_auth_problems(objects: list[dict]) -> list[str]:
@@ -235,7 +249,7 @@ def _uses_redis(objects: list[dict], pod: dict, c: dict) -> bool:
     Secret), its --state, or a router's redis_url setting."""
     if program(c) == "redis-server":
         return False
-    if program(c) == "router" and (config(objects, pod, c, flags(c).get("--config", "")) or {}).get("redis_url"):
+    if program(c) == "router" and router_settings(objects, pod, c).get("redis_url"):
         return True
     for env in c.get("env", []):
         if env["name"] in ("MERIDIAN_STATE_URL", REDIS_PASSWORD_ENV):

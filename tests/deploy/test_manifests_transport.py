@@ -16,15 +16,19 @@ import shlex
 import subprocess
 import time
 
+import kubernetes_validate
 import pytest
 import redis
+import yaml
 
+from meridian import spec
 from meridian.cli import scheduler as scheduler_cli
 from meridian.demo import processes
 from tests.deploy import kube
 
 KUBE = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 OVERLAYS = sorted(p.parent.name for p in (KUBE / "overlays").glob("*/kustomization.yaml"))
+SCHEMA_VERSIONS = ["1.31.0", kubernetes_validate.latest_version()]
 # Flags that take a secret itself, as a value: never in a manifest (redis-server, redis-cli, SGLang).
 INLINE_SECRET_FLAGS = {"--requirepass", "--masterauth", "-a", "--pass", "--api-key", "--admin-api-key",
                        "--ssl-keyfile-password", "--password", "--token"}
@@ -224,3 +228,47 @@ def test_the_redis_pod_script_requires_the_password_and_keeps_it_off_every_comma
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+COMPONENT = KUBE / "components" / "mutual-tls"
+
+
+def _with_mutual_tls(overlay: str, tmp: pathlib.Path) -> list[dict]:
+    (tmp / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(KUBE / "overlays" / overlay, tmp)],
+        "components": [os.path.relpath(COMPONENT, tmp)]}))
+    return kube.render(tmp)
+
+
+def _documented_agent_tls() -> dict:
+    """The cert_file/key_file lines the component's header tells an agent overlay to add."""
+    text = (COMPONENT / "kustomization.yaml").read_text()
+    lines = [line.lstrip("#").strip() for line in text.splitlines() if re.match(r"#\s+(cert|key)_file:", line)]
+    return yaml.safe_load("\n".join(lines))
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_mutual_tls_component_adds_client_certificates_from_secrets(overlay, tmp_path):
+    """With components/mutual-tls the scheduler requires client certificates (its CA from a Secret),
+    routers present theirs from a kubernetes.io/tls Secret, agents get theirs mounted where the
+    component's header says their Cluster spec names it; every other transport rule still holds."""
+    objects = _with_mutual_tls(overlay, tmp_path)
+    for version in SCHEMA_VERSIONS:
+        for obj in objects:
+            kubernetes_validate.validate(obj, version, strict=True)
+    assert kube.transport_problems(objects) == []
+    for _obj, pod, c in kube.containers(objects):
+        if kube.program(c) == "scheduler":
+            assert kube.flags(c).get("--tls-client-ca-file"), "the scheduler does not require client certificates"
+        elif kube.program(c) == "router":
+            settings = kube.router_settings(objects, pod, c)
+            assert settings.get("scheduler_tls_cert_file") and settings.get("scheduler_tls_key_file")
+        elif kube.program(c) == "agent":
+            cluster = kube.config(objects, pod, c, kube.flags(c)["--cluster"])
+            cluster["spec"]["scheduler"]["tls"].update(_documented_agent_tls())
+            spec.load_text(yaml.safe_dump(cluster), f"{overlay}/cluster.yaml")  # still a valid Cluster
+            (cm_volume,) = [v for v in pod["volumes"] if "configMap" in v]
+            cm = kube.find(objects, "ConfigMap", cm_volume["configMap"]["name"])
+            cm["data"]["cluster.yaml"] = yaml.safe_dump(cluster)
+            assert kube.agent_tls_problems(objects) == []
