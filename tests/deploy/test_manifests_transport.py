@@ -13,17 +13,13 @@ import os
 import pathlib
 import re
 import shlex
-import subprocess
-import time
 
 import kubernetes_validate
 import pytest
-import redis
 import yaml
 
 from meridian import spec
 from meridian.cli import scheduler as scheduler_cli
-from meridian.demo import processes
 from tests.deploy import kube
 
 KUBE = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
@@ -187,47 +183,6 @@ def test_network_policies_admit_each_client_on_the_port_it_dials(rendered, overl
                         f"{overlay}: NetworkPolicy {policy['metadata']['name']} refuses {client.get('app.kubernetes.io/name')} on {number} ({name}:{port})"
     if any(kube.program(c) == "redis-server" for _o, _p, c in kube.containers(objects)):
         assert checked, f"{overlay}: the scheduler's Redis address was not found among what it dials"
-
-
-def test_the_redis_pod_script_requires_the_password_and_keeps_it_off_every_command_line(tmp_path):
-    """The Redis container's own script, run here with the real redis-server (its data dir and port
-    moved to loopback): a client without the password is refused, the probe passes only with
-    REDISCLI_AUTH, and the password is in no process's argv."""
-    (redis_obj,) = [o for o in kube.render(KUBE / "overlays" / "scheduler") if o["kind"] == "StatefulSet"]
-    (c,) = redis_obj["spec"]["template"]["spec"]["containers"]
-    script = c["args"][0]
-    assert "--dir /data" in script
-    port = processes.free_port()
-    script = script.replace("--dir /data", f"--dir {tmp_path} --bind 127.0.0.1 --port {port}")
-    password = "3f0c" * 16
-    env = dict(os.environ)
-    for e in c["env"]:
-        env[e["name"]] = password  # each env of the container is the Secret's password
-    proc = subprocess.Popen([*c["command"], script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                redis.Redis(port=port, socket_timeout=1).ping()
-                pytest.fail("redis-server answered a client that gave no password")
-            except redis.exceptions.AuthenticationError:
-                break
-            except redis.exceptions.ConnectionError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() is not None else "no Redis"
-                time.sleep(0.05)
-        assert redis.Redis(port=port, password=password, socket_timeout=1).ping()
-        probe = [w.replace("redis-cli", f"redis-cli -p {port}") for w in c["readinessProbe"]["exec"]["command"]]
-        assert subprocess.run(probe, env={"PATH": os.environ["PATH"], "REDISCLI_AUTH": password}).returncode == 0
-        assert subprocess.run(probe, env={"PATH": os.environ["PATH"]}).returncode != 0
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            assert password.encode() not in argv, f"pid {pid} has the password in its argv"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 COMPONENT = KUBE / "components" / "mutual-tls"
