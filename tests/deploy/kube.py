@@ -120,8 +120,9 @@ def _tls_pair(pod: dict, c: dict, cert: str | None, key: str | None, what: str) 
     if not cert or not key:
         return [f"{what}: certificate {cert!r} and key {key!r}: TLS needs both"]
     problems = _on_secret(pod, c, cert, what, "tls.crt") + _on_secret(pod, c, key, what, "tls.key")
-    if not problems and backing(pod, c, cert)[0] is not backing(pod, c, key)[0]:
-        problems.append(f"{what}: {cert} and {key} are on different Secrets")
+    secrets = {backing(pod, c, path)[0]["secret"]["secretName"] for path in (cert, key)} if not problems else set()
+    if len(secrets) > 1:
+        problems.append(f"{what}: {cert} and {key} are on different Secrets ({sorted(secrets)})")
     return problems
 
 
