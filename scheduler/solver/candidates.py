@@ -149,7 +149,8 @@ def make_view(demand: problem.DeploymentDemand,
             unfit[gpu_type] = fit.unfit
             binding[gpu_type] = fit.binding or "gpu_type"
     allowed, share = spot_rules(spec.placement.spot.allowed, spec.placement.spot.max_share, policy)
-    return framework.DeploymentView(demand, reference, units, prefill, unfit, allowed, share, binding)
+    return framework.DeploymentView(demand, reference, units, prefill, unfit, allowed, share, binding,
+                                    spec.placement.spot.max_share_per_region)
 
 
 def group_pools(pools: Sequence[problem.PoolOffer], aggregate: bool) -> list[Group]:

@@ -111,18 +111,27 @@ def _valid_alone(c: cand_mod.Candidates, d: int, counts: Mapping[int, int]) -> b
         return False
     weights = {p: n * view.spot_weight(c.groups[c.pairs[p].g].offer.gpu_type) for p, n in counts.items()}
     spot = sum(w for p, w in weights.items() if c.groups[c.pairs[p].g].offer.tier is fleet.Tier.SPOT)
+    if spot and view.spot_region_binds:
+        here: dict[str, int] = {}
+        for p, w in weights.items():
+            offer = c.groups[c.pairs[p].g].offer
+            if offer.tier is fleet.Tier.SPOT:
+                here[offer.region] = here.get(offer.region, 0) + w
+        if not all(view.spot_region_ok(w, sum(weights.values())) for w in here.values()):
+            return False
     return sum(counts.values()) <= view.demand.spec.scaling.max_replicas and (
         spot == 0 or view.spot_share_ok(spot, sum(weights.values())))
 
 
 def _fits(book: ledger.Ledger, c: cand_mod.Candidates, counts: Mapping[int, int]) -> bool:
     """Adds ``counts`` to ``book`` when every replica fits the shared limits; else leaves it as it was.
-    On-demand replicas go first, so the spot share check sees the whole deployment."""
+    On-demand replicas go first, so the spot share check sees the whole deployment; the per-region
+    spot cap is not asked per replica (``_valid_alone`` checked it on the whole set)."""
     order = sorted(counts, key=lambda p: (c.groups[c.pairs[p].g].offer.tier is fleet.Tier.SPOT, p))
     added: list[int] = []
     for p in order:
         for _ in range(counts[p]):
-            if book.blocker(p) is not None:
+            if book.blocker(p, spread=False) is not None:
                 for q in added:
                     book.add(q, -1)
                 return False

@@ -33,6 +33,8 @@ subject to
   spot share    sum_p w_p (den is_spot_p - num) x_p <= 0 with w_p = round(10^4 capacity_p) and share =
                 num/den: spot capacity <= share x all capacity in the exact integers every check uses
                 (capacity: reference replicas without the spot credit)
+  spot spread   per region R with spot pairs: sum_p w_p (den' is_spot_in_R_p - num') x_p <= 0 with
+                max_share_per_region = num'/den' (only where it is below the spot share)
   isolation     a deployment with any replica uses >= min_distinct_clouds clouds and
                 >= min_distinct_regions regions (y, z binaries; z = 0 leaves all its demand unserved)
 
@@ -259,6 +261,14 @@ def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.Solv
         # inside both).
         coef = [view.spot_coefficient(c.groups[pairs[p].g].offer.gpu_type, is_spot[p]) for p in my_pairs]
         m.row(xs, coef, hi=0)
+    if any(is_spot.values()) and view.spot_region_binds:
+        # Spot capacity in each region <= max_share_per_region x all capacity (a preemption wave or
+        # an outage there leaves the rest), in the same exact integers as the checks.
+        for region in sorted({c.groups[pairs[p].g].offer.region for p in my_pairs if is_spot[p]}):
+            coef = [view.spot_region_coefficient(c.groups[pairs[p].g].offer.gpu_type,
+                                                 is_spot[p] and c.groups[pairs[p].g].offer.region == region)
+                    for p in my_pairs]
+            m.row(xs, coef, hi=0)
     _isolation(b, c, d, my_pairs)
     if with_churn:
         _churn(b, c, d, my_pairs, current, settings)

@@ -67,6 +67,8 @@ class DeploymentView:
     spot_allowed: bool
     spot_max_share: float
     binding_by_type: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # The most of the capacity spot replicas in one region may hold (placement.spot.max_share_per_region).
+    spot_region_max_share: float = 1.0
 
     @property
     def name(self) -> str:
@@ -104,6 +106,34 @@ class DeploymentView:
         and over all replicas) keeps the cap: spot <= share x total, exactly."""
         num, den = self.spot_share_ratio
         return spot_weight * den <= num * total_weight
+
+    @functools.cached_property
+    def spot_region_ratio(self) -> tuple[int, int]:
+        """The per-region spot cap as a fraction (numerator, denominator)."""
+        share = fractions.Fraction(self.spot_region_max_share).limit_denominator(1000)
+        return share.numerator, share.denominator
+
+    @property
+    def spot_region_binds(self) -> bool:
+        """Whether the per-region spot cap can bind: spot is allowed and the overall cap is above it
+        (spot in one region <= all spot <= max_share x capacity otherwise keeps it, exactly)."""
+        if not self.spot_allowed:
+            return False
+        num, den = self.spot_region_ratio
+        snum, sden = self.spot_share_ratio
+        return num * sden < snum * den
+
+    def spot_region_coefficient(self, gpu_type: str, spot_here: bool) -> int:
+        """One replica's coefficient in the row ``sum coef x <= 0`` that caps the spot capacity in one
+        region: weight x (denominator x is_spot_in_that_region - numerator), exact integers."""
+        num, den = self.spot_region_ratio
+        return self.spot_weight(gpu_type) * ((den if spot_here else 0) - num)
+
+    def spot_region_ok(self, region_spot_weight: int, total_weight: int) -> bool:
+        """Whether ``region_spot_weight`` (``spot_weight`` summed over the spot replicas of one region)
+        of ``total_weight`` (over all replicas) keeps the per-region cap, exactly."""
+        num, den = self.spot_region_ratio
+        return region_spot_weight * den <= num * total_weight
 
 
 @dataclasses.dataclass(frozen=True)

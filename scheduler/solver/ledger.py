@@ -21,6 +21,7 @@ class Ledger:
         # Spot share weights (DeploymentView.spot_weight) per deployment: all replicas, spot ones.
         self.units = [0] * len(c.views)
         self.spot_units = [0] * len(c.views)
+        self.spot_region_units: dict[tuple[int, str], int] = {}  # (deployment, region) -> spot weights there
         self.team_gpus: dict[tuple[str, str], int] = {}
         self.team_usd: dict[str, float] = {}
         self.total_usd = sum(g.nodes_min * g.offer.price_per_node_hour_usd for g in c.groups)
@@ -59,6 +60,8 @@ class Ledger:
         self.units[d] += units
         if group.offer.tier is fleet.Tier.SPOT:
             self.spot_units[d] += units
+            key = (d, group.offer.region)
+            self.spot_region_units[key] = self.spot_region_units.get(key, 0) + units
         for key in ((team, ""), (team, group.offer.gpu_type)):
             self.team_gpus[key] = self.team_gpus.get(key, 0) + n * gpus
         self.team_usd[team] = self.team_usd.get(team, 0.0) + n * gpus * group.offer.price_per_gpu_hour_usd
@@ -68,8 +71,11 @@ class Ledger:
             if n > 0:
                 self.add(p, n)
 
-    def blocker(self, p: int) -> tuple[str, str] | None:
-        """(constraint, phrase) that stops one more replica on pair ``p``, or None when it fits."""
+    def blocker(self, p: int, spread: bool = True) -> tuple[str, str] | None:
+        """(constraint, phrase) that stops one more replica on pair ``p``, or None when it fits.
+        ``spread`` False leaves out the per-region spot cap, for a caller that adds a whole set it
+        checked as a set: added one by one, the first spot replicas of a valid spread set break it
+        (one spot replica alone is all of the capacity in its region)."""
         pair = self.c.pairs[p]
         group = self.c.groups[pair.g]
         offer = group.offer
@@ -114,4 +120,9 @@ class Ledger:
             units = view.spot_weight(offer.gpu_type)
             if not view.spot_share_ok(self.spot_units[pair.d] + units, self.units[pair.d] + units):
                 return "spot", f"spot share cap ({view.spot_max_share:.0%})"
+        if spread and offer.tier is fleet.Tier.SPOT and view.spot_region_binds:
+            units = view.spot_weight(offer.gpu_type)
+            here = self.spot_region_units.get((pair.d, offer.region), 0)
+            if not view.spot_region_ok(here + units, self.units[pair.d] + units):
+                return "spot", f"spot share cap per region ({view.spot_region_max_share:.0%} in {offer.region})"
         return None

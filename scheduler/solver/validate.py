@@ -7,7 +7,7 @@ and a fallback taken when time runs out are further steps where a corner case ca
 whatever path produced it, a plan is checked here against the problem itself: pool capacity, the
 filter plugins per (deployment, pool) and per served client region (GPU type, placement, policy,
 spot, excluded pools, latency), team quotas and budgets, cloud quotas and the fleet budget on member
-nodes, max_replicas, spot share, isolation, and a serving map within what the replicas give and what
+nodes, max_replicas, spot share (overall and per region), isolation, and a serving map within what the replicas give and what
 each region wants. A plan that fails is repaired by dropping replicas (lowest priority first) and
 serving until every check passes; demand that loses service is reported as unplaced with the
 constraint that cost it, never returned as if served.
@@ -367,12 +367,29 @@ class _Plan:
                                       sum(weights.values())):
                 out.append(_of(name, "spot", f"spot share cap ({spot:.2f} of {sum(capacity.values()):.2f} reference "
                                              f"replicas of capacity on spot > {share:.0%})"))
+            if view.spot_region_binds:
+                total = sum(weights.values())
+                for region, here in sorted(self.spot_by_region(name, weights).items()):
+                    if not view.spot_region_ok(here, total):
+                        out.append(_of(name, "spot", f"spot share cap per region ({here / framework.SPOT_SCALE:.2f} "
+                                                     f"of {total / framework.SPOT_SCALE:.2f} reference replicas of "
+                                                     f"capacity on spot in {region} > "
+                                                     f"{view.spot_region_max_share:.0%})"))
             rules = spec.placement
             clouds = {self.offers[k].cloud for k in mine}
             regions = {self.offers[k].region for k in mine}
             if len(clouds) < rules.min_distinct_clouds or len(regions) < rules.min_distinct_regions:
                 out.append(_of(name, "isolation", f"isolation ({len(clouds)} cloud(s) and {len(regions)} region(s); "
                                                   f"needs {rules.min_distinct_clouds} and {rules.min_distinct_regions})"))
+        return out
+
+    def spot_by_region(self, name: str, weights: Mapping[str, int]) -> dict[str, int]:
+        """Region -> spot share weights of ``name``'s spot replicas there (``weights``: pool key -> weights)."""
+        out: dict[str, int] = {}
+        for k, w in weights.items():
+            offer = self.offers[k]
+            if offer.tier is fleet.Tier.SPOT:
+                out[offer.region] = out.get(offer.region, 0) + w
         return out
 
     def serving_capacity_violations(self) -> list[Violation]:
@@ -421,9 +438,7 @@ class _Repairer:
             self.teams()
             self.fleet()
             for why in self.of_kind("spot"):
-                self.shed(why, lambda w=why: self.still(w),
-                          lambda w=why: [p for p in plan.replicas
-                                         if p[0] == w.subject and plan.offers[p[1]].tier is fleet.Tier.SPOT])
+                self.shed(why, lambda w=why: self.still(w), lambda w=why: self.spot_victims(w.subject))
             for why in self.of_kind("isolation"):
                 for pair in [p for p in plan.replicas if p[0] == why.deployment]:
                     self.cut(pair, why, plan.replicas[pair])
@@ -434,6 +449,21 @@ class _Repairer:
         for pair in list(plan.replicas):
             self.cut(pair, _of(pair[0], "error", "the plan could not be repaired"), plan.replicas[pair])
         plan.serving.clear()
+
+    def spot_victims(self, name: str) -> list[Pair]:
+        """The spot replicas of ``name`` to shed first: those in the regions above the per-region
+        spot cap (shedding elsewhere would only raise their share), else all of them."""
+        plan = self.plan
+        view = plan.views[name]
+        spot = [p for p in plan.replicas if p[0] == name and plan.known(*p) and plan.offers[p[1]].tier is fleet.Tier.SPOT]
+        if view.spot_region_binds:
+            weights = {k: n * view.spot_weight(plan.offers[k].gpu_type) for (d, k), n in plan.replicas.items()
+                       if d == name and plan.known(d, k)}
+            total = sum(weights.values())
+            over = {r for r, w in plan.spot_by_region(name, weights).items() if not view.spot_region_ok(w, total)}
+            if over:
+                return [p for p in spot if plan.offers[p[1]].region in over]
+        return spot
 
     def of_kind(self, constraint: str) -> list[Violation]:
         return [v for v in self.plan.deployment_violations() if v.constraint == constraint]

@@ -25,8 +25,8 @@ def dep(name: str, *, regions: dict[str, int], gpu_types: Iterable[str] = ("L4",
         source: str = CHAT, gpus: int = 1, gpus_by_type: dict[str, int] | None = None, max_replicas: int = 50,
         profile: dict[str, float] | None = None, placement_clouds: Iterable[str] = (),
         min_memory_gib: int | None = None, covered: Iterable[str] | None = None, always_served: Iterable[str] = (),
-        tpot_ms: float = 200, embedding: bool = False, source_regions: Iterable[str] | None = None
-        ) -> solver.DeploymentDemand:
+        tpot_ms: float = 200, embedding: bool = False, source_regions: Iterable[str] | None = None,
+        spot_region_share: float = 0.5) -> solver.DeploymentDemand:
     spec = deployment_spec.ModelDeploymentSpec.model_validate({
         "model": {"source": source, "served_name": name},
         "resources": {"gpus_per_replica": gpus, "gpu_types": list(gpu_types), "gpus_by_type": gpus_by_type or {},
@@ -38,7 +38,8 @@ def dep(name: str, *, regions: dict[str, int], gpu_types: Iterable[str] = ("L4",
         "runtime": {"is_embedding": embedding},
         "scaling": {"min_replicas": 0, "max_replicas": max_replicas},
         "placement": {"min_distinct_clouds": clouds, "min_distinct_regions": distinct_regions,
-                      "clouds": list(placement_clouds), "spot": {"allowed": spot, "max_share": spot_share}},
+                      "clouds": list(placement_clouds), "spot": {"allowed": spot, "max_share": spot_share,
+                                                                   "max_share_per_region": spot_region_share}},
         "priority_class": priority_class,
     })
     return solver.DeploymentDemand(name, spec, dict(regions), team, priority_class, priority,
@@ -163,6 +164,14 @@ def violations(prob: solver.PlacementProblem, result: solver.PlacementResult,
             share = min(p.spot.max_share, pol.spot.max_share if pol is not None else 1.0)
             if spot > share * sum(weight.values()) + 1e-6:
                 out.append(f"{name}: {spot:.2f} spot capacity of {sum(weight.values()):.2f} > share {share}")
+            by_region: dict[str, float] = {}
+            for k, w in weight.items():
+                if offers[k].tier is fleet.Tier.SPOT:
+                    by_region[offers[k].region] = by_region.get(offers[k].region, 0.0) + w
+            for region, here in sorted(by_region.items()):
+                if here > p.spot.max_share_per_region * sum(weight.values()) + 1e-6:
+                    out.append(f"{name}: {here:.2f} spot capacity in {region} of {sum(weight.values()):.2f} > "
+                               f"share per region {p.spot.max_share_per_region}")
     for (name, region, key), n in placement.serving.items():
         if n <= 0:
             continue
