@@ -68,6 +68,9 @@ def summary(cmp: runner.Comparison, traffic: str) -> dict:
             and min_region(mer)[1] >= min_region(sky)[1] - report.ATTAINMENT_TOLERANCE)
     if mer is not None and od is not None:
         out["saving_vs_od_multi_region"] = cost.saving(od.cost_usd, mer.cost_usd)
+        head = report.headline_verdict(report.verdicts(cmp))
+        if head is not None:
+            out["skyserve_headline"] = head
     return out
 
 
@@ -89,9 +92,8 @@ def lines(s: dict) -> list[str]:
         out.append(f"  meridian vs skyserve: saves {100 * s['saving_vs_skyserve']:+.1f}% of its cost (target: "
                    f"cheaper at equal or higher SLO attainment, all and worst region): "
                    f"{'met' if s['skyserve_target_met'] else 'NOT met'}")
-    if "saving_vs_od_multi_region" in s:
-        out.append(f"  saving against od-multi-region: {100 * s['saving_vs_od_multi_region']:+.1f}% "
-                   f"(SkyServe's published: {100 * report.SKYSERVE_HEADLINE_SAVING:.0f}%)")
+    if "skyserve_headline" in s:
+        out.append(f"  {report.headline_text(s['skyserve_headline'])}")
     return out
 
 

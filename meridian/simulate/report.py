@@ -1,6 +1,6 @@
 """The comparison as text (a table per concern) and as JSON, with the verdict the issue asks for:
-does Meridian beat every baseline on cost at equal or better SLO attainment, and how does its saving
-against the on-demand-only rows compare with SkyServe's headline (43% cheaper than on-demand)."""
+does Meridian beat every baseline on cost at equal or better SLO attainment, and does its saving
+against the on-demand multi-region row meet SkyServe's headline (43% cheaper than on-demand)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from meridian.simulate import windows as windows_mod
 from scheduler.control import floor as floor_mod
 
 SKYSERVE_HEADLINE_SAVING = 0.43
+# SkyServe's 43% is against the same service on on-demand replicas, its rules kept: here the
+# on-demand multi-region row (the single-region one breaks isolation and max_rtt_ms).
+SKYSERVE_HEADLINE_BASELINE = "od-multi-region"
 # Attainment differences smaller than this are "equal": the analytic tails are not finer than that.
 ATTAINMENT_TOLERANCE = 0.0005
 
@@ -69,6 +72,29 @@ def verdicts(cmp: runner.Comparison, reference: str = "meridian") -> list[dict]:
             item["below_floor"] = bool(r.cost_per_hour_usd < cmp.floor.usd_per_hour)
         out.append(item)
     return out
+
+
+def headline_verdict(v: list[dict]) -> dict | None:
+    """SkyServe's headline judged on its like-for-like row (``SKYSERVE_HEADLINE_BASELINE``): met when
+    Meridian saves at least ``SKYSERVE_HEADLINE_SAVING`` of that row's cost and beats it (at equal or
+    better SLO attainment); None when that row was not run. ``v``: ``verdicts(...)``."""
+    item = next((i for i in v if i["baseline"] == SKYSERVE_HEADLINE_BASELINE), None)
+    if item is None:
+        return None
+    return {"baseline": item["baseline"], "saving": item["saving"], "attainment_delta": item["attainment_delta"],
+            "met": bool(item["beats"] and item["saving"] >= SKYSERVE_HEADLINE_SAVING)}
+
+
+def headline_text(h: dict) -> str:
+    """The verdict of ``headline_verdict`` in words (the report's and the bench's line)."""
+    if h["met"]:
+        word = "met"
+    elif h["saving"] >= SKYSERVE_HEADLINE_SAVING:
+        word = f"not met: the saving is there but at {100.0 * h['attainment_delta']:+.3f} pp SLO attainment"
+    else:
+        word = "not met"
+    return (f"saving against {h['baseline']}: {100.0 * h['saving']:+.1f}% (SkyServe's headline: "
+            f"{100 * SKYSERVE_HEADLINE_SAVING:.0f}% against on-demand at equal or better SLO attainment; {word})")
 
 
 def bill_lines(cmp: runner.Comparison) -> list[str]:
@@ -186,14 +212,14 @@ def text(cmp: runner.Comparison) -> str:
                          f"SLO attainment {100.0 * item['attainment_delta']:+.3f} pp{why}")
         od = [i for i in v if i["on_demand_only"]]
         if od:
-            worst = min(i["saving"] for i in od)
             savings = ", ".join(f"{i['baseline']} {100 * i['saving']:.1f}%" for i in od)
-            lines.append(f"  saving against the on-demand-only rows: {savings}"
-                         f" (SkyServe's headline bar: {100 * SKYSERVE_HEADLINE_SAVING:.0f}%; "
-                         f"{'met' if worst >= SKYSERVE_HEADLINE_SAVING else 'not met'})")
-            if cmp.floor is not None:
-                ceiling = ", ".join(f"{i['baseline']} {100 * i['max_saving']:.1f}%" for i in od if "max_saving" in i)
-                lines.append(f"  the most any policy keeping the specs could save against them (cost floor): {ceiling}")
+            lines.append(f"  saving against the on-demand-only rows: {savings}")
+        head = headline_verdict(v)
+        if head is not None:
+            lines.append(f"  {headline_text(head)}")
+        if od and cmp.floor is not None:
+            ceiling = ", ".join(f"{i['baseline']} {100 * i['max_saving']:.1f}%" for i in od if "max_saving" in i)
+            lines.append(f"  the most any policy keeping the specs could save against them (cost floor): {ceiling}")
     return "\n".join(lines)
 
 
@@ -242,7 +268,8 @@ def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:
             "floor": cmp.floor.to_dict() if cmp.floor is not None else None,
             "demand_bound": cmp.bound.to_dict() if cmp.bound is not None else None,
             "verdicts": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in item.items()}
-                         for item in verdicts(cmp)]}
+                         for item in verdicts(cmp)],
+            "skyserve_headline": headline_verdict(verdicts(cmp))}
 
 
 def _machine() -> str:
