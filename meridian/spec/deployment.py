@@ -145,12 +145,13 @@ class SpotRules(base.StrictModel):
         description="Most of this deployment's capacity that may run on spot: capacity is what its replicas "
                     "serve, so one replica on a large GPU weighs more than one on a small GPU.")
     max_share_per_region: float = pydantic.Field(
-        default=0.5, ge=0, le=1,
+        default=0.67, ge=0, le=1,
         description="Most of this deployment's capacity that its spot replicas in any one region may hold (capacity "
                     "weighed as for max_share), so that a correlated preemption wave or an outage in one region "
-                    "leaves the rest: with the default 0.5 a deployment allowed wholly on spot keeps its spot "
-                    "capacity in two regions or beside on-demand replicas, never all in one region. Binds only "
-                    "where max_share (and the capacity policy's spot cap) is above it; 1: no spread.")
+                    "leaves the rest: with the default 0.67 a deployment allowed wholly on spot keeps at least a "
+                    "third of its capacity outside any one region's spot pools (in a second region, or on "
+                    "on-demand), never all of it in one region. Binds only where max_share (and the capacity "
+                    "policy's spot cap) is above it; 1: no spread.")
 
 
 class Placement(base.StrictModel):

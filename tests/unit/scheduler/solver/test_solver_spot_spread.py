@@ -16,7 +16,7 @@ import solver_cases as sc
 SPOT_POL = sc.policy(spot={"allowed": True, "max_share": 1.0})
 
 
-def _two_region_problem(region_share: float = 0.5) -> solver.PlacementProblem:
+def _two_region_problem(region_share: float | None = 0.5) -> solver.PlacementProblem:
     """2 reference replicas, wholly on spot allowed: spot L4 at $0.30 in us-east-1 and $0.35 in
     us-east-2, on-demand at $0.80. Spot counts 0.85 of a replica, so 3 spot replicas serve 2; all
     in us-east-1 is cheapest ($0.90) and breaks a 0.5 per-region cap; 2 + 2 ($1.30) keeps it."""
@@ -35,12 +35,12 @@ def _spot_by_region(prob: solver.PlacementProblem, result: solver.PlacementResul
     return out
 
 
-def test_the_default_caps_spot_at_half_the_capacity_per_region():
-    """A spec that says nothing gets max_share_per_region 0.5; it binds only where max_share is above it."""
+def test_the_default_keeps_a_third_of_the_capacity_off_any_one_regions_spot():
+    """A spec that says nothing gets max_share_per_region 0.67; it binds only where max_share is above it."""
     spot = deployment_spec.SpotRules()
-    assert spot.max_share_per_region == 0.5
+    assert spot.max_share_per_region == 0.67
     loose = candidates.make_view(sc.dep("x", regions={"na-east": 1}, spot=True, spot_share=1.0), SPOT_POL)
-    capped = candidates.make_view(sc.dep("x", regions={"na-east": 1}, spot=True, spot_share=0.5), SPOT_POL)
+    capped = candidates.make_view(sc.dep("x", regions={"na-east": 1}, spot=True, spot_share=0.6), SPOT_POL)
     no_spot = candidates.make_view(sc.dep("x", regions={"na-east": 1}, spot=False), SPOT_POL)
     assert loose.spot_region_binds and not capped.spot_region_binds and not no_spot.spot_region_binds
 
@@ -65,20 +65,21 @@ def test_without_the_cap_spot_goes_to_the_cheapest_region_alone():
 
 
 def test_one_spot_region_and_on_demand_falls_back_to_on_demand_beside_spot():
-    """With spot in one region only, the cap is kept by on-demand capacity beside it, never by all
-    spot in that region: the plan keeps at least half of its capacity off that region's spot."""
+    """With spot in one region only, the (default) cap is kept by on-demand capacity beside it, never
+    by all spot in that region: at least a third of the plan's capacity is off that region's spot."""
     d = sc.dep("chat", regions={"na-east": 3}, spot=True, spot_share=1.0)
     prob = sc.problem([d], [sc.pool("a", "aws", "us-east-1", "L4", 0.30, tier="spot"),
                             sc.pool("a", "aws", "us-east-1", "L4", 0.80)], SPOT_POL)
     result = solver.solve(prob, time_limit_s=5)
     plan = result.placement.to_dict()["chat"]
-    assert plan.get("a/l4-on-demand", 0) >= plan.get("a/l4-spot", 0) >= 1
+    spot, on_demand = plan.get("a/l4-spot", 0), plan.get("a/l4-on-demand", 0)
+    assert spot >= 1 and spot <= 0.67 * (spot + on_demand)
     assert sc.violations(prob, result) == [] and not result.unplaced
 
 
 def test_a_preemption_wave_in_any_one_region_leaves_half_the_capacity():
     """On a fleet with spot in three regions, for every region, the plan's capacity outside that
-    region's spot pools is at least half of it, and still serves the demand it is credited with."""
+    region's spot pools is at least a third of it (the default cap, 0.67), with all demand served."""
     d = sc.dep("chat", regions={"na-east": 4, "eu-west": 2}, spot=True, spot_share=1.0)
     pools = [sc.pool("a", "aws", "us-east-1", "L4", 0.30, tier="spot", nodes_max=8),
              sc.pool("b", "aws", "us-east-2", "L4", 0.33, tier="spot", nodes_max=8),
@@ -91,7 +92,7 @@ def test_a_preemption_wave_in_any_one_region_leaves_half_the_capacity():
     by_region = _spot_by_region(prob, result)
     assert len(by_region) >= 2
     for region, lost in by_region.items():
-        assert total - lost >= total / 2, (region, result.placement.to_dict())
+        assert total - lost >= 0.33 * total, (region, result.placement.to_dict())
 
 
 def test_validate_refuses_a_plan_with_all_spot_in_one_region_and_repairs_it_there():
