@@ -7,8 +7,8 @@ and a fallback taken when time runs out are further steps where a corner case ca
 whatever path produced it, a plan is checked here against the problem itself: pool capacity, the
 filter plugins per (deployment, pool) and per served client region (GPU type, placement, policy,
 spot, excluded pools, latency), team quotas and budgets, cloud quotas and the fleet budget on member
-nodes, max_replicas, spot share (overall and per region), isolation, and a serving map within what the replicas give and what
-each region wants. A plan that fails is repaired by dropping replicas (lowest priority first) and
+nodes, max_replicas, spot share (overall and per region), isolation, and a serving map within what
+the replicas give and what each region wants. A plan that fails is repaired by dropping replicas (lowest priority first) and
 serving until every check passes; demand that loses service is reported as unplaced with the
 constraint that cost it, never returned as if served.
 
