@@ -7,8 +7,9 @@ its synthetic (Poisson, diurnal) traffic and with the Azure LLM conversation tra
 run: each policy's cost, SLO attainment over all requests and in its worst client region; Meridian
 against the demand-following bound (target: within 10% at >= 99.5% SLO attainment in every client
 region), against ``skyserve`` (target: cheaper at equal or higher attainment) and its saving against
-``od-multi-region`` judged against SkyServe's published 43% (``report.headline_verdict``). ``--full`` adds ``meridian simulate``'s whole
-report per run; ``--seeds N`` repeats each run with N seeds."""
+``od-multi-region`` judged against SkyServe's published 43% (``report.headline_verdict``).
+``--full`` adds ``meridian simulate``'s whole report per run; ``--seeds N`` repeats each run with N
+seeds."""
 
 from __future__ import annotations
 
