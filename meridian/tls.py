@@ -12,10 +12,13 @@ is done here beyond asking OpenSSL to load the files.
 client listener, the runtime adapter's TLS port beside an engine): the listening socket's context
 has an SNI callback that hands each new connection the current context (the callback runs for
 every handshake, with or without SNI), so a rotated certificate reaches new connections at once
-while open ones keep theirs. ``ReloadingContext`` is the mechanism: the files' identity (inode,
-size, mtime) is checked every ``reload_interval_s``; files that do not load (a rotation caught
-half-written) keep the previous context, logged as ``event=tls_reload_failed``, and are tried
-again at the next check."""
+while open ones keep theirs. ``ReloadingFiles`` is the one mechanism behind every reloaded TLS
+file (these listeners, the replicas' client context, the scheduler's gRPC port, the gRPC clients'
+``ChannelCredentials``): the files' identity (inode, size, mtime) is checked every
+``reload_interval_s`` (or, for a client, before each connect); files that do not load (a rotation
+caught half-written, a key that does not match) keep the previous material, logged as
+``event=tls_reload_failed`` with the file and what is wrong, and are tried again at the next
+check."""
 
 from __future__ import annotations
 
@@ -25,10 +28,13 @@ import logging
 import os
 import pathlib
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
-__all__ = ["KeyPair", "ReloadingContext", "ServerTls", "TlsFileError", "read_certificates", "read_key_pair",
-           "server_context"]
+import grpc
+
+__all__ = ["ChannelCredentials", "KeyPair", "ReloadingFiles", "ServerTls", "TlsFileError", "channel_credentials",
+           "read_certificates", "read_key_pair", "server_context"]
 
 log = logging.getLogger("meridian.tls")
 
@@ -106,7 +112,7 @@ def read_key_pair(cert_path: str, key_path: str, *, cert_setting: str, key_setti
 def _signature(paths: tuple[str, ...]) -> tuple[tuple[int, int, int], ...]:
     out = []
     for path in paths:
-        st = os.stat(path)
+        st = os.stat(os.path.expanduser(path))
         out.append((st.st_ino, st.st_size, st.st_mtime_ns))
     return tuple(out)
 
@@ -118,29 +124,46 @@ def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     return ctx
 
 
-class ReloadingContext:
-    """A context built from ``files`` by ``build``, rebuilt when they change (``reload_if_changed``,
-    or the ``watch`` task). ``on_error`` is called with ``"tls_reload"`` when a reload fails (a metric)."""
+T = TypeVar("T")
 
-    def __init__(self, files: tuple[str, ...], build: Callable[[], ssl.SSLContext], *, reload_interval_s: float,
-                 on_error: Callable[[str], None] | None):
+
+class ReloadingFiles(Generic[T]):
+    """Material (an SSL context, gRPC credentials) built from ``files`` by ``build``, rebuilt when
+    they change (``reload_if_changed``, or the ``watch`` task). ``generation`` counts the loads that
+    took effect (0: the one at start), so a holder of something built from ``current`` (a gRPC
+    channel) knows when to rebuild it. ``on_error`` is called with ``"tls_reload"`` when a reload
+    fails (a metric). At start a bad file raises (``TlsFileError`` names the setting and path)."""
+
+    def __init__(self, files: tuple[str, ...], build: Callable[[], T], *, reload_interval_s: float = 5.0,
+                 on_error: Callable[[str], None] | None = None):
         self._files = tuple(f for f in files if f)
         self._build = build
         self.reload_interval_s = reload_interval_s
         self.on_error = on_error
         self.reloads = 0
-        self._signature = _signature(self._files)
-        self.current = build()
+        try:  # the identity first: a change after it is seen at the next check
+            self._signature = _signature(self._files)
+        except OSError:
+            build()  # raises the error that names the setting and the path
+            raise
+        self.current: T = build()
+
+    @property
+    def generation(self) -> int:
+        return self.reloads
 
     def reload_if_changed(self) -> bool:
-        """Rebuild if the files changed since the last good load; True when a new context is live."""
+        """Rebuild if the files changed since the last good load; True when new material is live.
+        Only ``os.stat`` when nothing changed (cheap enough before each connect)."""
         try:
             signature = _signature(self._files)
             if signature == self._signature:
                 return False
             fresh = self._build()
-        except (OSError, ssl.SSLError) as exc:
-            log.warning("event=tls_reload_failed files=%s error=%r keeping=previous", ",".join(self._files), exc)
+        except (OSError, ssl.SSLError, TlsFileError) as exc:
+            # TlsFileError names the setting, the path and what is wrong with it.
+            log.warning("event=tls_reload_failed files=%s error=%r keeping=previous", ",".join(self._files),
+                        str(exc) if isinstance(exc, TlsFileError) else exc)
             if self.on_error is not None:
                 self.on_error("tls_reload")
             return False
@@ -150,14 +173,42 @@ class ReloadingContext:
         log.info("event=tls_reloaded files=%s reloads=%d", ",".join(self._files), self.reloads)
         return True
 
-    async def watch(self) -> None:
-        """Check the files every ``reload_interval_s`` (cancel the task to stop)."""
+    async def watch(self, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
+        """Check the files every ``reload_interval_s`` (cancel the task to stop); ``sleep`` is the
+        caller's clock."""
         while True:
-            await asyncio.sleep(self.reload_interval_s)
+            await sleep(self.reload_interval_s)
             self.reload_if_changed()
 
 
-class ServerTls(ReloadingContext):
+def channel_credentials(ca_file: str, cert_file: str = "", key_file: str = "", *, ca_setting: str,
+                        cert_setting: str = "", key_setting: str = "") -> grpc.ChannelCredentials:
+    """gRPC channel credentials trusting ``ca_file``, with a client key pair for mutual TLS when
+    ``cert_file`` is given; every file read and checked here (``TlsFileError`` names the setting)."""
+    root = read_certificates(ca_file, ca_setting)
+    if not cert_file:
+        return grpc.ssl_channel_credentials(root_certificates=root)
+    pair = read_key_pair(cert_file, key_file, cert_setting=cert_setting, key_setting=key_setting)
+    return grpc.ssl_channel_credentials(root_certificates=root, private_key=pair.private_key,
+                                        certificate_chain=pair.cert_chain)
+
+
+class ChannelCredentials(ReloadingFiles[grpc.ChannelCredentials]):
+    """A gRPC client's TLS files (the agent's and the router's link to the scheduler). A client
+    calls ``reload_if_changed`` before each (re)connect and builds its channel from ``current``,
+    so a rotated CA or client certificate is used by the next connection; a bad rotated file keeps
+    the previous credentials (logged, counted) until it is fixed."""
+
+    def __init__(self, ca_file: str, cert_file: str = "", key_file: str = "", *, ca_setting: str,
+                 cert_setting: str = "", key_setting: str = "", on_error: Callable[[str], None] | None = None):
+        super().__init__((ca_file, cert_file, key_file),
+                         lambda: channel_credentials(ca_file, cert_file, key_file, ca_setting=ca_setting,
+                                                     cert_setting=cert_setting, key_setting=key_setting),
+                         on_error=on_error)
+        self.mode = "mutual" if cert_file else "server"
+
+
+class ServerTls(ReloadingFiles[ssl.SSLContext]):
     """A listener's certificate and key; listen with ``context``, each handshake gets ``current``."""
 
     def __init__(self, cert_file: str, key_file: str, *, reload_interval_s: float = 5.0,

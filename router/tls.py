@@ -50,7 +50,7 @@ def check_client_files(ca_file: str, cert_file: str, key_file: str, *, ca_settin
         tls_files.read_key_pair(cert_file, key_file, cert_setting=cert_setting, key_setting=key_setting)
 
 
-class ClientTls(tls_files.ReloadingContext):
+class ClientTls(tls_files.ReloadingFiles[ssl.SSLContext]):
     def __init__(self, ca_file: str = "", cert_file: str = "", key_file: str = "", *, reload_interval_s: float = 5.0,
                  on_error: Callable[[str], None] | None = None):
         super().__init__((ca_file, cert_file, key_file), lambda: client_context(ca_file, cert_file, key_file),
