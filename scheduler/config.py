@@ -49,6 +49,9 @@ class SchedulerConfig(pydantic.BaseModel):
     tls_client_ca_file: str | None = pydantic.Field(
         default=None, min_length=1,
         description="PEM CA bundle: clients must present a certificate it signed (mutual TLS).")
+    tls_reload_interval_s: float = pydantic.Field(
+        default=10.0, gt=0, le=3600,
+        description="How often the gRPC port's certificate, key and client CA files are checked for a change.")
     admin_tls_cert_file: str | None = pydantic.Field(
         default=None, min_length=1,
         description="PEM certificate chain the admin API presents; with admin_tls_key_file it serves HTTPS.")

@@ -42,9 +42,9 @@ class SchedulerService:
                  store: state.StateStore | None = None, env: Mapping[str, str] | None = None,
                  tokens: auth.TokenBook | None = None, admin_auth: auth.AdminAuth | None = None):
         self.config = config
-        # TLS files first: a bad certificate stops the process before any state is opened.
-        self.grpc_tls = tls.load(config)
         self.metrics = metrics_mod.SchedulerMetrics()
+        # TLS files first: a bad certificate stops the process before any state is opened.
+        self.grpc_tls = tls.load(config, on_error=lambda where: self.metrics.errors.labels(f"grpc_{where}").inc())
         self.admin_tls = (admin_tls.ReloadingTls(config.admin_tls_cert_file, config.admin_tls_key_file,
                                                  on_error=lambda where: self.metrics.errors.labels(where).inc())
                           if config.admin_tls_cert_file and config.admin_tls_key_file else None)
@@ -197,9 +197,17 @@ class SchedulerService:
         if self.admin_tls is not None:
             self._tasks.append(asyncio.create_task(
                 self.admin_tls.watch(self.config.admin_tls_reload_interval_s, self.clock), name="admin-tls-reload"))
+        if self.grpc_tls is not None:
+            self._tasks.append(asyncio.create_task(self._watch_grpc_tls(self.grpc_tls), name="grpc-tls-reload"))
         log.info("event=started scheduler=%s grpc_port=%d admin_port=%d state=%s", self.config.scheduler_id,
                  self.grpc_port, self.admin_port, redisconn.parse(self.config.state_url).describe()
                  if "redis" in self.config.state_url.split("://", 1)[0] else self.config.state_url)
+
+    async def _watch_grpc_tls(self, server_tls: tls.ReloadingServerTls) -> None:
+        """Check the gRPC port's TLS files every ``tls_reload_interval_s``, off the event loop."""
+        while True:
+            await self.clock.sleep(self.config.tls_reload_interval_s)
+            await asyncio.to_thread(server_tls.files.reload_if_changed)
 
     def _log_admin_mode(self, host: str) -> None:
         """One line on how the admin API is secured; a warning when plain HTTP is reachable from
