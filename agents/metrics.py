@@ -28,6 +28,10 @@ class AgentMetrics:
                                        "Stream (re)connection attempts after the first", ["cluster"], registry=r)
         self.connected = prom.Gauge("meridian_agent_stream_connected", "1 while a stream to the scheduler is up",
                                     ["cluster"], registry=r)
+        self.tls_reloads = prom.Counter("meridian_agent_scheduler_tls_reloads_total",
+                                        "Rotated scheduler-link TLS files: loaded (outcome=reloaded) or refused, "
+                                        "the previous credentials kept (outcome=failed)", ["cluster", "outcome"],
+                                        registry=r)
         self.messages = prom.Counter("meridian_agent_messages_sent_total", "Messages sent to the scheduler by kind",
                                      ["cluster", "kind"], registry=r)
         self.events = prom.Counter("meridian_agent_events_total", "Events raised by kind", ["cluster", "kind"], registry=r)

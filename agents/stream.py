@@ -55,27 +55,35 @@ def leader_hint(metadata) -> str:
     return ""
 
 
-def make_channel(address: str, tls: cluster_spec.Tls | None,
+def make_channel(address: str, credentials: grpc.ChannelCredentials | None,
                  options: tuple[tuple[str, object], ...] = ()) -> grpc.aio.Channel:
-    """An aio channel to the scheduler: TLS (server-verified, optionally mutual) when configured.
-    Messages are bounded both ways by ``meridian.limits`` (the scheduler enforces the same bound
-    on what it receives, so an over-large report fails here, with gRPC's RESOURCE_EXHAUSTED)."""
+    """An aio channel to the scheduler: TLS (server-verified, optionally mutual) with ``credentials``,
+    plaintext without. Messages are bounded both ways by ``meridian.limits`` (the scheduler enforces
+    the same bound on what it receives, so an over-large report fails here, with gRPC's
+    RESOURCE_EXHAUSTED)."""
     options = (*limits.grpc_options(limits.GRPC_MAX_MESSAGE_BYTES, limits.GRPC_MAX_MESSAGE_BYTES), *options)
-    if tls is None:
+    if credentials is None:
         return grpc.aio.insecure_channel(address, options=options)
-    return grpc.aio.secure_channel(address, channel_credentials(tls), options=options)
+    return grpc.aio.secure_channel(address, credentials, options=options)
+
+
+def _files(tls: cluster_spec.Tls) -> dict:
+    pair = bool(tls.cert_file and tls.key_file)
+    return dict(ca_file=tls.ca_file, cert_file=tls.cert_file or "" if pair else "",
+                key_file=tls.key_file or "" if pair else "", ca_setting="spec.scheduler.tls.ca_file",
+                cert_setting="spec.scheduler.tls.cert_file", key_setting="spec.scheduler.tls.key_file")
 
 
 def channel_credentials(tls: cluster_spec.Tls) -> grpc.ChannelCredentials:
     """The TLS credentials of the Cluster spec's ``scheduler.tls``, its files read and checked
     (meridian.tls.TlsFileError names the field and the path of a missing or bad one)."""
-    root = meridian_tls.read_certificates(tls.ca_file, "spec.scheduler.tls.ca_file")
-    if tls.cert_file and tls.key_file:
-        pair = meridian_tls.read_key_pair(tls.cert_file, tls.key_file, cert_setting="spec.scheduler.tls.cert_file",
-                                          key_setting="spec.scheduler.tls.key_file")
-        return grpc.ssl_channel_credentials(root_certificates=root, private_key=pair.private_key,
-                                            certificate_chain=pair.cert_chain)
-    return grpc.ssl_channel_credentials(root_certificates=root)
+    return meridian_tls.channel_credentials(**_files(tls))
+
+
+def reloading_credentials(tls: cluster_spec.Tls, on_error: Callable[[str], None] | None = None
+                          ) -> meridian_tls.ChannelCredentials:
+    """``channel_credentials`` that are rebuilt when the files change (checked before each connect)."""
+    return meridian_tls.ChannelCredentials(**_files(tls), on_error=on_error)
 
 
 class StreamClient:
@@ -92,7 +100,10 @@ class StreamClient:
         if not token:
             raise ValueError("token must not be empty: the scheduler refuses an agent without its cluster token")
         self._address = address
-        self._tls = tls
+        # Read and checked now (TlsFileError at start); looked at again before each connect, so a
+        # rotated CA or client certificate is used from the next reconnect on.
+        self._credentials = (reloading_credentials(tls, on_error=lambda _where: metrics.tls_reloads.labels(
+            metrics.cluster, "failed").inc()) if tls is not None else None)
         self._token = token
         self._identity = identity
         self._journal = journal
@@ -153,7 +164,12 @@ class StreamClient:
 
     async def _session(self) -> None:
         address, self._redirect = self._redirect or self._address, ""
-        channel = make_channel(address, self._tls, self._channel_options)
+        credentials = None
+        if self._credentials is not None:
+            if self._credentials.reload_if_changed():  # os.stat of three files; reads them only on a change
+                self._metrics.tls_reloads.labels(self._metrics.cluster, "reloaded").inc()
+            credentials = self._credentials.current
+        channel = make_channel(address, credentials, self._channel_options)
         try:
             stub = cap_grpc.CapacityServiceStub(channel)
             call = stub.Connect(metadata=(("authorization", f"Bearer {self._token}"),))
