@@ -117,7 +117,7 @@ class Router:
         if cfg.routes_file:
             self.state.apply(routes_file.load(cfg.routes_file), "static")
         if cfg.scheduler_address:
-            client_tls = cfg.scheduler_tls()
+            client_tls = cfg.scheduler_tls(on_error=self._count_error)
             token = cfg.scheduler_token()
             log.info("event=scheduler_link scheduler=%s tls=%s", cfg.scheduler_address,
                      client_tls.mode if client_tls is not None else "off")

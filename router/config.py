@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pathlib
 import socket
+from collections.abc import Callable
 from typing import Any, Literal
 
 import pydantic
@@ -256,10 +257,11 @@ class RouterConfig(_Frozen):
         """The API key for replicas (file, else environment; "" when neither is set)."""
         return secret_files.UPSTREAM_API_KEY.read(self.upstream_api_key_file)
 
-    def scheduler_tls(self) -> scheduler_tls.ClientTls | None:
-        """The TLS material for the scheduler connection (files read and checked); None: plaintext."""
+    def scheduler_tls(self, on_error: Callable[[str], None] | None = None) -> scheduler_tls.ClientTls | None:
+        """The TLS material for the scheduler connection (files read and checked, reloaded on change
+        before each connect); None: plaintext."""
         return scheduler_tls.load(self.scheduler_tls_ca_file, self.scheduler_tls_cert_file,
-                                  self.scheduler_tls_key_file)
+                                  self.scheduler_tls_key_file, on_error=on_error)
 
     @property
     def effective_router_id(self) -> str:

@@ -4,11 +4,17 @@ Mirrors the agent's ``scheduler.tls`` section: ``scheduler_tls_ca_file`` turns T
 bundle the scheduler's certificate must chain to (its address must be in the certificate's SAN);
 ``scheduler_tls_cert_file`` + ``scheduler_tls_key_file`` add a client certificate for a scheduler
 that requires mutual TLS. Files are read and checked when the configuration is validated, so a bad
-one stops the router at start with the setting, its flag and the path named."""
+one stops the router at start with the setting, its flag and the path named.
+
+Rotation: the credentials are the kernel's ``meridian.tls.ChannelCredentials``, checked for a change
+(inode, size, mtime) before each connect; ``channel`` builds every new channel from the current
+ones, and a long-lived channel (the traffic reporter's) is replaced when ``generation`` moves. A bad
+rotated file keeps the previous credentials, logged as ``event=tls_reload_failed`` with the setting,
+the path and what is wrong, and counted as ``background_errors_total{component="tls_reload"}``."""
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable
 
 import grpc
 
@@ -24,22 +30,15 @@ def setting(name: str) -> str:
     return f"{name} ({FLAGS[name]})"
 
 
-@dataclasses.dataclass(frozen=True)
-class ClientTls:
-    """The CA that must have signed the scheduler's certificate, and an optional client key pair."""
+class ClientTls(tls_files.ChannelCredentials):
+    """The CA that must have signed the scheduler's certificate and an optional client key pair,
+    reloaded when the files change (``mode``: ``server`` or ``mutual``)."""
 
-    ca: bytes
-    key_pair: tls_files.KeyPair | None = None
-
-    @property
-    def mode(self) -> str:
-        return "mutual" if self.key_pair is not None else "server"
-
-    def credentials(self) -> grpc.ChannelCredentials:
-        pair = self.key_pair
-        return grpc.ssl_channel_credentials(root_certificates=self.ca,
-                                            private_key=pair.private_key if pair else None,
-                                            certificate_chain=pair.cert_chain if pair else None)
+    def __init__(self, ca_file: str, cert_file: str = "", key_file: str = "", *,
+                 on_error: Callable[[str], None] | None = None):
+        super().__init__(ca_file, cert_file, key_file, ca_setting=setting("scheduler_tls_ca_file"),
+                         cert_setting=setting("scheduler_tls_cert_file"),
+                         key_setting=setting("scheduler_tls_key_file"), on_error=on_error)
 
 
 def pairing_problems(ca_file: str, cert_file: str, key_file: str, scheduler_address: str) -> list[str]:
@@ -57,21 +56,19 @@ def pairing_problems(ca_file: str, cert_file: str, key_file: str, scheduler_addr
     return problems
 
 
-def load(ca_file: str, cert_file: str, key_file: str) -> ClientTls | None:
+def load(ca_file: str, cert_file: str, key_file: str, *, on_error: Callable[[str], None] | None = None
+         ) -> ClientTls | None:
     """The TLS material named, checked; None when TLS is off (no CA). Raises
     ``meridian.tls.TlsFileError`` (a ValueError) naming the setting, its flag and the path."""
     if not ca_file:
         return None
-    ca = tls_files.read_certificates(ca_file, setting("scheduler_tls_ca_file"))
-    pair = None
-    if cert_file:
-        pair = tls_files.read_key_pair(cert_file, key_file, cert_setting=setting("scheduler_tls_cert_file"),
-                                       key_setting=setting("scheduler_tls_key_file"))
-    return ClientTls(ca, pair)
+    return ClientTls(ca_file, cert_file if cert_file else "", key_file if cert_file else "", on_error=on_error)
 
 
 def channel(address: str, client_tls: ClientTls | None) -> grpc.aio.Channel:
-    """An aio channel to ``address``: TLS when ``client_tls`` is given, else plaintext."""
+    """An aio channel to ``address``: TLS when ``client_tls`` is given (its files checked for a
+    rotation first), else plaintext."""
     if client_tls is None:
         return grpc.aio.insecure_channel(address)
-    return grpc.aio.secure_channel(address, client_tls.credentials())
+    client_tls.reload_if_changed()
+    return grpc.aio.secure_channel(address, client_tls.current)

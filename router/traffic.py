@@ -132,15 +132,27 @@ class TrafficReporter:
         return True
 
     async def run(self) -> None:
-        """Report every ``interval_s`` forever (cancel to stop; the last window is sent on cancel)."""
-        async with scheduler_tls.channel(self.address, self.tls) as channel:
-            stub = routing_pb2_grpc.RoutingServiceStub(channel)
-            try:
-                while True:
-                    with contextlib.suppress(asyncio.TimeoutError):  # the interval passed: report now
-                        await asyncio.wait_for(self.accumulator.urgent.wait(), self.interval_s)
-                    self.accumulator.urgent.clear()
-                    await self.send_once(stub)
-            except asyncio.CancelledError:
-                await asyncio.shield(self.send_once(stub))
-                raise
+        """Report every ``interval_s`` forever (cancel to stop; the last window is sent on cancel).
+        One channel, replaced when the TLS files were rotated (a channel keeps the credentials it
+        was built with through its own reconnects)."""
+        channel = scheduler_tls.channel(self.address, self.tls)
+        generation = self.tls.generation if self.tls is not None else 0
+        stub = routing_pb2_grpc.RoutingServiceStub(channel)
+        try:
+            while True:
+                with contextlib.suppress(asyncio.TimeoutError):  # the interval passed: report now
+                    await asyncio.wait_for(self.accumulator.urgent.wait(), self.interval_s)
+                self.accumulator.urgent.clear()
+                if self.tls is not None:
+                    self.tls.reload_if_changed()
+                    if self.tls.generation != generation:
+                        await channel.close(grace=None)
+                        channel = scheduler_tls.channel(self.address, self.tls)
+                        generation = self.tls.generation
+                        stub = routing_pb2_grpc.RoutingServiceStub(channel)
+                await self.send_once(stub)
+        except asyncio.CancelledError:
+            await asyncio.shield(self.send_once(stub))
+            raise
+        finally:
+            await channel.close(grace=None)
