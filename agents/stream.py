@@ -18,7 +18,7 @@ import grpc
 
 from meridian import backoff as backoff_mod
 from meridian import limits
-from meridian import tls as meridian_tls
+from meridian import grpc_tls
 from meridian.fleet import models, wire
 from meridian.spec import cluster as cluster_spec
 from meridian.v1 import capacity_pb2 as cap
@@ -77,13 +77,13 @@ def _files(tls: cluster_spec.Tls) -> dict:
 def channel_credentials(tls: cluster_spec.Tls) -> grpc.ChannelCredentials:
     """The TLS credentials of the Cluster spec's ``scheduler.tls``, its files read and checked
     (meridian.tls.TlsFileError names the field and the path of a missing or bad one)."""
-    return meridian_tls.channel_credentials(**_files(tls))
+    return grpc_tls.channel_credentials(**_files(tls))
 
 
 def reloading_credentials(tls: cluster_spec.Tls, on_error: Callable[[str], None] | None = None
-                          ) -> meridian_tls.ChannelCredentials:
+                          ) -> grpc_tls.ChannelCredentials:
     """``channel_credentials`` that are rebuilt when the files change (checked before each connect)."""
-    return meridian_tls.ChannelCredentials(**_files(tls), on_error=on_error)
+    return grpc_tls.ChannelCredentials(**_files(tls), on_error=on_error)
 
 
 class StreamClient:

@@ -14,7 +14,7 @@ has an SNI callback that hands each new connection the current context (the call
 every handshake, with or without SNI), so a rotated certificate reaches new connections at once
 while open ones keep theirs. ``ReloadingFiles`` is the one mechanism behind every reloaded TLS
 file (these listeners, the replicas' client context, the scheduler's gRPC port, the gRPC clients'
-``ChannelCredentials``): the files' identity (inode, size, mtime) is checked every
+credentials in ``meridian.grpc_tls``): the files' identity (inode, size, mtime) is checked every
 ``reload_interval_s`` (or, for a client, before each connect); files that do not load (a rotation
 caught half-written, a key that does not match) keep the previous material, logged as
 ``event=tls_reload_failed`` with the file and what is wrong, and are tried again at the next
@@ -31,10 +31,8 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-import grpc
-
-__all__ = ["ChannelCredentials", "KeyPair", "ReloadingFiles", "ServerTls", "TlsFileError", "channel_credentials",
-           "read_certificates", "read_key_pair", "server_context"]
+__all__ = ["KeyPair", "ReloadingFiles", "ServerTls", "TlsFileError", "read_certificates", "read_key_pair",
+           "server_context"]
 
 log = logging.getLogger("meridian.tls")
 
@@ -179,33 +177,6 @@ class ReloadingFiles(Generic[T]):
         while True:
             await sleep(self.reload_interval_s)
             self.reload_if_changed()
-
-
-def channel_credentials(ca_file: str, cert_file: str = "", key_file: str = "", *, ca_setting: str,
-                        cert_setting: str = "", key_setting: str = "") -> grpc.ChannelCredentials:
-    """gRPC channel credentials trusting ``ca_file``, with a client key pair for mutual TLS when
-    ``cert_file`` is given; every file read and checked here (``TlsFileError`` names the setting)."""
-    root = read_certificates(ca_file, ca_setting)
-    if not cert_file:
-        return grpc.ssl_channel_credentials(root_certificates=root)
-    pair = read_key_pair(cert_file, key_file, cert_setting=cert_setting, key_setting=key_setting)
-    return grpc.ssl_channel_credentials(root_certificates=root, private_key=pair.private_key,
-                                        certificate_chain=pair.cert_chain)
-
-
-class ChannelCredentials(ReloadingFiles[grpc.ChannelCredentials]):
-    """A gRPC client's TLS files (the agent's and the router's link to the scheduler). A client
-    calls ``reload_if_changed`` before each (re)connect and builds its channel from ``current``,
-    so a rotated CA or client certificate is used by the next connection; a bad rotated file keeps
-    the previous credentials (logged, counted) until it is fixed."""
-
-    def __init__(self, ca_file: str, cert_file: str = "", key_file: str = "", *, ca_setting: str,
-                 cert_setting: str = "", key_setting: str = "", on_error: Callable[[str], None] | None = None):
-        super().__init__((ca_file, cert_file, key_file),
-                         lambda: channel_credentials(ca_file, cert_file, key_file, ca_setting=ca_setting,
-                                                     cert_setting=cert_setting, key_setting=key_setting),
-                         on_error=on_error)
-        self.mode = "mutual" if cert_file else "server"
 
 
 class ServerTls(ReloadingFiles[ssl.SSLContext]):

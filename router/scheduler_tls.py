@@ -6,7 +6,7 @@ bundle the scheduler's certificate must chain to (its address must be in the cer
 that requires mutual TLS. Files are read and checked when the configuration is validated, so a bad
 one stops the router at start with the setting, its flag and the path named.
 
-Rotation: the credentials are the kernel's ``meridian.tls.ChannelCredentials``, checked for a change
+Rotation: the credentials are the kernel's ``meridian.grpc_tls.ChannelCredentials``, checked for a change
 (inode, size, mtime) before each connect; ``channel`` builds every new channel from the current
 ones, and a long-lived channel (the traffic reporter's) is replaced when ``generation`` moves. A bad
 rotated file keeps the previous credentials, logged as ``event=tls_reload_failed`` with the setting,
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import grpc
 
-from meridian import tls as tls_files
+from meridian import grpc_tls
 
 # The CLI flag of each config setting, named in every error so either spelling is recognisable.
 FLAGS = {"scheduler_tls_ca_file": "--scheduler-tls-ca-file", "scheduler_tls_cert_file": "--scheduler-tls-cert-file",
@@ -30,7 +30,7 @@ def setting(name: str) -> str:
     return f"{name} ({FLAGS[name]})"
 
 
-class ClientTls(tls_files.ChannelCredentials):
+class ClientTls(grpc_tls.ChannelCredentials):
     """The CA that must have signed the scheduler's certificate and an optional client key pair,
     reloaded when the files change (``mode``: ``server`` or ``mutual``)."""
 

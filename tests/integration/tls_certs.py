@@ -51,8 +51,8 @@ def _ca(common_name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]
     return key, cert
 
 
-def _leaf(ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], common_name: str, *, server: bool
-          ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+def _leaf(ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], common_name: str, *, server: bool,
+          names: tuple[str, ...] = ("127.0.0.1", "localhost")) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     ca_key, ca_cert = ca
     key = ec.generate_private_key(ec.SECP256R1())
     builder = (_builder(common_name, ca_cert.subject, key.public_key())
@@ -60,9 +60,15 @@ def _leaf(ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], common_name: 
                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
                                                      else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
     if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
+        builder = builder.add_extension(x509.SubjectAlternativeName([_san(name) for name in names]), critical=False)
     return key, builder.sign(ca_key, hashes.SHA256())
+
+
+def _san(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
 
 
 def _write(directory: pathlib.Path, stem: str, key: ec.EllipticCurvePrivateKey | None,
@@ -100,3 +106,12 @@ def reissue_server(pki: Pki) -> tuple[bytes, bytes, int]:
     return (cert.public_bytes(serialization.Encoding.PEM),
             key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                               serialization.NoEncryption()), cert.serial_number)
+
+
+def server_for(pki: Pki, names: tuple[str, ...], directory: pathlib.Path, stem: str) -> tuple[str, str]:
+    """A server certificate from ``pki``'s CA whose SAN holds only ``names`` (DNS names or IPs),
+    written as ``stem.crt`` / ``stem.key`` into ``directory``: (certificate path, key path)."""
+    ca_cert = x509.load_pem_x509_certificate(pathlib.Path(pki.ca).read_bytes())
+    ca_key = serialization.load_pem_private_key(pathlib.Path(pki.ca).with_suffix(".key").read_bytes(), None)
+    directory.mkdir(parents=True, exist_ok=True)
+    return _write(directory, stem, *_leaf((ca_key, ca_cert), names[0], server=True, names=names))
