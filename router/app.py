@@ -64,10 +64,11 @@ class Router:
 
     # ------------------------------------------------------------ construction
 
-    def _make_pool(self, host: str, port: int, use_tls: bool) -> upstream.Pool:
+    def _make_pool(self, host: str, port: int, use_tls: bool, cluster_id: str = "") -> upstream.Pool:
         return upstream.Pool(host, port, connect_timeout_s=self.config.connect_timeout_s,
                              idle_timeout_s=self.config.upstream_idle_timeout_s,
-                             tls=self.upstream_tls if use_tls else None)
+                             tls=self.upstream_tls if use_tls else None,
+                             server_name=self.config.upstream_server_name(cluster_id))
 
     def _count_error(self, component: str) -> None:
         self.metrics.background_errors[component] += 1

@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-tls-cert-file", metavar="PEM",
                         help="client certificate for https:// replicas that require mutual TLS")
     parser.add_argument("--upstream-tls-key-file", metavar="PEM", help="unencrypted key of --upstream-tls-cert-file")
+    parser.add_argument("--upstream-tls-server-name", metavar="NAME",
+                        help="verify every https:// replica's certificate against NAME instead of its address "
+                             "(replicas sharing one certificate at changing pod IPs)")
     parser.add_argument("--routes-file", help="static routing table (YAML) to run without a scheduler")
     parser.add_argument("--lkg-store", choices=["file", "redis", "none"], help="where the last-known-good table lives")
     parser.add_argument("--lkg-path", help="last-known-good table file")
@@ -83,7 +86,8 @@ def _overrides(args: argparse.Namespace) -> dict:
     out = {k: getattr(args, k, None) for k in (
         "workers", "metrics_port", "router_id", "region", "trusted_region_header", "scheduler_address", "scheduler_token_file",
         "scheduler_tls_ca_file", "scheduler_tls_cert_file", "scheduler_tls_key_file", "tls_cert_file", "tls_key_file",
-        "upstream_tls_ca_file", "upstream_tls_cert_file", "upstream_tls_key_file", "max_header_line_bytes",
+        "upstream_tls_ca_file", "upstream_tls_cert_file", "upstream_tls_key_file", "upstream_tls_server_name",
+        "max_header_line_bytes",
         "max_headers", "default_max_concurrent_streams",
         "routes_file", "lkg_store", "lkg_path", "redis_url", "api_keys_file", "api_keys_in_redis",
         "default_rate_limit_rps", "default_rate_limit_burst", "policy", "max_body_bytes", "request_timeout_s",

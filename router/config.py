@@ -8,7 +8,7 @@ from __future__ import annotations
 import pathlib
 import socket
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 
@@ -75,6 +75,10 @@ class RetryConfig(_Frozen):
                                      default_tpot_ms=self.per_try_default_tpot_ms)
 
 
+# A DNS name (labels of letters, digits and inner hyphens, dot-separated): what a certificate's SAN names.
+DNS_NAME = r"^$|^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+
+
 class RouterConfig(_Frozen):
     listen_host: str = "127.0.0.1"
     listen_port: int = pydantic.Field(default=8080, ge=0, le=65535)
@@ -108,6 +112,17 @@ class RouterConfig(_Frozen):
     upstream_tls_cert_file: str = pydantic.Field(
         default="", description="PEM client certificate presented to https:// replicas that require mutual TLS.")
     upstream_tls_key_file: str = pydantic.Field(default="", description="Unencrypted PEM key of upstream_tls_cert_file.")
+    upstream_tls_server_name: str = pydantic.Field(
+        default="", max_length=253, pattern=DNS_NAME,
+        description="DNS name every https:// replica's certificate is verified against (SNI and hostname check) "
+                    "instead of its address, for replicas sharing one certificate (a cluster's tls_secret) at "
+                    "addresses that change (pod IPs); empty: each replica's own host or IP.")
+    upstream_tls_server_names: dict[str, Annotated[str, pydantic.StringConstraints(
+        min_length=1, max_length=253, pattern=DNS_NAME)]] = pydantic.Field(
+        default_factory=dict,
+        description="Per cluster id (the routing table's cluster_id): the name that cluster's https:// replicas "
+                    "are verified against, overriding upstream_tls_server_name, so one cluster's certificate "
+                    "cannot stand in for another's replicas.")
     tls_reload_interval_s: float = pydantic.Field(
         default=5.0, gt=0, le=3600, description="How often the TLS files are checked for a change (rotation).")
     routes_file: str = pydantic.Field(default="", description="Static routing table (YAML), for running without a scheduler.")
@@ -252,6 +267,11 @@ class RouterConfig(_Frozen):
     def scheduler_token(self) -> str:
         """The token for the scheduler (file, else environment; "" when neither is set)."""
         return secret_files.SCHEDULER_TOKEN.read(self.scheduler_token_file)
+
+    def upstream_server_name(self, cluster_id: str) -> str:
+        """What an https:// replica of ``cluster_id`` must name: its cluster's name, else the one
+        name, else "" (its own address)."""
+        return self.upstream_tls_server_names.get(cluster_id) or self.upstream_tls_server_name
 
     def upstream_api_key(self) -> str:
         """The API key for replicas (file, else environment; "" when neither is set)."""

@@ -160,12 +160,15 @@ class ActiveChecker:
 
     async def check(self, e: endpoints.Endpoint) -> bool:
         timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
+        server_hostname = None
         if e.tls:
             url, ssl = f"https://{e.authority}{self.settings.path}", self.tls.context if self.tls else True
+            # The name the replica's pool verifies (upstream_tls_server_name), so checks and requests agree.
+            server_hostname = e.pool.server_hostname if e.pool is not None else None
         else:
             url, ssl = f"http://{e.authority}{self.settings.path}", True
         try:
-            async with self.session.get(url, timeout=timeout, ssl=ssl) as resp:
+            async with self.session.get(url, timeout=timeout, ssl=ssl, server_hostname=server_hostname) as resp:
                 await resp.read()
                 return resp.status == 200
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:

@@ -25,7 +25,7 @@ class RoutingState:
     def __init__(self, *, default_policy: str = policies.DEFAULT, policy_args: dict | None = None,
                  latency_map: latency.LatencyMap | None = None, unknown_rtt_ms: float = 150.0,
                  ewma_decay_s: float = 10.0, default_cost_ms: float = 30.0,
-                 make_pool: Callable[[str, int, bool], upstream.Pool] | None = None,
+                 make_pool: Callable[[str, int, bool, str], upstream.Pool] | None = None,
                  max_in_flight_per_replica: int = 256, queue_size_per_model: int = 1024,
                  queue_timeout_s: float = 30.0, rng: random.Random | None = None,
                  clock: Callable[[], float] = time.monotonic, per_try: pertry.PerTrySettings | None = None):
@@ -109,7 +109,7 @@ class RoutingState:
                     ep = endpoints.Endpoint(route, routes.served_model_name, ewma_decay_s=self.ewma_decay_s,
                                             default_cost_ms=self.default_cost_ms, now=now)
                     if self.make_pool is not None:
-                        ep.pool = self.make_pool(ep.host, ep.port, ep.tls)
+                        ep.pool = self.make_pool(ep.host, ep.port, ep.tls, route.cluster_id)
                 else:
                     ep.update(route)
                 new_endpoints[ep.replica_id] = ep

@@ -293,13 +293,17 @@ class Pool:
     """Keep-alive connections to one replica (``host:port``); the most recently used goes first."""
 
     def __init__(self, host: str, port: int, *, connect_timeout_s: float = 3.0, idle_timeout_s: float = 4.0,
-                 max_idle: int = 256, loop: asyncio.AbstractEventLoop | None = None, tls=None):
+                 max_idle: int = 256, loop: asyncio.AbstractEventLoop | None = None, tls=None,
+                 server_name: str = ""):
         self.host = host
         self.port = port
         self.authority = f"{host}:{port}"
         # router.tls.ClientTls for an https:// replica (its ``context`` is read at each connect, so a
         # reloaded CA or client certificate reaches new connections); None: plaintext.
         self.tls = tls
+        # What the replica's certificate must name (SNI and hostname check): its address, or the one
+        # name all replicas share (upstream_tls_server_name). Fixed per pool: no work per request.
+        self.server_hostname = server_name or host
         self.connect_timeout_s = connect_timeout_s
         # Replicas (uvicorn) close idle keep-alive connections after 5 s; reuse ours for less.
         self.idle_timeout_s = idle_timeout_s
@@ -329,7 +333,7 @@ class Pool:
                 connecting = self.loop.create_connection(lambda: Connection(self), self.host, self.port)
             else:
                 connecting = self.loop.create_connection(lambda: Connection(self), self.host, self.port,
-                                                         ssl=tls.context, server_hostname=self.host)
+                                                         ssl=tls.context, server_hostname=self.server_hostname)
             _, conn = await asyncio.wait_for(connecting, self.connect_timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
             raise UpstreamError("connect", f"cannot connect to {self.authority}: {exc or type(exc).__name__}") from None

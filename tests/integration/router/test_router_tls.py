@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import shutil
 import ssl
@@ -15,7 +16,10 @@ import aiohttp
 import openai
 import pytest
 
+from meridian import tls as tls_files
+from router import config as router_config
 from router import testing
+from runtime_adapter import tls_relay
 from runtime_adapter.emulator import config as emu_config
 from runtime_adapter.emulator import server as emu_server
 from tests.integration import tls_certs
@@ -195,3 +199,75 @@ async def test_plaintext_to_the_tls_listener_is_refused_cleanly(pki, make_router
             await resp.read()
     await asyncio.sleep(0.1)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
+
+
+@contextlib.asynccontextmanager
+async def _relayed_emulator(cert: str, key: str):
+    """The SGLang emulator on loopback behind the runtime adapter's TLS relay (as in a replica pod):
+    yields the relay's port."""
+    args = ["--model-path", "Qwen/Qwen2.5-0.5B-Instruct", "--served-model-name", "m", "--port", "0",
+            "--host", "127.0.0.1", "--skip-server-warmup", "--startup-delay-s", "0", "--warmup-s", "0",
+            "--speedup", "50"]
+    async with emu_server.serve(emu_config.parse_args(args, env={})) as emu:
+        relay = tls_relay.TlsRelay(emu.url, tls_files.ServerTls(cert, key), host="127.0.0.1", port=0)
+        await relay.start()
+        try:
+            yield relay.port
+        finally:
+            await relay.stop()
+
+
+async def test_replicas_sharing_one_certificate_are_verified_against_upstream_tls_server_name(
+        pki, tmp_path, make_router, http):
+    """A replica reached at 127.0.0.1 whose certificate names only replica.meridian.internal (one
+    tls_secret for every pod of a cluster): the router checking the address refuses it (502,
+    hostname mismatch); with upstream_tls_server_name set to that name it is served, requests and
+    active health checks alike."""
+    cert, key = tls_certs.server_for(pki, ("replica.meridian.internal",), tmp_path / "shared", "replica")
+    async with _relayed_emulator(cert, key) as port:
+        table = testing.table(1, {"m": [testing.replica("a", port, scheme="https")]})
+        by_address = await make_router(table, upstream_tls_ca_file=pki.ca, health={"enabled": True, "interval_s": 30})
+        async with http.post(f"http://127.0.0.1:{by_address.port}/v1/chat/completions", data=BODY,
+                             headers={"Content-Type": "application/json"}) as resp:
+            assert resp.status == 502
+            assert "IP address mismatch" in (await resp.json())["error"]["message"]
+        assert not await by_address.checker.check(by_address.state.endpoints["a"])
+        by_name = await make_router(table, upstream_tls_ca_file=pki.ca,
+                                    upstream_tls_server_name="replica.meridian.internal",
+                                    health={"enabled": True, "interval_s": 30})
+        async with http.post(f"http://127.0.0.1:{by_name.port}/v1/chat/completions", data=BODY,
+                             headers={"Content-Type": "application/json"}) as resp:
+            assert resp.status == 200, await resp.text()
+            assert (await resp.json())["choices"][0]["message"]["content"]
+        assert await by_name.checker.check(by_name.state.endpoints["a"])
+        wrong = await make_router(table, upstream_tls_ca_file=pki.ca, upstream_tls_server_name="other.meridian.internal")
+        async with http.post(f"http://127.0.0.1:{wrong.port}/v1/chat/completions", data=BODY,
+                             headers={"Content-Type": "application/json"}) as resp:
+            assert resp.status == 502
+            assert "Hostname mismatch" in (await resp.json())["error"]["message"]
+
+
+def test_upstream_tls_server_name_must_be_a_dns_name():
+    """A server name that is not a DNS name (a URL, a host:port) is refused naming the setting."""
+    for bad in ("https://replica", "replica:8443", "a b"):
+        with pytest.raises(ValueError, match="upstream_tls_server_name"):
+            router_config.RouterConfig.model_validate({"upstream_tls_server_name": bad})
+        with pytest.raises(ValueError, match="upstream_tls_server_names.east"):
+            router_config.RouterConfig.model_validate({"upstream_tls_server_names": {"east": bad}})
+
+
+async def test_each_cluster_can_have_its_own_replica_name(pki, tmp_path, make_router, http):
+    """upstream_tls_server_names maps a cluster id (the routing table's cluster_id) to its name: a
+    replica of that cluster is served; a replica of another cluster presenting the first one's
+    certificate is refused, so one cluster's key cannot stand in for another's replicas."""
+    cert, key = tls_certs.server_for(pki, ("replica.east.meridian.internal",), tmp_path / "east", "replica")
+    names = {"east": "replica.east.meridian.internal", "west": "replica.west.meridian.internal"}
+    async with _relayed_emulator(cert, key) as port:
+        for cluster, status in (("east", 200), ("west", 502)):
+            route = dataclasses.replace(testing.replica("a", port, scheme="https"), cluster_id=cluster)
+            router = await make_router(testing.table(1, {"m": [route]}), upstream_tls_ca_file=pki.ca,
+                                       upstream_tls_server_name="replica.meridian.internal",
+                                       upstream_tls_server_names=names)
+            async with http.post(f"http://127.0.0.1:{router.port}/v1/chat/completions", data=BODY,
+                                 headers={"Content-Type": "application/json"}) as resp:
+                assert resp.status == status, (cluster, await resp.text())
