@@ -31,6 +31,10 @@ STATE_URL_ENV = "MERIDIAN_STATE_URL"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grpc-address", help="host:port for agents and routers (default 127.0.0.1:7070)")
     parser.add_argument("--admin-address", help="host:port of the admin API and /metrics (default 127.0.0.1:7071)")
+    parser.add_argument("--advertise-grpc-address", metavar="HOST:PORT",
+                        help="the address standbys redirect agents to while this node leads (default: "
+                             "--grpc-address); with TLS, a name the certificate holds (e.g. a StatefulSet pod's DNS "
+                             "name, not its IP)")
     parser.add_argument("--state", dest="state_url",
                         help="sqlite://PATH (default) or redis://HOST:PORT/DB for HA (else $MERIDIAN_STATE_URL, which "
                              "keeps a Redis password off the command line)")
@@ -66,7 +70,7 @@ def build_config(args: argparse.Namespace) -> config_mod.SchedulerConfig:
         values[key] = value
     if not getattr(args, "state_url", None) and os.environ.get(STATE_URL_ENV):
         values["state_url"] = os.environ[STATE_URL_ENV]
-    for key in ("grpc_address", "admin_address", "state_url", "namespace", "scheduler_id", "tokens_file",
+    for key in ("grpc_address", "admin_address", "advertise_grpc_address", "state_url", "namespace", "scheduler_id", "tokens_file",
                 "admin_token_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "admin_tls_cert_file",
                 "admin_tls_key_file"):
         if getattr(args, key, None):
