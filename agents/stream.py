@@ -56,12 +56,15 @@ def leader_hint(metadata) -> str:
 
 
 def make_channel(address: str, credentials: grpc.ChannelCredentials | None,
-                 options: tuple[tuple[str, object], ...] = ()) -> grpc.aio.Channel:
+                 options: tuple[tuple[str, object], ...] = (), server_name: str = "") -> grpc.aio.Channel:
     """An aio channel to the scheduler: TLS (server-verified, optionally mutual) with ``credentials``,
+    the certificate checked against ``server_name`` when given (else the address's host),
     plaintext without. Messages are bounded both ways by ``meridian.limits`` (the scheduler enforces
     the same bound on what it receives, so an over-large report fails here, with gRPC's
     RESOURCE_EXHAUSTED)."""
     options = (*limits.grpc_options(limits.GRPC_MAX_MESSAGE_BYTES, limits.GRPC_MAX_MESSAGE_BYTES), *options)
+    if credentials is not None and server_name:
+        options = (*options, ("grpc.ssl_target_name_override", server_name))
     if credentials is None:
         return grpc.aio.insecure_channel(address, options=options)
     return grpc.aio.secure_channel(address, credentials, options=options)
@@ -104,6 +107,7 @@ class StreamClient:
         # rotated CA or client certificate is used from the next reconnect on.
         self._credentials = (reloading_credentials(tls, on_error=lambda _where: metrics.tls_reloads.labels(
             metrics.cluster, "failed").inc()) if tls is not None else None)
+        self._server_name = (tls.server_name or "") if tls is not None else ""
         self._token = token
         self._identity = identity
         self._journal = journal
@@ -169,7 +173,7 @@ class StreamClient:
             if self._credentials.reload_if_changed():  # os.stat of three files; reads them only on a change
                 self._metrics.tls_reloads.labels(self._metrics.cluster, "reloaded").inc()
             credentials = self._credentials.current
-        channel = make_channel(address, credentials, self._channel_options)
+        channel = make_channel(address, credentials, self._channel_options, self._server_name)
         try:
             stub = cap_grpc.CapacityServiceStub(channel)
             call = stub.Connect(metadata=(("authorization", f"Bearer {self._token}"),))

@@ -41,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheduler-tls-cert-file", metavar="PEM",
                         help="client certificate, for a scheduler that requires mutual TLS")
     parser.add_argument("--scheduler-tls-key-file", metavar="PEM", help="unencrypted private key of the client certificate")
+    parser.add_argument("--scheduler-tls-server-name", metavar="NAME",
+                        help="verify the scheduler's certificate against NAME instead of the --scheduler host")
     parser.add_argument("--tls-cert-file", metavar="PEM",
                         help="certificate chain to serve HTTPS with (with --tls-key-file); reloaded when it changes")
     parser.add_argument("--tls-key-file", metavar="PEM", help="unencrypted private key of --tls-cert-file")
@@ -85,7 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _overrides(args: argparse.Namespace) -> dict:
     out = {k: getattr(args, k, None) for k in (
         "workers", "metrics_port", "router_id", "region", "trusted_region_header", "scheduler_address", "scheduler_token_file",
-        "scheduler_tls_ca_file", "scheduler_tls_cert_file", "scheduler_tls_key_file", "tls_cert_file", "tls_key_file",
+        "scheduler_tls_ca_file", "scheduler_tls_cert_file", "scheduler_tls_key_file", "scheduler_tls_server_name",
+        "tls_cert_file", "tls_key_file",
         "upstream_tls_ca_file", "upstream_tls_cert_file", "upstream_tls_key_file", "upstream_tls_server_name",
         "max_header_line_bytes",
         "max_headers", "default_max_concurrent_streams",

@@ -102,6 +102,9 @@ class RouterConfig(_Frozen):
     scheduler_tls_cert_file: str = pydantic.Field(
         default="", description="PEM client certificate for a scheduler that requires mutual TLS.")
     scheduler_tls_key_file: str = pydantic.Field(default="", description="Unencrypted PEM key of the client cert.")
+    scheduler_tls_server_name: str = pydantic.Field(
+        default="", max_length=253, pattern=DNS_NAME,
+        description="DNS name the scheduler's certificate is verified against instead of scheduler_address's host.")
     tls_cert_file: str = pydantic.Field(
         default="", description="PEM certificate chain the client listener (and metrics port) serves; set with "
                                 "tls_key_file: HTTPS. Reloaded when the file changes.")
@@ -223,7 +226,8 @@ class RouterConfig(_Frozen):
                 where = f"{secret.setting} ({secret.flag}) {path}" if path else f"environment variable {secret.env}"
                 problems.append(f"{where}: the secret must be printable ASCII without spaces (it goes into a header)")
         tls_problems = scheduler_tls.pairing_problems(self.scheduler_tls_ca_file, self.scheduler_tls_cert_file,
-                                                      self.scheduler_tls_key_file, self.scheduler_address)
+                                                      self.scheduler_tls_key_file, self.scheduler_address,
+                                                      self.scheduler_tls_server_name)
         problems.extend(tls_problems)
         if not tls_problems:
             try:
@@ -281,7 +285,8 @@ class RouterConfig(_Frozen):
         """The TLS material for the scheduler connection (files read and checked, reloaded on change
         before each connect); None: plaintext."""
         return scheduler_tls.load(self.scheduler_tls_ca_file, self.scheduler_tls_cert_file,
-                                  self.scheduler_tls_key_file, on_error=on_error)
+                                  self.scheduler_tls_key_file, server_name=self.scheduler_tls_server_name,
+                                  on_error=on_error)
 
     @property
     def effective_router_id(self) -> str:

@@ -22,7 +22,7 @@ from meridian import grpc_tls
 
 # The CLI flag of each config setting, named in every error so either spelling is recognisable.
 FLAGS = {"scheduler_tls_ca_file": "--scheduler-tls-ca-file", "scheduler_tls_cert_file": "--scheduler-tls-cert-file",
-         "scheduler_tls_key_file": "--scheduler-tls-key-file"}
+         "scheduler_tls_key_file": "--scheduler-tls-key-file", "scheduler_tls_server_name": "--scheduler-tls-server-name"}
 
 
 def setting(name: str) -> str:
@@ -34,16 +34,22 @@ class ClientTls(grpc_tls.ChannelCredentials):
     """The CA that must have signed the scheduler's certificate and an optional client key pair,
     reloaded when the files change (``mode``: ``server`` or ``mutual``)."""
 
-    def __init__(self, ca_file: str, cert_file: str = "", key_file: str = "", *,
+    def __init__(self, ca_file: str, cert_file: str = "", key_file: str = "", *, server_name: str = "",
                  on_error: Callable[[str], None] | None = None):
+        # What the scheduler's certificate must name instead of the address's host ("": the host).
+        self.server_name = server_name
         super().__init__(ca_file, cert_file, key_file, ca_setting=setting("scheduler_tls_ca_file"),
                          cert_setting=setting("scheduler_tls_cert_file"),
                          key_setting=setting("scheduler_tls_key_file"), on_error=on_error)
 
 
-def pairing_problems(ca_file: str, cert_file: str, key_file: str, scheduler_address: str) -> list[str]:
+def pairing_problems(ca_file: str, cert_file: str, key_file: str, scheduler_address: str,
+                     server_name: str = "") -> list[str]:
     """Combinations of the settings that cannot work (no file is read)."""
     problems = []
+    if server_name and not ca_file:
+        problems.append(f"{setting('scheduler_tls_server_name')}: needs {setting('scheduler_tls_ca_file')}; "
+                        f"the name is checked in the scheduler's certificate, over TLS only")
     if bool(cert_file) != bool(key_file):
         given, missing = (("scheduler_tls_cert_file", "scheduler_tls_key_file") if cert_file
                           else ("scheduler_tls_key_file", "scheduler_tls_cert_file"))
@@ -56,13 +62,14 @@ def pairing_problems(ca_file: str, cert_file: str, key_file: str, scheduler_addr
     return problems
 
 
-def load(ca_file: str, cert_file: str, key_file: str, *, on_error: Callable[[str], None] | None = None
-         ) -> ClientTls | None:
+def load(ca_file: str, cert_file: str, key_file: str, *, server_name: str = "",
+         on_error: Callable[[str], None] | None = None) -> ClientTls | None:
     """The TLS material named, checked; None when TLS is off (no CA). Raises
     ``meridian.tls.TlsFileError`` (a ValueError) naming the setting, its flag and the path."""
     if not ca_file:
         return None
-    return ClientTls(ca_file, cert_file if cert_file else "", key_file if cert_file else "", on_error=on_error)
+    return ClientTls(ca_file, cert_file if cert_file else "", key_file if cert_file else "", server_name=server_name,
+                     on_error=on_error)
 
 
 def channel(address: str, client_tls: ClientTls | None) -> grpc.aio.Channel:
@@ -71,4 +78,5 @@ def channel(address: str, client_tls: ClientTls | None) -> grpc.aio.Channel:
     if client_tls is None:
         return grpc.aio.insecure_channel(address)
     client_tls.reload_if_changed()
-    return grpc.aio.secure_channel(address, client_tls.current)
+    options = (("grpc.ssl_target_name_override", client_tls.server_name),) if client_tls.server_name else None
+    return grpc.aio.secure_channel(address, client_tls.current, options=options)

@@ -23,6 +23,12 @@ class Tls(base.StrictModel):
     ca_file: str
     cert_file: str | None = None
     key_file: str | None = None
+    server_name: str | None = pydantic.Field(
+        default=None, max_length=253,
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$",
+        description="DNS name the scheduler's certificate is verified against (SNI and hostname check) instead of "
+                    "the address dialed, the configured one or a standby's redirect (pod IPs a shared "
+                    "certificate cannot name). Default: the address's host.")
 
 
 class SchedulerEndpoint(base.StrictModel):

@@ -106,11 +106,14 @@ def bad_flag_cases(pki: tls_certs.Pki, tmp: pathlib.Path) -> dict[str, tuple[lis
                                  "--scheduler-tls-key-file", pki.server_key],
                                 [f"(--scheduler-tls-key-file) {pki.server_key}: this private key does not belong",
                                  f"(--scheduler-tls-cert-file) {pki.client_cert}"]),
+        "server-name-without-ca": (["--scheduler-tls-server-name", "scheduler.meridian.internal"],
+                                   ["scheduler_tls_server_name (--scheduler-tls-server-name): needs "
+                                    "scheduler_tls_ca_file (--scheduler-tls-ca-file)"]),
     }
 
 
 CASES = ["cert-without-key", "key-without-cert", "cert-without-ca", "missing-ca", "ca-is-a-key", "missing-key",
-         "key-of-another-cert"]
+         "key-of-another-cert", "server-name-without-ca"]
 
 
 @pytest.mark.parametrize("case", CASES)
