@@ -92,7 +92,9 @@ class ReloadingServerTls:
                                                    require_client_authentication=self.require_client_auth)
 
     def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
-        # Called by gRPC at every handshake: None keeps the configuration it has. No I/O here.
+        # Called by gRPC at every handshake, on one of gRPC's own threads (not the event loop; seen with
+        # grpcio 1.85): None keeps the configuration it has. No I/O; a reference read and compared.
+        # Two handshakes racing here both hand out the new configuration, which is harmless.
         current = self.files.current
         if current is self._handed:
             return None
