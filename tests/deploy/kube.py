@@ -172,6 +172,8 @@ def router_tls_problems(objects: list[dict]) -> list[str]:
             ca = settings.get("scheduler_tls_ca_file")
             problems += _on_secret(pod, c, ca, f"{what} scheduler CA") if ca else \
                 [f"{what}: reaches the scheduler without TLS (no scheduler_tls_ca_file)"]
+            problems += _pinned_name(settings["scheduler_address"], settings.get("scheduler_tls_server_name"),
+                                     f"{what} scheduler_tls_server_name")
         if settings.get("scheduler_tls_cert_file") or settings.get("scheduler_tls_key_file"):
             problems += _tls_pair(pod, c, settings.get("scheduler_tls_cert_file"),
                                   settings.get("scheduler_tls_key_file"), f"{what} client certificate to the scheduler")
@@ -190,10 +192,22 @@ def agent_tls_problems(objects: list[dict]) -> list[str]:
         tls = ((cluster.get("spec") or {}).get("scheduler") or {}).get("tls") or {}
         problems += _on_secret(pod, c, tls["ca_file"], f"{what} scheduler CA") if tls.get("ca_file") else \
             [f"{what}: its Cluster spec reaches the scheduler without TLS (no scheduler.tls.ca_file)"]
+        address = ((cluster.get("spec") or {}).get("scheduler") or {}).get("address", "")
+        problems += _pinned_name(address, tls.get("server_name"), f"{what} scheduler.tls.server_name")
         if tls.get("cert_file") or tls.get("key_file"):
             problems += _tls_pair(pod, c, tls.get("cert_file"), tls.get("key_file"),
                                   f"{what} client certificate to the scheduler")
     return problems
+
+
+def _pinned_name(address: str, server_name: str | None, what: str) -> list[str]:
+    """A scheduler client verifies every scheduler against the host it dials: the scheduler
+    advertises its pod IP (base/scheduler), so a standby's redirect names an address the certificate
+    cannot; without the pinned name the redirected link fails verification and falls back late."""
+    host = re.sub(r":[0-9]+$", "", address)
+    if server_name != host:
+        return [f"{what} is {server_name!r}, not the host of the scheduler address {address!r}"]
+    return []
 
 
 def router_settings(objects: list[dict], pod: dict, c: dict) -> dict:

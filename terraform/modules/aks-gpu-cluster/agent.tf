@@ -7,6 +7,9 @@
 locals {
   token_path = "/etc/meridian/secrets/agent/token"
   ca_path    = "/etc/meridian/secrets/scheduler-ca/ca.crt"
+  # The host of scheduler_address: every scheduler is verified against it (a standby redirects to
+  # the leader\'s pod IP, which the certificate does not name).
+  scheduler_host = replace(var.scheduler_address, "/:[0-9]+$/", "")
   cluster_spec = {
     apiVersion = "meridian/v1"
     kind       = "Cluster"
@@ -22,7 +25,7 @@ locals {
         aks_cluster     = azurerm_kubernetes_cluster.this.name
       }
       auth      = { token_file = local.token_path }
-      scheduler = { address = var.scheduler_address, tls = { ca_file = local.ca_path } }
+      scheduler = { address = var.scheduler_address, tls = { ca_file = local.ca_path, server_name = local.scheduler_host } }
       # As the Deployment runs it: status port 9090 (its probes) on the pod's interfaces, state on the PVC.
       agent = { metrics_port = 9090, advertise_host = "0.0.0.0", state_dir = "/var/lib/meridian/agent" }
       pools = [for p in var.pools : {

@@ -24,8 +24,11 @@ locals {
     tls_cert_file         = "${local.tls_dir}/tls.crt"
     tls_key_file          = "${local.tls_dir}/tls.key"
     scheduler_tls_ca_file = "/etc/meridian/secrets/scheduler-ca/ca.crt"
-    lkg_store             = "file"
-    lkg_path              = "/var/lib/meridian/router/lkg.json"
+    # Every scheduler verified against the host of scheduler_address (a standby redirects to the
+    # leader's pod IP, which the certificate does not name).
+    scheduler_tls_server_name = replace(var.scheduler_address, "/:[0-9]+$/", "")
+    lkg_store                 = "file"
+    lkg_path                  = "/var/lib/meridian/router/lkg.json"
   }
 }
 
