@@ -139,6 +139,7 @@ class ReloadingFiles(Generic[T]):
         self.reload_interval_s = reload_interval_s
         self.on_error = on_error
         self.reloads = 0
+        self._refused: tuple | None = None  # the files' identity a reload failed on: tried once
         try:  # the identity first: a change after it is seen at the next check
             self._signature = _signature(self._files)
         except OSError:
@@ -153,13 +154,16 @@ class ReloadingFiles(Generic[T]):
     def reload_if_changed(self) -> bool:
         """Rebuild if the files changed since the last good load; True when new material is live.
         Only ``os.stat`` when nothing changed (cheap enough before each connect)."""
+        signature = None
         try:
             signature = _signature(self._files)
-            if signature == self._signature:
-                return False
+            if signature in (self._signature, self._refused):
+                return False  # unchanged, or this very version was refused already (a rewrite is tried)
             fresh = self._build()
         except (OSError, ssl.SSLError, TlsFileError) as exc:
-            # TlsFileError names the setting, the path and what is wrong with it.
+            # TlsFileError names the setting, the path and what is wrong with it. A file missing at
+            # the check (mid-replace) has no identity and is tried again at the next one.
+            self._refused = signature
             log.warning("event=tls_reload_failed files=%s error=%r keeping=previous", ",".join(self._files),
                         str(exc) if isinstance(exc, TlsFileError) else exc)
             if self.on_error is not None:
@@ -176,16 +180,22 @@ class ReloadingFiles(Generic[T]):
         caller's clock."""
         while True:
             await sleep(self.reload_interval_s)
-            self.reload_if_changed()
+            await asyncio.to_thread(self.reload_if_changed)  # file reads stay off the event loop
 
 
 class ServerTls(ReloadingFiles[ssl.SSLContext]):
-    """A listener's certificate and key; listen with ``context``, each handshake gets ``current``."""
+    """A listener's certificate and key; listen with ``context``, each handshake gets ``current``.
+    Each load is checked first (``read_key_pair``: the files parse, the key is unencrypted and
+    belongs to the certificate), so a bad file's error names ``cert_setting``/``key_setting``."""
 
     def __init__(self, cert_file: str, key_file: str, *, reload_interval_s: float = 5.0,
-                 on_error: Callable[[str], None] | None = None):
-        super().__init__((cert_file, key_file), lambda: server_context(cert_file, key_file),
-                         reload_interval_s=reload_interval_s, on_error=on_error)
+                 on_error: Callable[[str], None] | None = None, cert_setting: str = "tls_cert_file",
+                 key_setting: str = "tls_key_file"):
+        def build() -> ssl.SSLContext:
+            read_key_pair(cert_file, key_file, cert_setting=cert_setting, key_setting=key_setting)
+            return server_context(cert_file, key_file)
+
+        super().__init__((cert_file, key_file), build, reload_interval_s=reload_interval_s, on_error=on_error)
         # The listening context only dispatches: each handshake switches to the current context.
         self.context = server_context(cert_file, key_file)
         self.context.sni_callback = self._pick

@@ -16,13 +16,13 @@ import grpc
 from aiohttp import web
 
 from meridian import limits, redisconn
+from meridian import tls as tls_files
 from meridian.v1 import capacity_pb2_grpc, routing_pb2_grpc
 from scheduler import clock as clock_mod
 from scheduler import config as config_mod
 from scheduler import metrics as metrics_mod
 from scheduler import reconciler, state
 from scheduler.admin import api as admin_api
-from scheduler.admin import tls as admin_tls
 from scheduler.admin import cost as cost_api
 from scheduler.control import billing, routes
 from scheduler.control import events as events_mod
@@ -45,9 +45,12 @@ class SchedulerService:
         self.metrics = metrics_mod.SchedulerMetrics()
         # TLS files first: a bad certificate stops the process before any state is opened.
         self.grpc_tls = tls.load(config, on_error=lambda where: self.metrics.errors.labels(f"grpc_{where}").inc())
-        self.admin_tls = (admin_tls.ReloadingTls(config.admin_tls_cert_file, config.admin_tls_key_file,
-                                                 on_error=lambda where: self.metrics.errors.labels(where).inc())
-                          if config.admin_tls_cert_file and config.admin_tls_key_file else None)
+        self.admin_tls = (tls_files.ServerTls(
+            config.admin_tls_cert_file, config.admin_tls_key_file, reload_interval_s=config.admin_tls_reload_interval_s,
+            on_error=lambda where: self.metrics.errors.labels(f"admin_{where}").inc(),
+            cert_setting="admin_tls_cert_file (--admin-tls-cert-file)",
+            key_setting="admin_tls_key_file (--admin-tls-key-file)")
+            if config.admin_tls_cert_file and config.admin_tls_key_file else None)
         self.clock = clock or clock_mod.SystemClock()
         self.env = env
         tokens_file = auth.TokensFile.load(config.tokens_file) if config.tokens_file else None
@@ -181,7 +184,7 @@ class SchedulerService:
         await self._runner.setup()
         host, port = self.config.admin_address.rsplit(":", 1)
         site = web.TCPSite(self._runner, host, int(port),
-                           ssl_context=self.admin_tls.front if self.admin_tls is not None else None)
+                           ssl_context=self.admin_tls.context if self.admin_tls is not None else None)
         await site.start()
         self.admin_port = self._runner.addresses[0][1]  # the real port when 0 was asked
         if int(port) == 0:
@@ -196,7 +199,7 @@ class SchedulerService:
                        asyncio.create_task(self._meter_duties(), name="cost-meter")]
         if self.admin_tls is not None:
             self._tasks.append(asyncio.create_task(
-                self.admin_tls.watch(self.config.admin_tls_reload_interval_s, self.clock), name="admin-tls-reload"))
+                self.admin_tls.watch(self.clock.sleep), name="admin-tls-reload"))
         if self.grpc_tls is not None:
             self._tasks.append(asyncio.create_task(self._watch_grpc_tls(self.grpc_tls), name="grpc-tls-reload"))
         log.info("event=started scheduler=%s grpc_port=%d admin_port=%d state=%s", self.config.scheduler_id,
