@@ -226,3 +226,40 @@ def test_a_tls_replica_refuses_an_engine_host_off_loopback(pki):
         Replica(SPEC, "r", port=free_port(), host="0.0.0.0", tls=TlsFiles(pki.server_cert, pki.server_key),
                 tls_port=free_port())
 
+
+
+async def test_a_certificate_rotated_on_disk_reaches_the_local_relay_without_a_restart(tmp_path, pki):
+    """Replacing the files the relay was given: within its reload interval a new connection gets the
+    new certificate (trusted by the new CA, refused by the old), the relay process unchanged."""
+    other = tls_certs.make(tmp_path / "pki-b", server_ips=("127.0.0.1", PUBLIC))
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(open(pki.server_cert, "rb").read())
+    key.write_bytes(open(pki.server_key, "rb").read())
+    r = Replica(SPEC, "r-rot", port=free_port(), host="127.0.0.1", engine_command=emulator.command(), env=emu_env(),
+                config=FAST, state_dir=str(tmp_path / "state"), tls=TlsFiles(str(cert), str(key), reload_interval_s=0.2),
+                tls_host=PUBLIC, tls_port=free_port(), advertise_host=PUBLIC)
+    await r.start()
+    try:
+        await r.wait_ready(60)
+        relay_pid = r.relay_pid
+        url = r.endpoint + "/v1/models"
+        async with trusting(pki.ca) as s, s.get(url) as resp:
+            assert resp.status == 200
+        cert.write_bytes(open(other.server_cert, "rb").read())
+        key.write_bytes(open(other.server_key, "rb").read())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while True:  # the relay checks the files every 0.2 s
+            try:
+                async with trusting(other.ca) as s, s.get(url) as resp:
+                    assert resp.status == 200
+                    break
+            except aiohttp.ClientConnectorCertificateError:
+                assert loop.time() < deadline, "the rotated certificate was never served"
+                await asyncio.sleep(0.2)
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            async with trusting(pki.ca) as s, s.get(url) as resp:
+                await resp.read()
+        assert r.relay_pid == relay_pid and r.restarts == 0
+    finally:
+        await r.stop()
