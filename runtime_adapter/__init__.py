@@ -20,7 +20,8 @@ from runtime_adapter.launcher import EMULATOR_COMMAND, SGLANG_COMMAND, LaunchErr
 from runtime_adapter.metrics import AdapterMetrics
 from runtime_adapter.records import RelayRecord, ReplicaRecord
 from runtime_adapter.relay_process import TlsFiles
-from runtime_adapter.supervisor import AdoptError, DrainResult, Replica, ReplicaFailed, StartupPhases
+from runtime_adapter.outcomes import AdoptError, DrainResult, ReplicaFailed, StartupPhases
+from runtime_adapter.supervisor import Replica
 from runtime_adapter.weights import PrefetchError, Prefetched, Prefetcher, WeightsCache
 
 __all__ = [

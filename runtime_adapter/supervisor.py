@@ -35,18 +35,11 @@ from runtime_adapter import clock as clock_mod
 from runtime_adapter import config as config_mod
 from runtime_adapter import handle, launcher, probe, process, records, relay_process, scraper, weights
 from runtime_adapter import metrics as metrics_mod
+from runtime_adapter.outcomes import AdoptError, DrainResult, ReplicaFailed, StartupPhases
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _EXITED = object()
-
-
-class ReplicaFailed(RuntimeError):
-    """The replica ended FAILED or STOPPED instead of becoming ready; the message says why."""
-
-
-class AdoptError(RuntimeError):
-    """A persisted replica cannot be re-attached (gone, pid reused, port silent); start a new one."""
 
 
 class _Stopped(Exception):
@@ -55,23 +48,6 @@ class _Stopped(Exception):
 
 class _RelayDown(str):
     """Internal: a crash reason that concerns the TLS relay only (the engine keeps running)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class StartupPhases:
-    """Seconds spent in each start-up phase of the latest launch."""
-
-    prefetch_s: float = 0.0
-    load_s: float = 0.0  # spawn -> port open (weights load, KV allocation)
-    warmup_s: float = 0.0  # port open -> first 200 of /health_generate
-
-
-@dataclasses.dataclass(frozen=True)
-class DrainResult:
-    outstanding_at_term: int  # running + queued when SIGTERM was sent (-1: unknown)
-    deadline_hit: bool
-    killed: bool  # SIGTERM was not enough; SIGKILL was sent
-    duration_s: float
 
 
 class Replica:

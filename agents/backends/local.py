@@ -22,6 +22,7 @@ import pathlib
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import prometheus_client as prom
@@ -159,6 +160,7 @@ class LocalBackend(base.ReplicaBackend):
             lo, hi = self.settings.port_range
             need = " (a TLS replica takes two: its HTTPS port and its engine's loopback port)" if tls else ""
             raise base.Refused(f"no free port left in the replica port range {lo}-{hi}{need}")
+        where: dict[str, Any]
         if engine_port is not None:  # the engine behind the relay: loopback only
             where = dict(port=engine_port, host="127.0.0.1", tls=tls, tls_host=self._bind_host, tls_port=port)
         else:
