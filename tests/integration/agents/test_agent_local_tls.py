@@ -7,6 +7,7 @@ replica left by an agent without TLS is stopped rather than adopted."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import aiohttp
@@ -75,6 +76,18 @@ async def router_for(endpoint: str, ca: str) -> router_app.Router:
     return router
 
 
+async def bounded(coro, what: str, timeout_s: float = 60.0):
+    """``coro`` within ``timeout_s``: a hang fails here, naming the step, not at the test's timeout."""
+    task = asyncio.ensure_future(coro)
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if task in done:
+        return task.result()
+    stacks = [f"{t.get_name()} cancelling={t.cancelling()}: " + " <- ".join(f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
+                                                for f in reversed(t.get_stack())) for t in asyncio.all_tasks()]
+    task.cancel()
+    raise AssertionError(f"{what} took over {timeout_s:g}s; tasks:\n" + "\n".join(stacks))
+
+
 def pids_of(state_dir) -> set[int]:
     return set(h.engine_pids(state_dir).values()) | set(h.relay_pids(state_dir).values())
 
@@ -86,7 +99,7 @@ async def test_a_tls_replica_is_served_through_a_router_trusting_its_ca_and_drai
     HTTP answer; a drain stops both the engine and its relay."""
     cluster = tls_cluster("it-tls", scheduler, tmp_path, pki, "32600-32699")
     agent = h.build_agent(cluster, tmp_path / "state")
-    await agent.start()
+    await bounded(agent.start(), "agent start")
     pids: set[int] = set()
     try:
         report = await ready(scheduler, "it-tls", "d1", "r1")
@@ -117,7 +130,7 @@ async def test_a_tls_replica_is_served_through_a_router_trusting_its_ca_and_drai
         await h.wait_for(lambda: (r := rec.replica("r1")) and r.state == R.STOPPED, timeout_s=30, what="drained")
         await h.wait_for(lambda: not any(h.alive(p) for p in pids), timeout_s=15, what="engine and relay gone")
     finally:
-        await agent.shutdown(stop_replicas=True)
+        await bounded(agent.shutdown(stop_replicas=True), "agent shutdown")
         h.kill_engines(pids)
 
 
@@ -129,17 +142,17 @@ async def test_a_restarted_agent_adopts_engine_and_relay_and_replaces_a_killed_r
     cluster = tls_cluster("it-tls-a", scheduler, tmp_path, pki, "32700-32799")
     state = tmp_path / "state"
     agent = h.build_agent(cluster, state)
-    await agent.start()
+    await bounded(agent.start(), "agent start")
     seen: set[int] = set()
     try:
         report = await ready(scheduler, "it-tls-a", "d1", "r1")
         engine, relay = h.engine_pids(state)["r1"], h.relay_pids(state)["r1"]
         seen |= {engine, relay}
-        await agent.shutdown(stop_replicas=False)
+        await bounded(agent.shutdown(stop_replicas=False), "agent shutdown")
         assert h.alive(engine) and h.alive(relay)
 
         agent = h.build_agent(cluster, state)
-        await agent.start()
+        await bounded(agent.start(), "agent start")
         assert agent.adopted == ["r1"]
         rec = scheduler.record("it-tls-a")
         again = await h.wait_for(lambda: (r := rec.replica("r1")) and r.state == R.READY and r, what="adopted READY")
@@ -159,11 +172,11 @@ async def test_a_restarted_agent_adopts_engine_and_relay_and_replaces_a_killed_r
         assert new_relay != relay and h.alive(new_relay) and h.engine_pids(state)["r1"] == engine
         assert back.endpoint == report.endpoint
 
-        await agent.shutdown(stop_replicas=False)
+        await bounded(agent.shutdown(stop_replicas=False), "agent shutdown")
         h.kill_engines([new_relay])
         await h.wait_for(lambda: not h.alive(new_relay), what="relay gone")
         agent = h.build_agent(cluster, state)
-        await agent.start()
+        await bounded(agent.start(), "agent start")
         assert agent.adopted == ["r1"]
         third = await h.wait_for(lambda: (p := h.relay_pids(state).get("r1")) not in (None, relay, new_relay) and p,
                                  timeout_s=30, what="a fresh relay recorded")
@@ -179,7 +192,7 @@ async def test_a_restarted_agent_adopts_engine_and_relay_and_replaces_a_killed_r
         await h.wait_for(lambda: (r := rec.replica("r1")) and r.state == R.STOPPED, timeout_s=30, what="drained")
         await h.wait_for(lambda: not h.alive(engine) and not h.alive(third), timeout_s=15, what="both gone")
     finally:
-        await agent.shutdown(stop_replicas=True)
+        await bounded(agent.shutdown(stop_replicas=True), "agent shutdown")
         h.kill_engines(seen)
 
 
@@ -188,18 +201,18 @@ async def test_a_plaintext_replica_is_not_adopted_by_an_agent_with_tls(env, sche
     replicas.local.tls: cleaned, not adopted, its engine gone."""
     state = tmp_path / "state"
     agent = h.build_agent(tls_cluster("it-tls-p", scheduler, tmp_path, None, "32800-32899"), state)
-    await agent.start()
+    await bounded(agent.start(), "agent start")
     pids: set[int] = set()
     try:
         report = await ready(scheduler, "it-tls-p", "d1", "r1")
         assert report.endpoint.startswith("http://")
         pids = set(h.engine_pids(state).values())
-        await agent.shutdown(stop_replicas=False)
+        await bounded(agent.shutdown(stop_replicas=False), "agent shutdown")
         agent = h.build_agent(tls_cluster("it-tls-p", scheduler, tmp_path, pki, "32800-32899"), state)
-        await agent.start()
+        await bounded(agent.start(), "agent start")
         assert agent.adopted == []
         await h.wait_for(lambda: not any(h.alive(p) for p in pids), timeout_s=15, what="the plaintext engine stopped")
         assert h.engine_pids(state) == {}
     finally:
-        await agent.shutdown(stop_replicas=True)
+        await bounded(agent.shutdown(stop_replicas=True), "agent shutdown")
         h.kill_engines(pids)
