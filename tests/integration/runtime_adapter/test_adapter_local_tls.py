@@ -6,6 +6,7 @@ the engine by drain and stop, and killed with a killed supervisor outside the ad
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -30,9 +31,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 SURVIVE = FAST.model_copy(update={"survive_supervisor_exit": True})
 
 
+def with_public_name(pki: tls_certs.Pki, directory) -> tls_certs.Pki:
+    """``pki`` whose server certificate also names PUBLIC (the advertised address)."""
+    cert, key = tls_certs.server_for(pki, ("127.0.0.1", PUBLIC, "localhost"), directory, "replica")
+    return dataclasses.replace(pki, server_cert=cert, server_key=key)
+
+
 @pytest.fixture
 def pki(tmp_path) -> tls_certs.Pki:
-    return tls_certs.make(tmp_path / "pki", server_ips=("127.0.0.1", PUBLIC))
+    return with_public_name(tls_certs.make(tmp_path / "pki"), tmp_path / "pki")
 
 
 def tls_replica(tmp_path, pki: tls_certs.Pki, config=FAST) -> Replica:
@@ -231,7 +238,7 @@ def test_a_tls_replica_refuses_an_engine_host_off_loopback(pki):
 async def test_a_certificate_rotated_on_disk_reaches_the_local_relay_without_a_restart(tmp_path, pki):
     """Replacing the files the relay was given: within its reload interval a new connection gets the
     new certificate (trusted by the new CA, refused by the old), the relay process unchanged."""
-    other = tls_certs.make(tmp_path / "pki-b", server_ips=("127.0.0.1", PUBLIC))
+    other = with_public_name(tls_certs.make(tmp_path / "pki-b"), tmp_path / "pki-b")
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.write_bytes(open(pki.server_cert, "rb").read())
     key.write_bytes(open(pki.server_key, "rb").read())
