@@ -222,7 +222,8 @@ class LocalTls(base.StrictModel):
     cert_file: str = pydantic.Field(
         min_length=1, description="PEM certificate chain (leaf first) every replica serves; routers verify it with "
                                   "--upstream-tls-ca-file against the endpoint's address (agent.advertise_host: "
-                                  "put it in the certificate, as an IP SAN for an address).")
+                                  "put it in the certificate, as an IP SAN for an address) or against the one name "
+                                  "--upstream-tls-server-name gives.")
     key_file: str = pydantic.Field(
         min_length=1, description="Its unencrypted PEM private key. The relay is given the path, never the key.")
     reload_interval_s: float = pydantic.Field(
