@@ -258,8 +258,14 @@ class Agent:
     # ------------------------------------------------------------------ loops
 
     async def _sleep_or_wake(self, event: asyncio.Event, timeout_s: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout=timeout_s)
+        # Not asyncio.wait_for: on Python 3.11 it returns normally when the event is set as the task
+        # is cancelled, swallowing the cancellation (CPython gh-86296), and shutdown then waits on
+        # this loop for ever. asyncio.wait lets the cancellation through.
+        waiter = asyncio.ensure_future(event.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=timeout_s)
+        finally:
+            waiter.cancel()
         event.clear()
 
     async def _discover_loop(self) -> None:

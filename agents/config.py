@@ -8,7 +8,10 @@ import pathlib
 import sys
 from collections.abc import Mapping, Sequence
 
+import runtime_adapter
+
 from meridian import spec
+from meridian import tls as meridian_tls
 
 from agents import allocation, backends
 
@@ -97,13 +100,30 @@ def replica_api_key(cluster: spec.Cluster, environ: Mapping[str, str] | None = N
     return key
 
 
+def replica_tls(cluster: spec.Cluster) -> runtime_adapter.TlsFiles | None:
+    """The local backend's TLS files (``replicas.local.tls``), checked now: both parse, the key is
+    unencrypted and belongs to the certificate; paths made absolute, so a relay started by this
+    agent and one started by the next (from another directory) are given the same files."""
+    local = cluster.spec.replicas.local
+    if local is None or local.tls is None:
+        return None
+    field = "spec.replicas.local.tls"
+    cert = str(pathlib.Path(local.tls.cert_file).expanduser().absolute())
+    key = str(pathlib.Path(local.tls.key_file).expanduser().absolute())
+    try:
+        meridian_tls.read_key_pair(cert, key, cert_setting=f"{field}.cert_file", key_setting=f"{field}.key_file")
+    except meridian_tls.TlsFileError as exc:
+        raise ConfigError(str(exc)) from None
+    return runtime_adapter.TlsFiles(cert, key, local.tls.reload_interval_s)
+
+
 def replica_settings(cluster: spec.Cluster, environ: Mapping[str, str] | None = None,
                      **overrides) -> backends.ReplicaSettings:
     a = cluster.spec.agent
     values = dict(advertise_host=a.advertise_host, port_range=allocation.parse_port_range(a.replica_ports),
                   engine_command=engine_command(a.engine_command),
                   cache_dir=str(pathlib.Path(a.cache_dir).expanduser()) if a.cache_dir else None,
-                  api_key=replica_api_key(cluster, environ),
+                  api_key=replica_api_key(cluster, environ), tls=replica_tls(cluster),
                   emulator_region=cluster.spec.region if cluster.spec.provider_name == "sim" else "")
     values.update(overrides)
     return backends.ReplicaSettings(**values)

@@ -33,6 +33,8 @@ class SupervisorConfig(pydantic.BaseModel):
     term_grace_s: float = pydantic.Field(default=30.0, ge=0, description="SIGTERM to SIGKILL.")
     kill_wait_s: float = pydantic.Field(default=10.0, gt=0, description="How long to wait for exit after SIGKILL.")
     drain_poll_interval_s: float = pydantic.Field(default=0.5, gt=0)
+    relay_start_timeout_s: float = pydantic.Field(
+        default=30.0, gt=0, description="With TLS: the relay's spawn to its first TLS handshake.")
     log_lines: int = pydantic.Field(default=200, ge=1, description="Engine log lines kept in memory.")
     message_log_lines: int = pydantic.Field(default=20, ge=0, description="Log lines quoted in a failure message.")
     log_max_bytes: int = pydantic.Field(default=16 * 1024 * 1024, ge=4096,

@@ -1,9 +1,10 @@
-"""Readiness and health probes of an engine's HTTP port."""
+"""Readiness and health probes of an engine's HTTP port, and of the TLS relay in front of it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 
 import aiohttp
 
@@ -16,6 +17,29 @@ async def port_open(host: str, port: int, timeout_s: float = 1.0) -> bool:
         return False
     writer.close()
     with contextlib.suppress(OSError):  # the probe already succeeded; a reset on close is fine
+        await writer.wait_closed()
+    return True
+
+
+def _handshake_only_context() -> ssl.SSLContext:
+    # The relay's liveness, not its identity: the agent launched it with the certificate files it
+    # configured; routers verify the certificate against their CA.
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+async def tls_answers(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """True when host:port completes a TLS handshake (the relay serves HTTPS there, not plaintext
+    and not a hung process)."""
+    try:
+        _reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=_handshake_only_context()), timeout=timeout_s)
+    except (OSError, asyncio.TimeoutError, ssl.SSLError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError, ssl.SSLError):  # the handshake already succeeded
         await writer.wait_closed()
     return True
 

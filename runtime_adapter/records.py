@@ -1,5 +1,9 @@
 """The small on-disk record that lets a restarted agent re-adopt a still-running engine
-(static stability: replicas keep serving while the agent restarts)."""
+(static stability: replicas keep serving while the agent restarts), and, for a replica behind TLS,
+its relay (``relay_process``): the relay's own pid, start time, command line and port, beside the
+engine's, so both are checked before either is trusted.
+
+Version 2 added ``relay``; version 1 records (no relay: a plaintext replica) still load."""
 
 from __future__ import annotations
 
@@ -15,7 +19,25 @@ from meridian import fleet
 
 log = logging.getLogger(__name__)
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class RelayRecord:
+    """The TLS relay in front of an engine: who it is (pid + kernel start ticks + command line),
+    where it listens (the replica's public port) and the files it serves (paths only: the key
+    itself is read by the relay, never written here)."""
+
+    pid: int
+    start_ticks: int
+    host: str
+    port: int
+    argv: tuple[str, ...]
+    cert_file: str
+    key_file: str
+    reload_interval_s: float = 5.0
+    log_path: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +57,7 @@ class ReplicaRecord:
     log_path: str = ""
     time_to_ready_s: float = 0.0
     restarts: int = 0
+    relay: RelayRecord | None = None  # set when the replica serves HTTPS through a relay
 
     def to_json(self) -> str:
         body: dict[str, Any] = dataclasses.asdict(self)
@@ -46,13 +69,18 @@ class ReplicaRecord:
     def from_json(cls, text: str) -> ReplicaRecord:
         body = json.loads(text)
         version = body.pop("version", None)
-        if version != RECORD_VERSION:
-            raise ValueError(f"replica record version {version!r} is not supported; valid: {RECORD_VERSION}")
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"replica record version {version!r} is not supported; valid: "
+                             f"{', '.join(map(str, READABLE_VERSIONS))}")
         spec = body.pop("spec")
         spec["extra_args"] = tuple(spec.get("extra_args", ()))
         body["gpu_ids"] = tuple(body.get("gpu_ids", ()))
         body["argv"] = tuple(body.get("argv", ()))
-        return cls(spec=fleet.RuntimeSpec(**spec), **body)
+        relay = body.pop("relay", None)
+        if relay is not None:
+            relay["argv"] = tuple(relay.get("argv", ()))
+            relay = RelayRecord(**relay)
+        return cls(spec=fleet.RuntimeSpec(**spec), relay=relay, **body)
 
 
 def record_path(state_dir: str, replica_id: str) -> str:
@@ -61,6 +89,10 @@ def record_path(state_dir: str, replica_id: str) -> str:
 
 def log_path(state_dir: str, replica_id: str) -> str:
     return os.path.join(state_dir, f"{replica_id}.log")
+
+
+def relay_log_path(state_dir: str, replica_id: str) -> str:
+    return os.path.join(state_dir, f"{replica_id}.relay.log")
 
 
 def engine_config_path(state_dir: str, replica_id: str) -> str:

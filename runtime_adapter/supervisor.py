@@ -6,6 +6,14 @@ exponential backoff, or FAILED after ``max_crashes`` consecutive crashes (the me
 last log lines). ``drain``: DRAINING first (routers stop sending), wait until running + queued
 requests reach zero or the deadline, then SIGTERM (SGLang would otherwise wait forever for
 in-flight work while still accepting new requests), then SIGKILL after the grace period -> STOPPED.
+
+With ``tls`` the engine binds loopback only and a TLS relay process (``relay_process``) on
+``tls_host:tls_port`` is the replica's endpoint (``https://``). The relay is spawned before the
+engine, READY needs both (the engine's health on loopback and the relay's TLS handshake), a relay
+that exits or stops answering TLS is restarted alone (the engine keeps its warm state; counted as a
+crash, so a relay that cannot stay up ends the replica FAILED like an engine would), and drain and
+stop end it after the engine. Adoption checks it beside the engine, and starts a fresh one when the
+recorded relay is gone: a TLS replica is never adopted as plaintext.
 """
 
 from __future__ import annotations
@@ -25,41 +33,21 @@ import aiohttp
 from meridian import fleet
 from runtime_adapter import clock as clock_mod
 from runtime_adapter import config as config_mod
-from runtime_adapter import handle, launcher, probe, process, records, scraper, weights
+from runtime_adapter import handle, launcher, probe, process, records, relay_process, scraper, weights
 from runtime_adapter import metrics as metrics_mod
+from runtime_adapter.outcomes import AdoptError, DrainResult, ReplicaFailed, StartupPhases
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _EXITED = object()
 
 
-class ReplicaFailed(RuntimeError):
-    """The replica ended FAILED or STOPPED instead of becoming ready; the message says why."""
-
-
-class AdoptError(RuntimeError):
-    """A persisted replica cannot be re-attached (gone, pid reused, port silent); start a new one."""
-
-
 class _Stopped(Exception):
     """Internal: drain/stop/detach asked the supervision loop to end."""
 
 
-@dataclasses.dataclass(frozen=True)
-class StartupPhases:
-    """Seconds spent in each start-up phase of the latest launch."""
-
-    prefetch_s: float = 0.0
-    load_s: float = 0.0  # spawn -> port open (weights load, KV allocation)
-    warmup_s: float = 0.0  # port open -> first 200 of /health_generate
-
-
-@dataclasses.dataclass(frozen=True)
-class DrainResult:
-    outstanding_at_term: int  # running + queued when SIGTERM was sent (-1: unknown)
-    deadline_hit: bool
-    killed: bool  # SIGTERM was not enough; SIGKILL was sent
-    duration_s: float
+class _RelayDown(str):
+    """Internal: a crash reason that concerns the TLS relay only (the engine keeps running)."""
 
 
 class Replica:
@@ -84,6 +72,9 @@ class Replica:
         metrics: metrics_mod.AdapterMetrics | None = None,
         prefetcher: weights.Prefetcher | None = None,
         advertise_host: str | None = None,
+        tls: relay_process.TlsFiles | None = None,
+        tls_host: str = "0.0.0.0",
+        tls_port: int = 0,
     ) -> None:
         self.spec = spec
         self.replica_id = replica_id
@@ -116,6 +107,21 @@ class Replica:
         self._probe_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         self.endpoint = f"http://{advertise_host or host}:{port}"
         self._probe_base = f"http://{self._probe_host}:{port}"
+        self.tls = tls
+        self._relay: relay_process.Relay | None = None
+        if tls is not None:
+            if not relay_process.is_loopback(host):
+                raise ValueError(f"with tls the engine listens on loopback only: host must be 127.x, got {host!r}")
+            if tls_port == port:
+                raise ValueError(f"tls_port must differ from the engine's port ({port})")
+            survive = self.config.survive_supervisor_exit
+            self._relay = relay_process.Relay(
+                tls, replica_id=replica_id, upstream=self._probe_base, host=tls_host, port=tls_port, clock=self._clock,
+                survive_supervisor_exit=survive, log_lines=self.config.log_lines,
+                log_path=records.relay_log_path(state_dir, replica_id) if survive and state_dir else None)
+            public = "127.0.0.1" if tls_host in ("0.0.0.0", "::", "") else tls_host
+            self.endpoint = f"https://{advertise_host or public}:{tls_port}"
+        self._keep_time_to_ready = False  # a relay-only restart: the engine's time to ready stands
         self._state = fleet.ReplicaState.STARTING
         self._changed = asyncio.Event()
         self._stop_event = asyncio.Event()
@@ -144,6 +150,11 @@ class Replica:
     @property
     def pid(self) -> int | None:
         return self._engine.pid if self._engine else None
+
+    @property
+    def relay_pid(self) -> int | None:
+        """The TLS relay's pid (None without tls, or before it is spawned)."""
+        return self._relay.pid if self._relay else None
 
     def log_lines(self, n: int | None = None) -> list[str]:
         """The engine's last output lines (bounded)."""
@@ -248,6 +259,13 @@ class Replica:
             raise ValueError("adopt needs config.survive_supervisor_exit=True (an adopted engine is one that outlives its supervisor)")
         if engine_command is None:
             engine_command = record.argv[:record.argv.index("--model-path")] if "--model-path" in record.argv else None
+        # The record says whether the replica serves TLS (a plaintext one is adopted as plaintext:
+        # the caller compares ``tls`` with what it wants); the relay keeps its recorded address, and
+        # takes the caller's files when it gives them (a changed path restarts the relay).
+        tls, relay_rec = kwargs.pop("tls", None), record.relay
+        if relay_rec is not None:
+            files = tls or relay_process.TlsFiles(relay_rec.cert_file, relay_rec.key_file, relay_rec.reload_interval_s)
+            kwargs.update(tls=files, tls_host=relay_rec.host, tls_port=relay_rec.port)
         replica = cls(record.spec, record.replica_id, host=record.host, port=record.port, gpu_ids=record.gpu_ids,
                       engine_command=engine_command, **kwargs)
         metrics = replica._metrics
@@ -256,6 +274,8 @@ class Replica:
             reason = f"port {record.port} does not answer"
         if reason is not None:
             metrics.adoptions.labels(record.replica_id, "refused").inc()
+            if relay_rec is not None:  # nothing may stay in front of an engine no one supervises
+                await relay_process.end_recorded(relay_rec, replica._clock, grace_s=replica.config.term_grace_s)
             raise AdoptError(f"cannot adopt replica {record.replica_id} (pid {record.pid}): {reason}")
         replica._adopted = record
         replica._engine = handle.EngineHandle(process.attach(record.pid, record.start_ticks), replica._clock,
@@ -264,6 +284,12 @@ class Replica:
             replica._engine.follow_file(record.log_path, replica.config.probe_interval_s,
                                         replica.config.log_max_bytes, from_end=True)
         replica.restarts, replica.time_to_ready_s, replica.started_at = record.restarts, record.time_to_ready_s, record.started_at
+        if relay_rec is not None and replica._relay is not None:
+            why = await replica._relay.adopt(relay_rec)
+            if why is not None:  # supervision spawns a fresh relay before the replica is READY
+                metrics.adoptions.labels(record.replica_id, "relay_restarted").inc()
+                log.warning("event=relay_not_adopted replica=%s relay_pid=%d reason=%r; starting a new relay",
+                            record.replica_id, relay_rec.pid, why)
         metrics.adoptions.labels(record.replica_id, "adopted").inc()
         log.info("event=replica_adopted replica=%s pid=%d port=%d", record.replica_id, record.pid, record.port)
         await replica.start()
@@ -273,10 +299,12 @@ class Replica:
     async def _supervise(self) -> None:
         try:
             while True:
-                if self._engine is None or not self._engine.proc.is_running():
+                reason = None
+                if self._relay is not None and not self._relay.running:
+                    reason = await self._spawn_relay()
+                if reason is None and (self._engine is None or not self._engine.proc.is_running()):
                     reason = await self._launch()
-                else:
-                    reason = None  # adopted: already running
+                # else adopted, or a relay-only restart: the engine already runs
                 if reason is None:
                     reason = await self._await_ready()
                 if reason is None:
@@ -325,12 +353,21 @@ class Replica:
         log.info("event=replica_spawned replica=%s pid=%d argv=%r", self.replica_id, proc.pid, plan.redacted_argv())
         return None
 
+    async def _spawn_relay(self) -> str | None:
+        assert self._relay is not None
+        why = await self._relay.spawn()
+        if why is not None:
+            return _RelayDown(why)
+        await self._save_record()  # a relay no record names would be nobody's after an agent restart
+        return None
+
     async def _await_ready(self) -> str | None:
         cfg = self.config
         engine = self._engine
         assert engine is not None
         spawn_t = engine.started_monotonic
-        deadline = spawn_t + cfg.ready_timeout_s
+        # A relay-only restart waits for the relay, not for an engine that started long ago.
+        deadline = (self._clock.monotonic() if self._keep_time_to_ready else spawn_t) + cfg.ready_timeout_s
         port_t: float | None = None
         last = ""
         while True:
@@ -346,13 +383,19 @@ class Replica:
                     api_key=self._api_key))
                 if status == 200:
                     now = self._clock.monotonic()
-                    self.phases = dataclasses.replace(self.phases, load_s=port_t - spawn_t, warmup_s=now - port_t)
+                    if not self._keep_time_to_ready:
+                        self.phases = dataclasses.replace(self.phases, load_s=port_t - spawn_t, warmup_s=now - port_t)
+                    if self._relay is not None:
+                        why = await self._guard(self._relay.serving(cfg.relay_start_timeout_s, cfg.probe_interval_s))
+                        if why is not None:
+                            return _RelayDown(why)
                     return None
             await self._guard(self._clock.sleep(cfg.probe_interval_s), exit_task=engine.exit_task)
 
     async def _on_ready(self) -> None:
         now = self._clock.monotonic()
-        if self._adopted is None or self._was_ready or self.time_to_ready_s == 0.0:
+        keep, self._keep_time_to_ready = self._keep_time_to_ready, False
+        if not keep and (self._adopted is None or self._was_ready or self.time_to_ready_s == 0.0):
             assert self._engine is not None
             self.time_to_ready_s = self.phases.prefetch_s + (now - self._engine.started_monotonic)
             self._metrics.time_to_ready.labels(self.replica_id).observe(self.time_to_ready_s)
@@ -375,6 +418,8 @@ class Replica:
         while True:
             if await self._guard(self._clock.sleep(cfg.scrape_interval_s), exit_task=engine.exit_task) is _EXITED:
                 return f"engine exited with code {engine.exit_code()}"
+            if self._relay is not None and not self._relay.running:
+                return _RelayDown(f"tls relay exited with code {self._relay.exit_code()}")
             try:
                 self._load = await self._guard(self._scraper.scrape())
             except scraper.ScrapeError as exc:
@@ -385,6 +430,8 @@ class Replica:
                 self._crashes = 0
             if now < next_health:
                 continue
+            if self._relay is not None and (why := await self._guard(self._relay.check(cfg))) is not None:
+                return _RelayDown(why)
             status, why = await self._guard(probe.http_status(
                 self._session, self._probe_base + "/health_generate", timeout_s=cfg.health_timeout_s, api_key=self._api_key))
             next_health = self._clock.monotonic() + cfg.health_interval_s
@@ -400,22 +447,34 @@ class Replica:
                 return f"unhealthy: {failures} consecutive failed health probes ({why})"
 
     async def _on_crash(self, reason: str) -> bool:
-        """Record a crash; True when supervision should restart, False when it gave up."""
+        """Record a crash; True when supervision should restart, False when it gave up. A relay-only
+        crash (``_RelayDown``) restarts the relay alone: the engine stays up and warm."""
         self._crashes += 1
-        if self._engine is not None:
-            await self._engine.kill(self.config.kill_wait_s)
-            await self._engine.stop_following()
-        tail = self._log.lines(self.config.message_log_lines)
-        kind = "exit" if "exited" in reason else "unhealthy" if "unhealthy" in reason else "start"
+        relay_only = isinstance(reason, _RelayDown)
+        if relay_only and self._relay is not None:
+            await self._relay.terminate(0.0, self.config.kill_wait_s)  # gone already, or hung
+            tail = self._relay.log_lines(self.config.message_log_lines)
+            kind, self._keep_time_to_ready = "relay", self._was_ready
+        else:
+            if self._engine is not None:
+                await self._engine.kill(self.config.kill_wait_s)
+                await self._engine.stop_following()
+            tail = self._log.lines(self.config.message_log_lines)
+            kind = "exit" if "exited" in reason else "unhealthy" if "unhealthy" in reason else "start"
+            self._load = fleet.ReplicaLoad()
+            if self._scraper is not None:
+                self._scraper.window.clear()
         self._metrics.crashes.labels(self.replica_id, kind).inc()
         self.message = self.last_crash = f"{reason}; last log lines:\n" + "\n".join(tail)
-        self._load = fleet.ReplicaLoad()
-        if self._scraper is not None:
-            self._scraper.window.clear()
-        log.warning("event=replica_crashed replica=%s crashes=%d reason=%r", self.replica_id, self._crashes, reason)
+        log.warning("event=replica_crashed replica=%s crashes=%d kind=%s reason=%r", self.replica_id, self._crashes,
+                    kind, reason)
         if self._crashes >= self.config.max_crashes:
             self.message = f"gave up after {self._crashes} consecutive crashes: {self.message}"
             log.error("event=replica_failed replica=%s crashes=%d", self.replica_id, self._crashes)
+            if self._engine is not None:
+                await self._engine.kill(self.config.kill_wait_s)
+            if self._relay is not None:
+                await self._relay.terminate(0.0, self.config.kill_wait_s)
             await self._close(remove_record=True)
             self._set_state(fleet.ReplicaState.FAILED)
             return False
@@ -445,14 +504,18 @@ class Replica:
             await self._clock.sleep(min(self.config.drain_poll_interval_s, remaining))
 
     async def _terminate(self) -> bool:
-        """SIGTERM the engine's group, SIGKILL after ``term_grace_s``; True when SIGKILL was needed."""
-        if self._engine is None:
-            return False
-        killed = await self._engine.terminate(self.config.term_grace_s, self.config.kill_wait_s)
-        if killed:
-            self._metrics.kills.labels(self.replica_id).inc()
-            log.warning("event=sigkill replica=%s pid=%d grace_s=%g", self.replica_id, self._engine.pid,
-                        self.config.term_grace_s)
+        """SIGTERM the engine's group, SIGKILL after ``term_grace_s``, then the relay's the same way
+        (after the engine: a request in flight keeps its way back until the engine is gone); True
+        when the engine needed SIGKILL."""
+        killed = False
+        if self._engine is not None:
+            killed = await self._engine.terminate(self.config.term_grace_s, self.config.kill_wait_s)
+            if killed:
+                self._metrics.kills.labels(self.replica_id).inc()
+                log.warning("event=sigkill replica=%s pid=%d grace_s=%g", self.replica_id, self._engine.pid,
+                            self.config.term_grace_s)
+        if self._relay is not None:
+            await self._relay.terminate(self.config.term_grace_s, self.config.kill_wait_s)
         return killed
 
     # ----- plumbing -------------------------------------------------------------------------
@@ -489,6 +552,8 @@ class Replica:
     async def _close(self, *, remove_record: bool) -> None:
         if self._engine is not None:
             await self._engine.release()
+        if self._relay is not None:
+            await self._relay.release()
         if self._stop_waiter is not None:
             self._stop_waiter.cancel()
         if remove_record and self._state_dir:
@@ -522,7 +587,7 @@ class Replica:
             host=self.host, port=self.port, spec=self.spec, gpu_ids=self.gpu_ids,
             argv=self.plan.redacted_argv(), started_at=self.started_at,
             log_path=records.log_path(self._state_dir, self.replica_id), time_to_ready_s=self.time_to_ready_s,
-            restarts=self.restarts))
+            restarts=self.restarts, relay=self._relay.record() if self._relay is not None else None))
 
 
 def _identity_mismatch(record: records.ReplicaRecord) -> str | None:

@@ -102,6 +102,8 @@ class ReplicaSettings:
     api_key: str | None = dataclasses.field(default=None, repr=False)  # a secret: never in a repr or log
     supervisor: runtime_adapter.SupervisorConfig = runtime_adapter.SupervisorConfig(survive_supervisor_exit=True)
     ended_linger_s: float = 120.0  # how long STOPPED/FAILED replicas stay in reports
+    # local backend: HTTPS through a TLS relay in front of each engine (spec.replicas.local.tls).
+    tls: runtime_adapter.TlsFiles | None = None
     # Region an emulator engine pretends to run in, so clients feel the latency map's distance
     # (set for sim clusters; "" for none).
     emulator_region: str = ""

@@ -5,7 +5,13 @@ Engines run in the adapter's adoptable mode (``survive_supervisor_exit``): they 
 so a crashed or upgraded agent does not take serving capacity down (static stability). What the
 adapter's record lacks (deployment, revision, pool, node) the agent keeps in a placement file per
 replica; a running engine without a placement, or a placement without an engine, is cleaned up at
-adoption, so a restart leaves neither duplicates nor orphans."""
+adoption, so a restart leaves neither duplicates nor orphans.
+
+With ``spec.replicas.local.tls`` (``settings.tls``) each replica takes two ports of the range: the
+engine binds 127.0.0.1 on one, and the adapter's TLS relay process, on the other, is the replica's
+endpoint (``https://<advertise_host>:<port>``). The relay's pid and port are in the adapter's
+record beside the engine's, so adoption checks both; a replica whose TLS mode differs from the
+spec's (a plaintext one left by an agent without TLS, or the reverse) is stopped, never adopted."""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import pathlib
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import prometheus_client as prom
@@ -59,6 +66,7 @@ class Managed:
     gpu_ids: tuple[int, ...]
     last_state: models.ReplicaState
     last_restarts: int = 0
+    engine_port: int | None = None  # with TLS: the engine's loopback port behind the relay's ``port``
     ended_at: float | None = None  # wall time it reached STOPPED or FAILED
     note: str = ""  # why the agent ended it, when it did (lost node)
 
@@ -108,7 +116,9 @@ class LocalBackend(base.ReplicaBackend):
         return [m.holding for m in self._replicas.values() if m.state in LIVE_STATES]
 
     def used_ports(self) -> set[int]:
-        return {h.port for h in self.holdings()} | self._reserved_ports
+        engine_ports = {m.engine_port for m in self._replicas.values()
+                        if m.engine_port is not None and m.state in LIVE_STATES}
+        return {h.port for h in self.holdings()} | engine_ports | self._reserved_ports
 
     def choose_port(self) -> int | None:
         return allocation.choose_port(self.settings.port_range, self.used_ports(), self._is_port_free)
@@ -141,17 +151,27 @@ class LocalBackend(base.ReplicaBackend):
         port is left and ``runtime_adapter.LaunchError`` for a spec the engine cannot run, before
         anything is reserved or spawned."""
         port = self.choose_port()
-        if port is None:
+        tls = self.settings.tls
+        engine_port = None
+        if port is not None and tls is not None:
+            engine_port = allocation.choose_port(self.settings.port_range, self.used_ports() | {port},
+                                                 self._is_port_free)
+        if port is None or (tls is not None and engine_port is None):
             lo, hi = self.settings.port_range
-            raise base.Refused(f"no free port left in the replica port range {lo}-{hi}")
+            need = " (a TLS replica takes two: its HTTPS port and its engine's loopback port)" if tls else ""
+            raise base.Refused(f"no free port left in the replica port range {lo}-{hi}{need}")
+        where: dict[str, Any]
+        if engine_port is not None:  # the engine behind the relay: loopback only
+            where = dict(port=engine_port, host="127.0.0.1", tls=tls, tls_host=self._bind_host, tls_port=port)
+        else:
+            where = dict(port=port, host=self._bind_host)
         handle = runtime_adapter.Replica(
-            action.runtime, action.replica_id, port=port, host=self._bind_host, gpu_ids=gpu_ids,
-            engine_command=self.settings.engine_command, env=engine.engine_env(self.settings, gpu_type),
-            **self._replica_kwargs())
+            action.runtime, action.replica_id, gpu_ids=gpu_ids, engine_command=self.settings.engine_command,
+            env=engine.engine_env(self.settings, gpu_type), **where, **self._replica_kwargs())
         placement = Placement(action.replica_id, action.deployment, action.revision, action.pool_id, node_id,
                               action.gpu_count, gpu_type)
         return Managed(handle=handle, placement=placement, port=port, gpu_ids=gpu_ids,
-                       last_state=models.ReplicaState.STARTING)
+                       last_state=models.ReplicaState.STARTING, engine_port=engine_port)
 
     async def launch(self, managed: Managed) -> str:  # type: ignore[override]
         """Record the placement, then start the engine under supervision."""
@@ -166,8 +186,9 @@ class LocalBackend(base.ReplicaBackend):
             self._replicas.pop(rid, None)
             (self._placement_dir / f"{rid}.json").unlink(missing_ok=True)
             raise
-        log.info("replica started replica=%s pool=%s node=%s gpus=%s port=%d", rid, managed.placement.pool_id,
-                 managed.placement.node_id, list(managed.gpu_ids), managed.port)
+        log.info("replica started replica=%s pool=%s node=%s gpus=%s port=%d engine_port=%s endpoint=%s", rid,
+                 managed.placement.pool_id, managed.placement.node_id, list(managed.gpu_ids), managed.port,
+                 managed.engine_port, managed.handle.endpoint)
         return f"starting on node {managed.placement.node_id} GPUs {list(managed.gpu_ids)} port {managed.port}"
 
     async def wait_ready(self, replica_id: str, timeout_s: float) -> None:
@@ -213,7 +234,7 @@ class LocalBackend(base.ReplicaBackend):
             placement = placements.pop(record.replica_id, None)
             try:
                 handle = await runtime_adapter.Replica.adopt(record, engine_command=self.settings.engine_command,
-                                                             **self._replica_kwargs())
+                                                             tls=self.settings.tls, **self._replica_kwargs())
             except runtime_adapter.AdoptError as exc:
                 log.warning("cannot re-adopt replica=%s error=%s; dropping it", record.replica_id, exc)
                 adapter_records.remove(str(self._engine_dir), record.replica_id)
@@ -221,16 +242,23 @@ class LocalBackend(base.ReplicaBackend):
                     (self._placement_dir / f"{record.replica_id}.json").unlink(missing_ok=True)
                 cleaned.append(record.replica_id)
                 continue
-            if placement is None:
-                log.warning("engine without placement replica=%s pid=%s: stopping the orphan", record.replica_id, record.pid)
+            mismatch = _tls_mismatch(handle.tls is not None, self.settings.tls is not None)
+            if placement is None or mismatch:
+                why = mismatch or "engine without placement: stopping the orphan"
+                log.warning("not re-adopting replica=%s pid=%s: %s", record.replica_id, record.pid, why)
                 await handle.stop()
+                if placement is not None:
+                    (self._placement_dir / f"{record.replica_id}.json").unlink(missing_ok=True)
                 cleaned.append(record.replica_id)
                 continue
-            self._replicas[record.replica_id] = Managed(handle=handle, placement=placement, port=record.port,
-                                                        gpu_ids=tuple(record.gpu_ids), last_state=handle.state,
-                                                        last_restarts=handle.restarts)
+            public_port = record.relay.port if record.relay is not None else record.port
+            self._replicas[record.replica_id] = Managed(
+                handle=handle, placement=placement, port=public_port, gpu_ids=tuple(record.gpu_ids),
+                last_state=handle.state, last_restarts=handle.restarts,
+                engine_port=record.port if record.relay is not None else None)
             adopted.append(record.replica_id)
-            log.info("replica re-adopted replica=%s pid=%s port=%d", record.replica_id, record.pid, record.port)
+            log.info("replica re-adopted replica=%s pid=%s relay_pid=%s port=%d endpoint=%s", record.replica_id,
+                     record.pid, handle.relay_pid, public_port, handle.endpoint)
         for rid in placements:
             log.warning("placement without engine replica=%s: dropping it", rid)
             (self._placement_dir / f"{rid}.json").unlink(missing_ok=True)
@@ -270,6 +298,16 @@ class LocalBackend(base.ReplicaBackend):
                 log.error("replica shutdown failed replica=%s error=%s", m.placement.replica_id, exc)
         if self._session is not None and not self._session.closed:
             await self._session.close()
+
+
+def _tls_mismatch(serves_tls: bool, wants_tls: bool) -> str:
+    """Why an adopted replica does not match the spec's TLS setting ("" when it does)."""
+    if wants_tls and not serves_tls:
+        return ("it serves plain HTTP but spec.replicas.local.tls is set: stopping it (never adopted as plaintext; "
+                "the scheduler starts a replacement)")
+    if serves_tls and not wants_tls:
+        return "it serves HTTPS but spec.replicas.local.tls is not set: stopping it (the scheduler starts a replacement)"
+    return ""
 
 
 @backends.register("local")

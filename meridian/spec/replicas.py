@@ -215,12 +215,38 @@ class KubernetesReplicas(base.StrictModel):
         return self
 
 
+class LocalTls(base.StrictModel):
+    """HTTPS in front of each local replica: a TLS relay process on the replica's port, the engine
+    on loopback behind it."""
+
+    cert_file: str = pydantic.Field(
+        min_length=1, description="PEM certificate chain (leaf first) every replica serves; routers verify it with "
+                                  "--upstream-tls-ca-file against the endpoint's address (agent.advertise_host: "
+                                  "put it in the certificate, as an IP SAN for an address) or against the one name "
+                                  "--upstream-tls-server-name gives.")
+    key_file: str = pydantic.Field(
+        min_length=1, description="Its unencrypted PEM private key. The relay is given the path, never the key.")
+    reload_interval_s: float = pydantic.Field(
+        default=5.0, gt=0, le=3600, description="How often the relay checks the files: a rotated pair reaches new "
+                                                "connections without a restart.")
+
+
+class LocalReplicas(base.StrictModel):
+    """The local backend's settings (ports and the advertised host are agent settings: spec.agent)."""
+
+    tls: LocalTls | None = pydantic.Field(
+        default=None, description="Serve each replica over HTTPS: the engine binds 127.0.0.1 only, a relay process on "
+                                  "the replica's port terminates TLS and forwards to it; endpoints are https://. "
+                                  "Each TLS replica takes two ports of agent.replica_ports. Default: plain HTTP.")
+
+
 class Replicas(base.StrictModel):
     """Where the cluster's replicas run."""
 
     backend: Literal["local", "kubernetes"] = pydantic.Field(
         default="local", description="local: runtime-adapter processes on the agent's host; kubernetes: a pod per replica.")
     kubernetes: KubernetesReplicas | None = pydantic.Field(default=None, description="The kubernetes backend's settings.")
+    local: LocalReplicas | None = pydantic.Field(default=None, description="The local backend's settings.")
     api_key_file: str | None = pydantic.Field(
         default=None, min_length=1,
         description="local backend: a file holding the API key the engines require (SGLang --api-key), read by the "
@@ -240,6 +266,9 @@ class Replicas(base.StrictModel):
                 if getattr(self, name):
                     problems.add(name, "the kubernetes backend's pods read the key from a Secret: set "
                                        "kubernetes.api_key_secret: {name, key} instead (the agent never holds it)")
+            if self.local is not None:
+                problems.add("local", "applies to the local backend only; with kubernetes, TLS comes from "
+                                      "kubernetes.tls_secret")
         problems.raise_if_any()
         return self
 

@@ -98,6 +98,16 @@ def engine_pids(state_dir: pathlib.Path) -> dict[str, int]:
     return out
 
 
+def relay_pids(state_dir: pathlib.Path) -> dict[str, int]:
+    """replica id -> TLS relay pid, from the records of the replicas that have one."""
+    out = {}
+    for path in state_dir.rglob("*.replica.json"):
+        data = json.loads(path.read_text())
+        if data.get("relay"):
+            out[data["replica_id"]] = data["relay"]["pid"]
+    return out
+
+
 def kill_engines(pids) -> None:
     """SIGKILL the engines the test started (by pid, and their process groups), if still alive."""
     for pid in pids:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import runtime_adapter
 
 from meridian.fleet import models
 
@@ -87,3 +88,25 @@ def test_a_replica_too_big_for_any_node_is_refused_naming_the_node_size(cluster)
     plan = directives.plan_start(action, view)
     assert isinstance(plan, directives.Refuse)
     assert plan.reason == "a replica needs 8 GPUs on one node; pool l4's nodes (g6.12xlarge) have 4 per node"
+
+
+async def test_a_tls_replica_takes_two_ports_and_is_refused_when_only_one_is_left(tmp_path):
+    """With TLS the relay's port is the endpoint and the engine binds 127.0.0.1 on a second port of
+    the range; a range with one port left refuses, naming why two are needed."""
+    tls = runtime_adapter.TlsFiles("/etc/tls.crt", "/etc/tls.key")
+    settings = backends.ReplicaSettings(port_range=(32000, 32002), tls=tls, advertise_host="10.0.0.5",
+                                        engine_command=("python", "-m", "runtime_adapter.emulator"))
+    backend = local.LocalBackend(settings, tmp_path, is_port_free=lambda port: True)
+    spec = models.RuntimeSpec(model_path="Qwen/Qwen2.5-0.5B-Instruct", served_model_name="qwen")
+    action = models.StartReplica("r1", "chat", "rev", spec, "l4", 1)
+    managed = backend.prepare(action, directive_id="d1", node_id="n1", gpu_ids=(0,), gpu_type="L4")
+    assert (managed.port, managed.engine_port) == (32000, 32001)
+    assert managed.handle.endpoint == "https://10.0.0.5:32000" and managed.handle.host == "127.0.0.1"
+    argv = managed.handle.plan.argv
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "32001"
+    backend._replicas["r1"] = managed
+    assert backend.used_ports() == {32000, 32001}
+    with pytest.raises(backends.Refused, match="32000-32002 .*takes two"):
+        backend.prepare(models.StartReplica("r2", "chat", "rev", spec, "l4", 1), directive_id="d2", node_id="n1",
+                        gpu_ids=(1,), gpu_type="L4")
+    await backend.close(stop_replicas=True)

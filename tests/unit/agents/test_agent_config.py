@@ -5,8 +5,10 @@ from __future__ import annotations
 import sys
 
 import pytest
+import runtime_adapter
 
 from meridian.cli import main as cli_main
+from tests.integration import tls_certs
 
 from agents import backends, config
 from agents.backends import engine
@@ -177,3 +179,32 @@ def test_the_replica_api_key_comes_from_the_named_file_or_variable(tmp_path):
         config.replica_settings(by_file)
     with pytest.raises(Exception, match="api_key_env: give api_key_file or api_key_env, not both"):
         cluster(f'{{api_key_file: "{key_file}", api_key_env: K}}')
+
+
+def test_the_local_replicas_tls_files_are_checked_at_start_and_named_in_errors(tmp_path):
+    """``replicas.local.tls`` gives the replica settings absolute paths (never the key's contents);
+    a missing file, a key that is not the certificate's, ``local`` under the kubernetes backend or
+    half a pair are errors naming the field."""
+    pki = tls_certs.make(tmp_path / "pki")
+
+    def cluster(replicas: str):
+        path = tmp_path / "c.yaml"
+        path.write_text(TWO.split("---")[0] + f"  replicas: {replicas}\n")
+        return config.load_cluster([str(path)])
+
+    good = cluster(f'{{local: {{tls: {{cert_file: "{pki.server_cert}", key_file: "{pki.server_key}"}}}}}}')
+    tls = config.replica_settings(good).tls
+    assert tls == runtime_adapter.TlsFiles(pki.server_cert, pki.server_key, 5.0)
+    assert "PRIVATE KEY" not in repr(config.replica_settings(good))
+    assert config.replica_settings(cluster("{backend: local}")).tls is None
+    with pytest.raises(config.ConfigError, match=r"spec.replicas.local.tls.cert_file .*nope.crt: cannot read"):
+        config.replica_settings(cluster(f'{{local: {{tls: {{cert_file: "{tmp_path}/nope.crt", '
+                                        f'key_file: "{pki.server_key}"}}}}}}'))
+    with pytest.raises(config.ConfigError, match="spec.replicas.local.tls.key_file .*does not belong"):
+        config.replica_settings(cluster(f'{{local: {{tls: {{cert_file: "{pki.server_cert}", '
+                                        f'key_file: "{pki.client_key}"}}}}}}'))
+    with pytest.raises(Exception, match="key_file"):
+        cluster(f'{{local: {{tls: {{cert_file: "{pki.server_cert}"}}}}}}')
+    with pytest.raises(Exception, match="local: applies to the local backend only"):
+        cluster('{backend: kubernetes, kubernetes: {image: "meridian/replica:1"}, '
+                f'local: {{tls: {{cert_file: "{pki.server_cert}", key_file: "{pki.server_key}"}}}}}}')

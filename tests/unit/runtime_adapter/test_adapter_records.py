@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 
@@ -27,6 +28,22 @@ def test_record_round_trips_through_json(tmp_path):
     assert records.load(path) == record()
     assert [r.replica_id for r in records.load_all(str(tmp_path))] == ["r-1"]
     assert oct(os.stat(path).st_mode & 0o777) == oct(0o600)
+
+
+def test_a_tls_replicas_record_holds_its_relay_and_round_trips(tmp_path):
+    """The relay's pid, start time, argv, port and file paths are saved beside the engine's, and load back."""
+    relay = records.RelayRecord(pid=7, start_ticks=8, host="0.0.0.0", port=31001, argv=("python", "-m", "relay"),
+                                cert_file="/etc/tls.crt", key_file="/etc/tls.key", reload_interval_s=2.0)
+    path = records.save(str(tmp_path), record(relay=relay))
+    assert records.load(path) == record(relay=relay) and records.load(path).relay.argv == ("python", "-m", "relay")
+
+
+def test_a_record_written_before_relays_loads_as_plaintext():
+    """A version-1 record (no relay field) still loads: a plaintext replica."""
+    body = json.loads(record().to_json())
+    body.pop("relay")
+    body["version"] = 1
+    assert records.ReplicaRecord.from_json(json.dumps(body)) == record()
 
 
 def test_unreadable_records_are_skipped(tmp_path):
