@@ -31,6 +31,7 @@ import meridian
 from meridian import backoff as backoff_mod
 from meridian import spec
 from meridian.fleet import models
+from meridian import waits
 
 from agents import allocation, backends, directives, interruptions, metrics as metrics_mod
 from agents import nodes, outbox as outbox_mod, providers, state, status as status_mod, stream
@@ -258,14 +259,7 @@ class Agent:
     # ------------------------------------------------------------------ loops
 
     async def _sleep_or_wake(self, event: asyncio.Event, timeout_s: float) -> None:
-        # Not asyncio.wait_for: on Python 3.11 it returns normally when the event is set as the task
-        # is cancelled, swallowing the cancellation (CPython gh-86296), and shutdown then waits on
-        # this loop for ever. asyncio.wait lets the cancellation through.
-        waiter = asyncio.ensure_future(event.wait())
-        try:
-            await asyncio.wait({waiter}, timeout=timeout_s)
-        finally:
-            waiter.cancel()
+        await waits.event_set(event, timeout_s)  # never asyncio.wait_for here: meridian.waits says why
         event.clear()
 
     async def _discover_loop(self) -> None:

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 
 from meridian.fleet import models
+from meridian import waits
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +97,7 @@ class Outbox:
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait until something is to be sent or ``timeout_s`` passes; True when woken."""
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout=timeout_s)
-            return True
-        except TimeoutError:
-            return False
+        return await waits.event_set(self._wake, timeout_s)
 
     def take(self) -> Batch:
         """Everything due now; pending acks/events leave the queue (requeue them with ``requeue`` if

@@ -9,7 +9,6 @@ scheduler outage delays demand figures but does not lose them."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ import grpc
 from meridian.fleet import models as fm
 from meridian.fleet import wire
 from meridian.v1 import routing_pb2_grpc
+from meridian import waits
 from router import scheduler_tls
 
 log = logging.getLogger("meridian.router.traffic")
@@ -140,8 +140,8 @@ class TrafficReporter:
         stub = routing_pb2_grpc.RoutingServiceStub(channel)
         try:
             while True:
-                with contextlib.suppress(asyncio.TimeoutError):  # the interval passed: report now
-                    await asyncio.wait_for(self.accumulator.urgent.wait(), self.interval_s)
+                # Urgent, or the interval passed: report now.
+                await waits.event_set(self.accumulator.urgent, self.interval_s)
                 self.accumulator.urgent.clear()
                 if self.tls is not None:
                     self.tls.reload_if_changed()

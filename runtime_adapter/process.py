@@ -29,6 +29,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TextIO
+from meridian import waits
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +193,7 @@ class LogTail:
                 offset = 0
             if stop.is_set():
                 return
-            with contextlib.suppress(asyncio.TimeoutError):  # the poll period elapsed
-                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            await waits.event_set(stop, interval_s)  # stopped, or the poll period elapsed
 
 
 class EngineProcess:

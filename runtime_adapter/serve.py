@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
@@ -50,6 +49,7 @@ from aiohttp import web
 
 from meridian import fleet
 from meridian import tls as tls_files
+from meridian import waits
 from runtime_adapter import clock as clock_mod
 from runtime_adapter import handle, launcher, probe, process, scraper, tls_relay
 
@@ -361,8 +361,7 @@ class PodAdapter:
             remaining = self._drain_deadline_s - (self._clock.monotonic() - t0)
             if remaining <= 0 or self._cut.is_set():
                 return outstanding, True
-            with contextlib.suppress(asyncio.TimeoutError):  # the poll period elapsed
-                await asyncio.wait_for(self._cut.wait(), min(self.config.probe_interval_s, remaining))
+            await waits.event_set(self._cut, min(self.config.probe_interval_s, remaining))  # cut, or the poll period
 
     # ----- the engine
     async def _start_up(self) -> None:
@@ -425,8 +424,7 @@ class PodAdapter:
                 await self._drain
                 # preStop returned: the kubelet's SIGTERM follows at once. Wait for it (a little), so
                 # the container ends by our own exit 0, not by a signal arriving mid-shutdown.
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.config.stop_grace_s)
+                await waits.event_set(stop, self.config.stop_grace_s)
                 return 0
             self._enter("stopped", exit_code=code)
             return code if code >= 0 else 128 - code

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from meridian import fleet
+from meridian import waits
 from runtime_adapter import clock as clock_mod
 from runtime_adapter import config as config_mod
 from runtime_adapter import handle, launcher, probe, process, records, relay_process, scraper, weights
@@ -185,11 +186,7 @@ class Replica:
                 raise ReplicaFailed(f"replica {self.replica_id} is {self._state.value}: {self.message}")
             event = self._changed
             remaining = deadline - loop.time()
-            try:
-                if remaining <= 0:
-                    raise asyncio.TimeoutError
-                await asyncio.wait_for(event.wait(), remaining)
-            except asyncio.TimeoutError:
+            if not await waits.event_set(event, remaining):
                 tail = "\n".join(self._log.lines(self.config.message_log_lines))
                 raise TimeoutError(f"replica {self.replica_id} not ready after {timeout_s}s "
                                    f"(state {self._state.value}); last log lines:\n{tail}") from None

@@ -29,6 +29,7 @@ from meridian import backoff as backoff_mod
 from meridian import spec
 from meridian.fleet import models
 from meridian.spec import replicas as replicas_spec
+from meridian import waits
 
 from agents import allocation, backends
 from agents.backends import base, engine
@@ -168,9 +169,7 @@ class KubernetesBackend(base.ReplicaBackend):
         self._session = aiohttp.ClientSession()
         self._start_watches(self._ops.api)
         assert self._pods is not None
-        try:
-            await asyncio.wait_for(self._pods.synced.wait(), self._adopt_timeout_s)
-        except asyncio.TimeoutError:
+        if not await waits.event_set(self._pods.synced, self._adopt_timeout_s):
             log.warning("event=kube_adopt_deferred cluster=%s timeout_s=%g last_error=%r", self._cluster_id,
                         self._adopt_timeout_s, self._pods.last_error)
             self._ops.spawn(self._adopt_when_listed(), "kube-adopt-later")
@@ -293,11 +292,8 @@ class KubernetesBackend(base.ReplicaBackend):
             if remaining <= 0:
                 raise TimeoutError(f"replica {replica_id} not ready after {timeout_s}s (state {st.value}): "
                                    f"{r.view.message}")
-            event = r.changed
-            try:
-                await asyncio.wait_for(event.wait(), min(remaining, 1.0))
-            except asyncio.TimeoutError:
-                pass  # re-read: time alone can end a start (pod_start_timeout_s)
+            # Woken or not, re-read: time alone can end a start (pod_start_timeout_s).
+            await waits.event_set(r.changed, min(remaining, 1.0))
 
     # ------------------------------------------------------------------ drain, stop
 
