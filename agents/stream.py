@@ -191,18 +191,21 @@ class StreamClient:
             if first.WhichOneof("payload") != "welcome":
                 raise StreamRejected(f"expected Welcome first, got {first.WhichOneof('payload')}")
             self._welcomed(first.welcome)
+            reader = asyncio.create_task(self._read(call), name="agent-stream-read")
+            writer = asyncio.create_task(self._write(call, seq), name="agent-stream-write")
             try:
-                reader = asyncio.create_task(self._read(call), name="agent-stream-read")
-                writer = asyncio.create_task(self._write(call, seq), name="agent-stream-write")
-                done, pending = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-                for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
-                for task in done:
-                    task.result()
+                done, _pending = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+                for task in (reader, writer):  # the one that ended first says why
+                    if task in done and not task.cancelled() and task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
             finally:
                 self.connected = False
                 self._metrics.connected.labels(self._metrics.cluster).set(0)
+                # Both halves end with the session, also when this task is cancelled (shutdown): a
+                # half left running would fail on the finished call with nobody to read its error.
+                for task in (reader, writer):
+                    task.cancel()
+                await asyncio.gather(reader, writer, return_exceptions=True)
                 call.cancel()
         finally:
             await channel.close(grace=None)

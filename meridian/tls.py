@@ -94,7 +94,7 @@ def read_key_pair(cert_path: str, key_path: str, *, cert_setting: str, key_setti
     try:
         context.load_cert_chain(pathlib.Path(cert_path).expanduser(), key_file, password=_no_passphrase)
     except _Encrypted:
-        raise TlsFileError(f"{key_setting} {key_path}: the private key is encrypted; gRPC needs an unencrypted "
+        raise TlsFileError(f"{key_setting} {key_path}: the private key is encrypted; Meridian needs an unencrypted "
                            f"PEM key (decrypt it with `openssl pkey -in KEY -out KEY.plain`)") from None
     except ssl.SSLError as exc:
         if getattr(exc, "reason", None) == "KEY_VALUES_MISMATCH":

@@ -5,7 +5,9 @@ TLS; a spot notice drains the replicas on the doomed node."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import gc
 import ipaddress
 
 import aiohttp
@@ -198,3 +200,29 @@ async def test_standby_scheduler_redirects_to_the_leader(env, scheduler, tmp_pat
     finally:
         await agent.shutdown()
         await standby.stop()
+
+
+async def test_shutdown_leaves_no_stream_task_with_an_unread_error(env, scheduler, tmp_path):
+    """An agent shut down while its stream is up ends both halves of the stream: no task is left to
+    fail on the finished call ("Task exception was never retrieved ... RPC already finished")."""
+    loop = asyncio.get_running_loop()
+    unread: list[dict] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: unread.append(context))
+    try:
+        for i in range(3):
+            cluster = h.cluster_doc(f"it-s{i}", POOLS, address=scheduler.address, state_dir=str(tmp_path / str(i)))
+            scheduler.tokens[f"it-s{i}"] = h.TOKEN
+            agent = h.build_agent(cluster, tmp_path / str(i) / "state")
+            await agent.start()
+            try:
+                await h.wait_for(lambda i=i: scheduler.record(f"it-s{i}").inventory, what="inventory")
+            finally:
+                await agent.shutdown()
+            for _ in range(5):
+                await asyncio.sleep(0.05)
+                gc.collect()
+        assert [c.get("message") for c in unread] == []
+        assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("agent-stream")]
+    finally:
+        loop.set_exception_handler(previous)

@@ -193,7 +193,7 @@ def bad_flag_cases(pki: tls_certs.Pki, tmp: pathlib.Path) -> dict[str, tuple[lis
                                 [f"--tls-key-file) {pki.client_key}: this private key does not belong",
                                  f"--tls-cert-file) {pki.server_cert}"]),
         "encrypted-key": (["--tls-cert-file", pki.server_cert, "--tls-key-file", _encrypted_key(pki, tmp)],
-                          ["--tls-key-file)", "is encrypted; gRPC needs an unencrypted PEM key"]),
+                          ["--tls-key-file)", "is encrypted; Meridian needs an unencrypted PEM key"]),
     }
 
 
