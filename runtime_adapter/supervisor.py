@@ -249,8 +249,11 @@ class Replica:
                     **kwargs: Any) -> Replica:
         """Re-attach to a still-running engine described by ``record`` (see ``records``).
 
-        Checks the pid is alive, is the same process (kernel start time and command line) and its
-        port answers; raises AdoptError otherwise. Needs ``survive_supervisor_exit`` in the config."""
+        Checks the pid is alive and is the same process (kernel start time and command line); raises
+        AdoptError otherwise. An engine whose port does not answer yet (still loading its weights
+        when the agent restarted) is adopted STARTING: supervision waits for it as for a fresh
+        launch (``ready_timeout_s``, then restarts it), so its GPUs are never left to an engine no
+        one supervises. Needs ``survive_supervisor_exit`` in the config."""
         config = kwargs.get("config") or config_mod.SupervisorConfig()
         if not config.survive_supervisor_exit:
             raise ValueError("adopt needs config.survive_supervisor_exit=True (an adopted engine is one that outlives its supervisor)")
@@ -268,7 +271,9 @@ class Replica:
         metrics = replica._metrics
         reason = _identity_mismatch(record)
         if reason is None and not await probe.port_open(replica._probe_host, record.port, timeout_s=2.0):
-            reason = f"port {record.port} does not answer"
+            log.warning("event=replica_adopted_starting replica=%s pid=%d port=%d; its port does not answer yet "
+                        "(loading, or hung): supervision waits up to %gs for it", record.replica_id, record.pid,
+                        record.port, replica.config.ready_timeout_s)
         if reason is not None:
             metrics.adoptions.labels(record.replica_id, "refused").inc()
             if relay_rec is not None:  # nothing may stay in front of an engine no one supervises

@@ -305,3 +305,26 @@ async def test_a_launched_replica_given_a_region_makes_far_clients_wait_the_rtt(
         await r.stop()
     assert took["ap-northeast"] >= far_s, took
     assert took["na-east"] < took["ap-northeast"] - far_s / 2, took
+
+
+async def test_an_engine_still_loading_is_adopted_starting_and_becomes_ready(tmp_path):
+    """An agent that restarts while an engine loads its weights (port still closed) adopts that engine
+    (same pid) and supervises it to READY, instead of dropping it to run on unsupervised."""
+    config = FAST.model_copy(update={"survive_supervisor_exit": True})
+    first = replica(tmp_path, config=config, env=emu_env(startup_delay_s=4.0, speedup=1.0))
+    await first.start()
+    pid = None
+    try:
+        await wait_until(lambda: records.load_all(str(tmp_path)), 30, "the engine's record")
+        pid = first.pid
+        await first.detach()
+        [record] = records.load_all(str(tmp_path))
+        second = await Replica.adopt(record, config=config, state_dir=str(tmp_path), env=emu_env())
+        assert second.pid == pid and second.state == fleet.ReplicaState.STARTING
+        await second.wait_ready(60)
+        assert second.pid == pid and second.state == fleet.ReplicaState.READY
+        await second.stop()
+        await wait_until(lambda: pid_gone(pid), 15, "engine stop")
+    finally:
+        if pid and not pid_gone(pid):
+            os.kill(pid, signal.SIGKILL)
