@@ -8,13 +8,10 @@ requests reach zero or the deadline, then SIGTERM (SGLang would otherwise wait f
 in-flight work while still accepting new requests), then SIGKILL after the grace period -> STOPPED.
 
 With ``tls`` the engine binds loopback only and a TLS relay process (``relay_process``) on
-``tls_host:tls_port`` is the replica's endpoint (``https://``). The relay is spawned before the
-engine, READY needs both (the engine's health on loopback and the relay's TLS handshake), a relay
-that exits or stops answering TLS is restarted alone (the engine keeps its warm state; counted as a
-crash, so a relay that cannot stay up ends the replica FAILED like an engine would), and drain and
-stop end it after the engine. Adoption checks it beside the engine, and starts a fresh one when the
-recorded relay is gone: a TLS replica is never adopted as plaintext.
-"""
+``tls_host:tls_port`` is the endpoint (``https://``), spawned before the engine; READY needs both
+(engine health on loopback, the relay's TLS handshake); a relay that exits or stops answering is
+restarted alone (counted as a crash); drain and stop end it after the engine; adoption checks it
+beside the engine and replaces a dead one: a TLS replica is never adopted as plaintext."""
 
 from __future__ import annotations
 
@@ -249,11 +246,9 @@ class Replica:
                     **kwargs: Any) -> Replica:
         """Re-attach to a still-running engine described by ``record`` (see ``records``).
 
-        Checks the pid is alive and is the same process (kernel start time and command line); raises
-        AdoptError otherwise. An engine whose port does not answer yet (still loading its weights
-        when the agent restarted) is adopted STARTING: supervision waits for it as for a fresh
-        launch (``ready_timeout_s``, then restarts it), so its GPUs are never left to an engine no
-        one supervises. Needs ``survive_supervisor_exit`` in the config."""
+        Checks the pid is alive and is the same process (start time, command line), else raises
+        AdoptError; one whose port is still closed (loading) is adopted STARTING and awaited as a
+        fresh launch is. Needs ``survive_supervisor_exit`` in the config."""
         config = kwargs.get("config") or config_mod.SupervisorConfig()
         if not config.survive_supervisor_exit:
             raise ValueError("adopt needs config.survive_supervisor_exit=True (an adopted engine is one that outlives its supervisor)")
@@ -271,9 +266,8 @@ class Replica:
         metrics = replica._metrics
         reason = _identity_mismatch(record)
         if reason is None and not await probe.port_open(replica._probe_host, record.port, timeout_s=2.0):
-            log.warning("event=replica_adopted_starting replica=%s pid=%d port=%d; its port does not answer yet "
-                        "(loading, or hung): supervision waits up to %gs for it", record.replica_id, record.pid,
-                        record.port, replica.config.ready_timeout_s)
+            log.warning("event=replica_adopted_starting replica=%s pid=%d port=%d; port closed (loading or hung): "
+                        "awaited up to ready_timeout_s", record.replica_id, record.pid, record.port)
         if reason is not None:
             metrics.adoptions.labels(record.replica_id, "refused").inc()
             if relay_rec is not None:  # nothing may stay in front of an engine no one supervises
