@@ -252,8 +252,13 @@ def _why(row: RegionSla, target: Target, errors: collections.Counter, host: str)
         top = ", ".join(f"{n} x {e}" for e, n in errors.most_common(2))
         return head + f"failed: {top}"
     if cause == "max_rtt":
-        where = f"the nearest ready replica was {near.rtt_ms:g} ms away ({near.region})" if near else \
-            "no replica was ready"
+        if near is None:
+            where = "no replica was ready"
+        elif near.rtt_ms <= target.max_rtt_ms:  # one is in reach now: it was not ready when they came
+            where = (f"one in reach is ready at the end ({near.region}, {near.rtt_ms:g} ms away), so they came while "
+                     "none was (a preemption or loss, before its replacement was ready)")
+        else:
+            where = f"the nearest ready replica is {near.rtt_ms:g} ms away ({near.region})"
         return head + f"had no ready replica within max_rtt_ms {target.max_rtt_ms:g}: {where}"
     if cause == "tpot":
         return head + f"broke the TPOT target {target.tpot_ms:g} ms"

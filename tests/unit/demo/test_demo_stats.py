@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+
 from meridian import cost, latency
 from meridian.demo import sla, stats, traffic, view
 
@@ -186,6 +189,18 @@ def test_each_request_is_judged_by_ttft_tpot_and_max_rtt_per_client_region():
     assert rows["ap-northeast"].nearest.region == "eu-west-1" and rows["ap-northeast"].nearest.rtt_ms > 90
     assert rows["eu-west"].steady_within == 1
     assert "had no ready replica within max_rtt_ms 90" in rows["ap-northeast"].why
+    assert "the nearest ready replica is 129.9 ms away (eu-west-1)" in rows["ap-northeast"].why
+
+
+def test_a_max_rtt_miss_while_the_replica_in_reach_was_down_says_so():
+    """Misses from a region whose replica in reach is ready again at the end do not read as if that
+    replica had been out of reach: the line says they came while none in reach was ready."""
+    target = {"chat": sla.Target(ttft_ms=800, tpot_ms=100, max_rtt_ms=90)}
+    late = [rec(region="ap-northeast")]
+    row = sla.per_region(late, target, [], reach_with("chat", "eu-west-1"))[0]
+    near_now = dataclasses.replace(row.nearest, rtt_ms=2.1, region="japaneast")
+    why = sla._why(dataclasses.replace(row, nearest=near_now), target["chat"], collections.Counter(), "")
+    assert "one in reach is ready at the end (japaneast, 2.1 ms away), so they came while none was" in why
 
 
 def test_windows_separate_cold_start_and_faults_from_steady_state():
