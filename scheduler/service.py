@@ -201,16 +201,10 @@ class SchedulerService:
             self._tasks.append(asyncio.create_task(
                 self.admin_tls.watch(self.clock.sleep), name="admin-tls-reload"))
         if self.grpc_tls is not None:
-            self._tasks.append(asyncio.create_task(self._watch_grpc_tls(self.grpc_tls), name="grpc-tls-reload"))
+            self._tasks.append(asyncio.create_task(self.grpc_tls.files.watch(self.clock.sleep), name="grpc-tls-reload"))
         log.info("event=started scheduler=%s grpc_port=%d admin_port=%d state=%s", self.config.scheduler_id,
                  self.grpc_port, self.admin_port, redisconn.parse(self.config.state_url).describe()
                  if "redis" in self.config.state_url.split("://", 1)[0] else self.config.state_url)
-
-    async def _watch_grpc_tls(self, server_tls: tls.ReloadingServerTls) -> None:
-        """Check the gRPC port's TLS files every ``tls_reload_interval_s``, off the event loop."""
-        while True:
-            await self.clock.sleep(self.config.tls_reload_interval_s)
-            await asyncio.to_thread(server_tls.files.reload_if_changed)
 
     def _log_admin_mode(self, host: str) -> None:
         """One line on how the admin API is secured; a warning when plain HTTP is reachable from

@@ -10,7 +10,7 @@ Rotation without a restart: the port serves ``grpc.dynamic_ssl_server_credential
 gRPC calls at every new handshake (checked with grpc.aio 1.85: a rotated certificate is presented
 to the next connection, open streams keep theirs). The fetcher only compares what it handed out
 with what ``ReloadingServerTls.files`` (the kernel's ``meridian.tls.ReloadingFiles``) holds now; the
-files are checked every ``tls_reload_interval_s`` by the service's watch task, off the event loop.
+files are checked every ``tls_reload_interval_s`` by its watch task, off the event loop.
 A bad rotated file (half-written, a key of another certificate) keeps the previous certificate
 serving, logged as ``event=tls_reload_failed`` naming the flag, the path and what is wrong."""
 
