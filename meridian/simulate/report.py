@@ -231,13 +231,19 @@ def region_lines(cmp: runner.Comparison, ref: metrics.RunResult) -> list[str]:
              f"{len(names)} window(s), each until {windows_mod.RECOVERY_MIN:g} min after its fault or spike ends: "
              f"{', '.join(names) or 'none'}):"]
     views = metrics.region_view(ref)
-    rows = [[v.deployment, v.region, f"{v.requests:,.0f}", attainment_text(v.attainment), f"{v.steady_requests:,.0f}",
+    reach = cmp.attainable
+    rows = [[v.deployment, v.region, f"{v.requests:,.0f}", attainment_text(v.attainment),
+             attainment_text(reach[(v.deployment, v.region)].share) if (v.deployment, v.region) in reach else "-",
+             f"{v.steady_requests:,.0f}",
              attainment_text(v.steady_attainment), attainment_text(v.window_attainment),
              ", ".join(f"{c} {x:.2%}" for c, x in sorted(v.steady_misses.items(), key=lambda kv: -kv[1])[:2]
                        if x >= 0.00005) or "-"]
             for v in views]
-    lines += _table(["deployment", "client region", "requests", "SLO met", "steady", "steady SLO met", "in windows",
-                     "steady misses"], rows)
+    lines += _table(["deployment", "client region", "requests", "SLO met", "attainable", "steady", "steady SLO met",
+                     "in windows", "steady misses"], rows)
+    short = sorted(((k, r) for k, r in reach.items() if r.share < 0.995), key=lambda kv: kv[0])
+    lines += [f"  attainable: the share any fleet of the scenario's clusters could serve within SLO (the best pool within "
+              f"reach, idle); under 99.5% for {d}/{region}: {_reach_text(r)}" for (d, region), r in short]
     low = [v.why for v in views if v.why]
     lines += ([f"Under {metrics.TARGET_SHARE:.0%} of steady-state requests within SLO, and why:"]
               + [f"  {w}" for w in low]) if low else [f"Every deployment and client region: at least "
@@ -251,6 +257,14 @@ def region_lines(cmp: runner.Comparison, ref: metrics.RunResult) -> list[str]:
                         [[c, w, f"{(cmp.scenario.start_utc_hour + h) % 24:02.0f}:00", f"{n:,.0f}"]
                          for c, w, h, n in moments])
     return lines
+
+
+def _reach_text(r) -> str:
+    if not r.pool:
+        return "no pool within reach can serve it"
+    rest = ("its longer prompts take longer to prefill there than the TTFT target leaves" if r.binding == "ttft"
+            else "a lone request's TPOT there exceeds the TPOT target for the rest")
+    return f"{attainment_text(r.share)} at best, on {r.gpu_type} ({r.pool}, {r.rtt_ms:.1f} ms away): {rest}"
 
 
 def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:
@@ -267,6 +281,8 @@ def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:
             "jobs": cmp.jobs, "machine": _machine(), "results": results,
             "floor": cmp.floor.to_dict() if cmp.floor is not None else None,
             "demand_bound": cmp.bound.to_dict() if cmp.bound is not None else None,
+            "attainable": [{"deployment": d, "client_region": r, **reach.to_dict()}
+                           for (d, r), reach in sorted(cmp.attainable.items())],
             "verdicts": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in item.items()}
                          for item in verdicts(cmp)],
             "skyserve_headline": headline_verdict(verdicts(cmp))}

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from meridian import spec
+from meridian.simulate import attainable as attainable_mod
 from meridian.simulate import bound as bound_mod
 from meridian.simulate import engine, metrics, policies, trace
 from meridian.simulate import scenario as scenario_mod
@@ -38,6 +39,8 @@ class Comparison:
     jobs: int
     floor: floor_mod.Floor | None = None  # the specs' cost floor (None: not computed)
     bound: bound_mod.DemandBound | None = None  # the demand-following bound (None: not computed)
+    # (deployment, client region) -> the most of its requests any fleet could serve within SLO
+    attainable: dict[tuple[str, str], attainable_mod.Reach] = dataclasses.field(default_factory=dict)
 
     def result(self, policy: str) -> metrics.RunResult | None:
         return next((r for r in self.results if r.policy == policy), None)
@@ -88,12 +91,13 @@ def run(sc: scenario_mod.Scenario, names: Sequence[str] = policies.DEFAULT, *, j
     view = planner.SpecView.of(specs, 1)
     floor = floor_mod.compute(view)
     bound = bound_mod.compute(view, tr) if with_bound else None
+    reach = attainable_mod.compute(view, sc.fidelity)
     jobs = max(1, min(jobs or default_jobs(), len(names)))
     start = time.perf_counter()
     if jobs == 1:
         results = [engine.run(sc, specs, tr, policies.get(n), progress) for n in names]
         return Comparison(sc, tuple(results), tr.total_requests(), time.perf_counter() - start, 1, floor,
-                          bound)
+                          bound, reach)
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     q = ctx.Queue()
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
@@ -109,7 +113,7 @@ def run(sc: scenario_mod.Scenario, names: Sequence[str] = policies.DEFAULT, *, j
         _drain(q, progress)
         by_name = {futures[f]: f.result() for f in futures}
     return Comparison(sc, tuple(by_name[n] for n in names), tr.total_requests(), time.perf_counter() - start, jobs,
-                      floor, bound)
+                      floor, bound, reach)
 
 
 def _drain(q: multiprocessing.Queue, progress: Progress | None) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from collections.abc import Iterable, Sequence
 
 from meridian import latency, spec
@@ -154,6 +155,34 @@ def assess(cycle: framework.Cycle, view: framework.DeploymentView, pools: Sequen
     shown = "; ".join(sorted(examples[constraint])[:3])
     text = f"{region}: no pool can serve {name}: {counts[constraint]} of {len(pools)} rejected by {constraint} ({shown})"
     return Verdict(name, region, False, constraint, text)
+
+
+def servable(deployments: Iterable[problem.DeploymentDemand], pools: Sequence[problem.PoolOffer],
+             policy: policy_spec.CapacityPolicySpec | None, latency_map: latency.LatencyMap,
+             settings: problem.SolverSettings | None = None) -> dict[tuple[str, str], list[Option]]:
+    """(deployment, client region) -> the pools that could serve some of its requests within the SLA:
+    every static rule passes but the TTFT/TPOT check on the *mean* prompt (shorter prompts may still
+    meet it), and the pool is within ``max_rtt_ms``. What an ideal fleet could use, for references
+    such as the simulator's attainable SLO share."""
+    settings = settings or problem.SolverSettings()
+    prob = problem.PlacementProblem(tuple(deployments), tuple(pools), policy, latency_map, {})
+    cycle = framework.Cycle.of(prob, settings)
+    plugins = framework.make_filters(tuple(f for f in STATIC_FILTERS if f in settings.filters))
+    out: dict[tuple[str, str], list[Option]] = {}
+    for demand in prob.deployments:
+        view = cand_mod.make_view(demand, policy)
+        for region in demand.spec.sla.client_regions:
+            found = out.setdefault((view.name, region), [])
+            for pool in pools:
+                codes = {s.constraint for plugin in plugins
+                         if not (s := plugin.filter(framework.Candidate(cycle, view, pool,
+                                                                        region if plugin.per_region else ""))).ok}
+                rtt = _rtt(cycle, region, pool.region)
+                max_rtt = demand.spec.sla.max_rtt_ms
+                if codes <= {"ttft", "tpot"} and math.isfinite(rtt) and (max_rtt is None or rtt <= max_rtt):
+                    found.append(Option(pool.key, pool.cloud, pool.region, pool.gpu_type, rtt,
+                                        view.prefill_ms_by_type.get(pool.gpu_type, 0.0), _tpot_min(view, pool.gpu_type)))
+    return out
 
 
 def _rank(o: Option) -> tuple:
