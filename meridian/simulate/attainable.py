@@ -7,7 +7,7 @@ but the TTFT/TPOT check on the mean prompt, and the pool is within ``max_rtt_ms`
 ``feasibility.servable``), with a replica there idle (no queue, no other request's prefill), so a
 request meets the SLO exactly when RTT + half a decode step + its own prompt's prefill fits the TTFT
 target and a lone request's TPOT fits the TPOT target (the simulator's ``perf.ReplicaModel``, with
-the scenario's prompt spread). No online policy, and no placement, serves a larger share: when a
+the scenario's prompt spread, or a replayed trace's own). No online policy, and no placement, serves a larger share: when a
 region's prompt tail cannot be prefilled in time on any GPU within reach, the 99.5% target is not
 attainable there and the report says so beside the attainment.
 
@@ -51,8 +51,12 @@ def idle_share(model: perf.ReplicaModel, rtt_ms: float) -> tuple[float, float]:
     return min(1.0, float(probs[values + rtt_ms <= model.ttft_sla_ms].sum())), model.tpot_ok(steady)
 
 
-def compute(view: planner.SpecView, fidelity: scenario_mod.FidelitySettings) -> dict[tuple[str, str], Reach]:
-    """(deployment, client region) -> its attainable share over the pools the view's clusters declare."""
+def compute(view: planner.SpecView, fidelity: scenario_mod.FidelitySettings,
+            prompt_factors: Mapping[str, tuple[float, ...]] | None = None) -> dict[tuple[str, str], Reach]:
+    """(deployment, client region) -> its attainable share over the pools the view's clusters declare;
+    ``prompt_factors``: the replayed deployments' prompt spread (``Trace.prompt_factors``), as the
+    simulator's replicas see it."""
+    prompt_factors = prompt_factors or {}
     if not view.clusters or not view.deployments:
         return {}
     pools = inputs.pools_from_clusters(view.clusters.values(), view.policy)
@@ -64,7 +68,8 @@ def compute(view: planner.SpecView, fidelity: scenario_mod.FidelitySettings) -> 
         best = Reach(0.0)
         for o in sorted(found, key=lambda o: (o.rtt_ms, o.pool)):
             try:
-                model = perf.model_for(spec, o.gpu_type, prompt_cv=fidelity.prompt_cv, tpot_sigma=fidelity.tpot_sigma)
+                model = perf.model_for(spec, o.gpu_type, prompt_cv=fidelity.prompt_cv, tpot_sigma=fidelity.tpot_sigma,
+                                       prompt_factors=prompt_factors.get(name))
             except (perf.UnknownArchitecture, ValueError):
                 continue
             ttft_ok, tpot_ok = idle_share(model, o.rtt_ms)

@@ -94,7 +94,7 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
 
     def model_of(deployment: str, gpu_type: str) -> perf.ReplicaModel:
         return perf.model_for(deployments[deployment].spec, gpu_type, prompt_cv=fid.prompt_cv,
-                              tpot_sigma=fid.tpot_sigma)
+                              tpot_sigma=fid.tpot_sigma, prompt_factors=trace.prompt_factors.get(deployment))
 
     def cold_start(deployment: str, gpu_type: str) -> float:
         return perf.cold_start_s(model_of(deployment, gpu_type), sc.replicas.cold_start_base_s,

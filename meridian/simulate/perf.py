@@ -15,7 +15,8 @@ Steady state of a generative replica at arrival rate lambda (requests/s), with p
 An embedding replica is one M/D/1 server whose service time is the prefill.
 
 Tails (documented approximation): prompt lengths are lognormal with the workload's mean and
-coefficient of variation ``prompt_cv`` (8 equal-probability points); the wait is 0 with probability
+coefficient of variation ``prompt_cv``, or a replayed trace's own lengths (``recorded_factors``), at 11
+points, each the mean within a slice of probability, finer in the tail (``PROMPT_BINS``); the wait is 0 with probability
 1 - rho and exponential beyond (4 points); a request's TPOT is lognormal around the mean with
 log-sd ``tpot_sigma``. A request meets the SLO when TTFT <= ttft_p99_ms and TPOT <= tpot_p99_ms."""
 
@@ -25,13 +26,19 @@ import dataclasses
 import functools
 import math
 import statistics
+from collections.abc import Sequence
 
 import numpy as np
 
 from meridian import capacity
 from meridian.spec import deployment as deployment_spec
 
-_PROMPT_POINTS = 8
+# Prompt lengths are modelled at a few points, each the mean length within a slice of probability.
+# The slices are finer in the tail: a p99 TTFT target is decided by the longest few percent of
+# prompts, which 8 equal slices (the earlier model) folded into one point of 12.5%.
+PROMPT_BINS = np.array([0.0, 0.25, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0])
+PROMPT_PROBS = np.diff(PROMPT_BINS)
+MIN_RECORDED = 1000  # prompt lengths a trace needs for its own spread (each slice >= 1 length)
 _WAIT_Q = np.array([0.125, 0.375, 0.625, 0.875])
 _EXP_WAIT = -np.log(1.0 - _WAIT_Q)
 _EXP_WAIT = _EXP_WAIT / _EXP_WAIT.mean()
@@ -63,14 +70,29 @@ class Steady:
         return self.running + self.queued
 
 
-def _lognormal_factors(cv: float, n: int) -> np.ndarray:
+def recorded_factors(tokens: Sequence[float]) -> tuple[float, ...]:
+    """Prompt lengths as recorded (a trace's), at the points of ``PROMPT_BINS``: the mean of the
+    sorted lengths in each slice, over the overall mean. A trace's tail is its own, not a fitted
+    curve's."""
+    values = np.sort(np.asarray(tokens, dtype=float))
+    if len(values) < MIN_RECORDED or values.mean() <= 0:
+        raise ValueError(f"need at least {MIN_RECORDED} prompt lengths with a positive mean, got {len(values)}")
+    cuts = np.round(PROMPT_BINS * len(values)).astype(int)
+    f = np.array([values[a:b].mean() for a, b in zip(cuts[:-1], cuts[1:], strict=True)]) / values.mean()
+    return tuple(float(x) for x in f / float(f @ PROMPT_PROBS))
+
+
+def _lognormal_factors(cv: float) -> np.ndarray:
+    """A lognormal with mean 1 and coefficient of variation ``cv`` at the points of ``PROMPT_BINS``:
+    its mean within each slice of probability."""
     if cv <= 0:
-        return np.ones(n)
+        return np.ones(len(PROMPT_PROBS))
     sigma = math.sqrt(math.log(1.0 + cv * cv))
-    mu = -sigma * sigma / 2.0
     normal = statistics.NormalDist()
-    f = np.array([math.exp(mu + sigma * normal.inv_cdf((i + 0.5) / n)) for i in range(n)])
-    return f / f.mean()
+    # E[X; X in slice] for X = exp(mu + sigma Z), mu = -sigma^2 / 2: Phi(z_b - sigma) - Phi(z_a - sigma).
+    shifted = [0.0 if q <= 0 else 1.0 if q >= 1 else normal.cdf(normal.inv_cdf(float(q)) - sigma) for q in PROMPT_BINS]
+    f = np.diff(np.asarray(shifted)) / PROMPT_PROBS
+    return f / float(f @ PROMPT_PROBS)
 
 
 class ReplicaModel:
@@ -78,7 +100,7 @@ class ReplicaModel:
 
     def __init__(self, perf: capacity.ReplicaPerf, workload: capacity.Workload, *, max_running: int | None,
                  max_queued: int, ttft_sla_ms: float, tpot_sla_ms: float | None, prompt_cv: float,
-                 tpot_sigma: float):
+                 tpot_sigma: float, prompt_factors: tuple[float, ...] | None = None):
         self.perf = perf
         self.workload = workload
         self.is_embedding = perf.is_embedding
@@ -86,7 +108,9 @@ class ReplicaModel:
         self.ttft_sla_ms = ttft_sla_ms
         self.tpot_sla_ms = tpot_sla_ms
         self.tpot_sigma = tpot_sigma
-        self.prompt_factors = _lognormal_factors(prompt_cv, _PROMPT_POINTS)
+        # Prompt lengths over the mean: a trace's own (``recorded_factors``) or lognormal with ``prompt_cv``.
+        self.prompt_factors = (np.asarray(prompt_factors, dtype=float) if prompt_factors
+                               else _lognormal_factors(prompt_cv))
         self.prefill_s = perf.prefill_s(workload.prompt_tokens * (1.0 - workload.cached_prompt_share))
         self.output = max(1.0, workload.output_tokens)
         self.ctx = workload.prompt_tokens + workload.output_tokens / 2.0
@@ -193,7 +217,7 @@ class ReplicaModel:
                 waits, wprob = waits[:1], wprob[:1]
         prefill = s.prefill_ms * self.prompt_factors
         values = (prefill[:, None] + waits[None, :]).ravel()
-        probs = (np.full(len(prefill), 1.0 / len(prefill))[:, None] * wprob[None, :]).ravel()
+        probs = (PROMPT_PROBS[:, None] * wprob[None, :]).ravel()
         order = np.argsort(values, kind="stable")
         return values[order], probs[order]
 
@@ -217,10 +241,12 @@ class ReplicaModel:
 @functools.lru_cache(maxsize=256)
 def _model(arch: capacity.Architecture, gpu_type: str, gpus: int, quant: str | None, mem_fraction: float,
            prompt: float, output: float, max_running: int | None, max_queued: int, ttft_ms: float,
-           tpot_ms: float | None, prompt_cv: float, tpot_sigma: float) -> ReplicaModel:
+           tpot_ms: float | None, prompt_cv: float, tpot_sigma: float,
+           prompt_factors: tuple[float, ...] | None) -> ReplicaModel:
     perf = capacity.replica_perf(arch, gpu_type, gpus, quant, mem_fraction)
     return ReplicaModel(perf, capacity.Workload(prompt, output), max_running=max_running, max_queued=max_queued,
-                        ttft_sla_ms=ttft_ms, tpot_sla_ms=tpot_ms, prompt_cv=prompt_cv, tpot_sigma=tpot_sigma)
+                        ttft_sla_ms=ttft_ms, tpot_sla_ms=tpot_ms, prompt_cv=prompt_cv, tpot_sigma=tpot_sigma,
+                        prompt_factors=prompt_factors)
 
 
 class UnknownArchitecture(ValueError):
@@ -228,8 +254,11 @@ class UnknownArchitecture(ValueError):
 
 
 def model_for(spec: deployment_spec.ModelDeploymentSpec, gpu_type: str, *, prompt_cv: float,
-              tpot_sigma: float, default_max_queued: int = 1024) -> ReplicaModel:
-    """The replica model of ``spec`` on ``gpu_type`` (GPUs per replica from the spec)."""
+              tpot_sigma: float, default_max_queued: int = 1024,
+              prompt_factors: tuple[float, ...] | None = None) -> ReplicaModel:
+    """The replica model of ``spec`` on ``gpu_type`` (GPUs per replica from the spec); prompt
+    lengths spread as ``prompt_factors`` (a replayed trace's, ``recorded_factors``) when given,
+    else lognormal with ``prompt_cv``."""
     arch = spec.architecture()
     if arch is None:
         raise UnknownArchitecture(f"model {spec.model.source!r} is not in the capacity model's table; give "
@@ -238,7 +267,7 @@ def model_for(spec: deployment_spec.ModelDeploymentSpec, gpu_type: str, *, promp
     return _model(arch, gpu_type, spec.resources.gpus_for(gpu_type), quant, spec.runtime.mem_fraction_static,
                   spec.workload.prompt_tokens_mean, 0.0 if spec.runtime.is_embedding else spec.workload.output_tokens_mean,
                   spec.runtime.max_running_requests, spec.runtime.max_queued_requests or default_max_queued,
-                  spec.sla.ttft_p99_ms, spec.sla.tpot_p99_ms, prompt_cv, tpot_sigma)
+                  spec.sla.ttft_p99_ms, spec.sla.tpot_p99_ms, prompt_cv, tpot_sigma, prompt_factors)
 
 
 def cold_start_s(model: ReplicaModel, base_s: float, per_gib_s: float) -> float:

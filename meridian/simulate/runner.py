@@ -91,7 +91,7 @@ def run(sc: scenario_mod.Scenario, names: Sequence[str] = policies.DEFAULT, *, j
     view = planner.SpecView.of(specs, 1)
     floor = floor_mod.compute(view)
     bound = bound_mod.compute(view, tr) if with_bound else None
-    reach = attainable_mod.compute(view, sc.fidelity)
+    reach = attainable_mod.compute(view, sc.fidelity, tr.prompt_factors)
     jobs = max(1, min(jobs or default_jobs(), len(names)))
     start = time.perf_counter()
     if jobs == 1:

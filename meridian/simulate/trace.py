@@ -12,6 +12,7 @@ import pathlib
 import numpy as np
 
 from meridian import spec, traces
+from meridian.simulate import perf
 from meridian.simulate import scenario as scenario_mod
 
 
@@ -33,6 +34,9 @@ class Trace:
     workload: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     # stream index -> what it replays (file, scale = requests/s multiplier before the day shape)
     replays: dict[int, tuple[str, float]] = dataclasses.field(default_factory=dict)
+    # deployment -> its trace's prompt lengths over their mean, as equal-probability points
+    # (``perf.recorded_factors``), for the deployments in ``workload``
+    prompt_factors: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def ticks(self) -> int:
@@ -69,13 +73,15 @@ def rate_at(sc: scenario_mod.Scenario, shape: scenario_mod.TrafficShape, region:
 
 @dataclasses.dataclass(frozen=True)
 class Recorded:
-    """A trace file's arrivals (seconds from its first request, sorted) and token means; the file
-    repeats every ``period_s`` (its last arrival rounded up to a whole minute)."""
+    """A trace file's arrivals (seconds from its first request, sorted), token means and the spread
+    of its prompt lengths (``perf.recorded_factors``); the file repeats every ``period_s`` (its last
+    arrival rounded up to a whole minute)."""
 
     arrival_s: np.ndarray
     prompt_tokens_mean: float
     output_tokens_mean: float
     period_s: float
+    prompt_factors: tuple[float, ...] = ()
 
     @property
     def mean_rps(self) -> float:
@@ -90,16 +96,18 @@ class Recorded:
 @functools.lru_cache(maxsize=16)
 def recorded(path: str | pathlib.Path) -> Recorded:
     """Read a trace (a shipped short name or a file) once per process."""
-    times, prompt, output = [], 0, 0
+    times, prompts, output = [], [], 0
     for r in traces.read(path):
         times.append(r.arrival_s)
-        prompt += r.input_tokens
+        prompts.append(r.input_tokens)
         output += r.output_tokens
     if not times:
         raise traces.TraceError(str(path), 0, "the trace has no requests")
     arr = np.sort(np.asarray(times, dtype=float))
     period = max(60.0, math.ceil((arr[-1] + 1e-9) / 60.0) * 60.0)
-    return Recorded(arr, prompt / len(arr), output / len(arr), period)
+    mean = sum(prompts) / len(prompts)
+    factors = perf.recorded_factors(prompts) if len(prompts) >= perf.MIN_RECORDED and mean > 0 else ()
+    return Recorded(arr, mean, output / len(arr), period, factors)
 
 
 def replay(sc: scenario_mod.Scenario, shape: scenario_mod.TrafficShape, region: str) -> tuple[np.ndarray, float]:
@@ -154,6 +162,7 @@ def build(sc: scenario_mod.Scenario, specset: spec.SpecSet | None = None) -> Tra
     embedding = set() if specset is None else {
         d.metadata.name for d in specset.of_kind("ModelDeployment") if d.spec.runtime.is_embedding}
     workload: dict[str, tuple[float, float]] = {}
+    factors: dict[str, tuple[float, ...]] = {}
     replays: dict[int, tuple[str, float]] = {}
     for i, (s, shape) in enumerate(zip(streams, shapes, strict=True)):
         if shape.trace is None:
@@ -164,7 +173,9 @@ def build(sc: scenario_mod.Scenario, specset: spec.SpecSet | None = None) -> Tra
         if shape.trace.tokens == "trace" and s.deployment not in embedding:
             rec = recorded(sc.trace_path(shape.trace))
             workload[s.deployment] = (rec.prompt_tokens_mean, rec.output_tokens_mean)
-    return Trace(streams, arrivals, rate, sc.tick_s, workload, replays)
+            if rec.prompt_factors:
+                factors[s.deployment] = rec.prompt_factors
+    return Trace(streams, arrivals, rate, sc.tick_s, workload, replays, factors)
 
 
 def with_workload(specset: spec.SpecSet, tr: Trace) -> spec.SpecSet:

@@ -33,7 +33,9 @@ def _view(tmp_path: pathlib.Path, *, prompt: int = 600, ttft: int = 800, region:
 
 
 def test_a_short_prompt_is_attainable_in_full(tmp_path):
-    view, sc = _view(tmp_path)
+    """Prompts of 200 tokens on average: even the longest thousandth (12x the mean with CV 1)
+    prefills on an idle L4 within 800 ms."""
+    view, sc = _view(tmp_path, prompt=200)
     reach = attainable.compute(view, sc.fidelity)
     r = reach[("chat", "na-east")]
     assert r.share == pytest.approx(1.0, abs=1e-6)
@@ -49,7 +51,7 @@ def test_a_prompt_tail_too_long_to_prefill_in_time_caps_the_share(tmp_path):
     assert 0.5 < spread.share < 0.99 and spread.binding == "ttft"
     view, sc = _view(tmp_path, prompt=2000, prompt_cv=0.0)
     assert attainable.compute(view, sc.fidelity)[("chat", "na-east")].share == pytest.approx(1.0, abs=1e-6)
-    view, sc = _view(tmp_path, prompt=2000, ttft=5000)
+    view, sc = _view(tmp_path, prompt=2000, ttft=10000)
     assert attainable.compute(view, sc.fidelity)[("chat", "na-east")].share == pytest.approx(1.0, abs=1e-6)
 
 

@@ -117,7 +117,6 @@ def test_round_robin_routes_meridians_placement_without_latency_awareness(all_po
     # Region-unaware, as a plain global load balancer: Mumbai's chat goes to replicas an ocean away
     # (and saturates the small ones the latency policy keeps for nearby clients), so fewer requests
     # meet the SLA than with the latency policy on the very same replicas.
-    assert rr.regions["ap-south"].ttft_p99_ms > m.regions["ap-south"].ttft_p99_ms
     assert rr.regions["ap-south"].attainment < m.regions["ap-south"].attainment - 0.05
     assert rr.total.attainment < m.total.attainment
     assert m.placement == rr.placement

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from meridian import spec
-from meridian.simulate import defaults, perf
+from meridian.simulate import attainable, defaults, perf
 from scheduler.solver import throughput
 
 
@@ -23,7 +24,10 @@ def _model(dep, gpu_type):
                                                 ("reasoning-70b", "H100")])
 def test_at_the_solvers_capacity_the_sla_holds(deployments, name, gpu_type):
     """At the request rate the solver counts a replica for (capacity model), the replica is not
-    saturated, its mean TPOT is within the SLA and nearly every request meets the TTFT SLA."""
+    saturated, its mean TPOT is within the SLA and the load costs at most 1% of requests their TTFT
+    (against the same replica idle). Idle, at least 98% meet it: the capacity model sizes replicas
+    for the mean prompt, so the longest ~1% of prompts (5x the mean and more, with CV 1) can miss on
+    a small GPU however lightly it is loaded (``attainable`` reports that share)."""
     dep = deployments[name]
     rps = throughput.assess(dep, gpu_type).capacity_rps
     assert rps and rps > 0
@@ -33,7 +37,9 @@ def test_at_the_solvers_capacity_the_sla_holds(deployments, name, gpu_type):
     assert s.tpot_ms <= dep.sla.tpot_p99_ms
     values, probs = m.server_ttft_points(s)
     within = sum(p for v, p in zip(values, probs, strict=True) if v <= dep.sla.ttft_p99_ms)
-    assert within >= 0.99
+    idle, _ = attainable.idle_share(m, 0.0)
+    assert idle >= 0.98
+    assert within >= idle - 0.01
     assert m.tpot_ok(s) >= 0.8
 
 
@@ -80,3 +86,21 @@ def test_cold_start_grows_with_weights(deployments):
     big = perf.cold_start_s(_model(deployments["reasoning-70b"], "H100"), 60.0, 1.5)
     assert 60.0 < small < big
 
+
+
+def test_prompt_points_keep_the_mean_and_resolve_the_tail():
+    """The lognormal's points average to the mean, rise with the slice, spread as its CV asks (the
+    points' CV is a little under the curve's: each is a slice's mean) and reach far into the tail,
+    where a p99 target is decided; recorded lengths give each slice's own mean."""
+    f = perf._lognormal_factors(1.0)
+    assert float(f @ perf.PROMPT_PROBS) == pytest.approx(1.0)
+    assert list(f) == sorted(f)
+    cv = float(np.sqrt(((f - 1.0) ** 2) @ perf.PROMPT_PROBS))
+    assert 0.8 < cv <= 1.0
+    assert f[-1] > 8.0  # the longest thousandth: more than 8x the mean with CV 1
+    lengths = list(range(1, 10_001))
+    g = perf.recorded_factors(lengths)
+    assert g[-1] * 5000.5 == pytest.approx(np.mean(lengths[9990:]), rel=1e-6)
+    assert g[0] * 5000.5 == pytest.approx(np.mean(lengths[:2500]), rel=1e-6)
+    with pytest.raises(ValueError, match="at least"):
+        perf.recorded_factors([100.0] * 10)

@@ -9,7 +9,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from meridian.simulate import defaults, runner, scenario, trace
+from meridian.simulate import defaults, perf, runner, scenario, trace
 
 EXAMPLES = defaults.examples_dir()
 SCENARIOS = EXAMPLES / "scenarios"
@@ -153,3 +153,19 @@ def test_skyserve_like_fleet_may_run_wholly_on_spot():
     spot_h100 = [p for c in specs.of_kind("Cluster") for p in c.spec.pools
                  if p.tier == "spot" and p.instance_type in ("p5.48xlarge", "a3-highgpu-8g")]
     assert len(spot_h100) == 3
+
+
+def test_a_replay_models_the_traces_own_prompt_spread(tmp_path):
+    """The replicas see the trace's prompt lengths, not a fitted curve: the shipped conversation
+    trace holds about 8% of its prompts at ~4,080 tokens (its p92-p98), which shows in the slice of
+    probability 0.95-0.98 as 4,080 / the mean; a file of equal prompts has no spread at all."""
+    rec = trace.recorded("azure-conv")
+    f = dict(zip(zip(perf.PROMPT_BINS[:-1], perf.PROMPT_BINS[1:]), rec.prompt_factors, strict=True))
+    assert float(np.dot(rec.prompt_factors, perf.PROMPT_PROBS)) == pytest.approx(1.0)
+    assert f[(0.95, 0.98)] * rec.prompt_tokens_mean == pytest.approx(4080, rel=0.01)
+    assert list(rec.prompt_factors) == sorted(rec.prompt_factors)
+    even = _azure_csv(tmp_path / "even.csv", [i * 1.0 for i in range(1200)], prompt=300)
+    sc = _replay_scenario(tmp_path, str(even), {"na-east": 1.0}, tokens="trace")
+    specs, tr = runner.prepare(sc)
+    assert tr.prompt_factors["chat-8b"] == pytest.approx((1.0,) * len(perf.PROMPT_PROBS))
+    assert tr.workload["chat-8b"] == (300.0, 10.0)
