@@ -82,6 +82,25 @@ def recorded_factors(tokens: Sequence[float]) -> tuple[float, ...]:
     return tuple(float(x) for x in f / float(f @ PROMPT_PROBS))
 
 
+def capped(factors: Sequence[float], cap: float) -> tuple[float, ...]:
+    """``factors`` with no prompt longer than ``cap`` x the mean (the model's context length over
+    the mean prompt): the longest are cut to the cap and the rest stretched so the points still
+    average to 1 (the mean the workload declares); all 1 when the cap is at or under the mean."""
+    f = np.asarray(factors, dtype=float)
+    if cap <= 1.0:
+        return (1.0,) * len(f)
+    if f.max() <= cap:
+        return tuple(float(x) for x in f)
+    lo, hi = 1.0, cap / max(1e-12, float(f.min()))
+    for _ in range(60):  # the stretch a with mean(min(cap, a x f)) = 1
+        mid = (lo + hi) / 2.0
+        if float(np.minimum(cap, mid * f) @ PROMPT_PROBS) < 1.0:
+            lo = mid
+        else:
+            hi = mid
+    return tuple(float(x) for x in np.minimum(cap, hi * f))
+
+
 def _lognormal_factors(cv: float) -> np.ndarray:
     """A lognormal with mean 1 and coefficient of variation ``cv`` at the points of ``PROMPT_BINS``:
     its mean within each slice of probability."""
@@ -258,12 +277,15 @@ def model_for(spec: deployment_spec.ModelDeploymentSpec, gpu_type: str, *, promp
               prompt_factors: tuple[float, ...] | None = None) -> ReplicaModel:
     """The replica model of ``spec`` on ``gpu_type`` (GPUs per replica from the spec); prompt
     lengths spread as ``prompt_factors`` (a replayed trace's, ``recorded_factors``) when given,
-    else lognormal with ``prompt_cv``."""
+    else lognormal with ``prompt_cv``; none longer than ``runtime.context_length`` (``capped``)."""
     arch = spec.architecture()
     if arch is None:
         raise UnknownArchitecture(f"model {spec.model.source!r} is not in the capacity model's table; give "
                                   "model.architecture in its ModelDeployment")
     quant = None if spec.runtime.quantization == "none" else spec.runtime.quantization
+    if spec.runtime.context_length is not None:
+        prompt_factors = capped(prompt_factors or tuple(_lognormal_factors(prompt_cv)),
+                                spec.runtime.context_length / spec.workload.prompt_tokens_mean)
     return _model(arch, gpu_type, spec.resources.gpus_for(gpu_type), quant, spec.runtime.mem_fraction_static,
                   spec.workload.prompt_tokens_mean, 0.0 if spec.runtime.is_embedding else spec.workload.output_tokens_mean,
                   spec.runtime.max_running_requests, spec.runtime.max_queued_requests or default_max_queued,

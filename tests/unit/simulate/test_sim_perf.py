@@ -104,3 +104,18 @@ def test_prompt_points_keep_the_mean_and_resolve_the_tail():
     assert g[0] * 5000.5 == pytest.approx(np.mean(lengths[:2500]), rel=1e-6)
     with pytest.raises(ValueError, match="at least"):
         perf.recorded_factors([100.0] * 10)
+
+
+def test_no_prompt_is_longer_than_the_context_length():
+    """An embedding model with a 512-token context and 512-token prompts on average has no spread
+    left (every prompt is 512 tokens); a cap above the mean cuts the tail to it and keeps the mean."""
+    f = perf._lognormal_factors(1.0)
+    assert perf.capped(f, 1.0) == (1.0,) * len(f)
+    g = np.asarray(perf.capped(f, 4.0))
+    assert g.max() == pytest.approx(4.0) and float(g @ perf.PROMPT_PROBS) == pytest.approx(1.0)
+    assert list(g) == sorted(g)
+    assert perf.capped(f, 100.0) == tuple(f)
+    dep = spec.load_files([defaults.examples_dir() / p for p in defaults.DEFAULT_SPECS]).of_kind("ModelDeployment")
+    embed = next(d.spec for d in dep if d.spec.runtime.is_embedding and d.spec.runtime.context_length)
+    m = perf.model_for(embed, "L4", prompt_cv=1.0, tpot_sigma=0.05)
+    assert m.prompt_factors.max() * embed.workload.prompt_tokens_mean <= embed.runtime.context_length + 1e-6
