@@ -79,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
         for v in verdicts:
             sla = view.deployments[v.deployment].spec.sla
             print(f"  {v.deployment}/{v.client_region}: {feasibility.summary(v, sla, headroom)}")
+    for v in verdicts or []:
+        if v.tail:
+            print(f"warning: {v.deployment}/{v.tail}", file=sys.stderr)
     for issue in unmet:
         print(f"{'' if failed else 'warning: '}{issue}", file=sys.stderr)
     if failed:

@@ -210,6 +210,19 @@ class Rollout(base.StrictModel):
 class WorkloadShape(base.StrictModel):
     prompt_tokens_mean: float = pydantic.Field(default=512, gt=0)
     output_tokens_mean: float = pydantic.Field(default=256, ge=0)
+    prompt_tokens_p99: float | None = pydantic.Field(
+        default=None, gt=0,
+        description="The 99th percentile of prompt length, when known (from the model's traffic). Placement "
+                    "sizes for the mean; `meridian validate` warns when no pool within a client region's "
+                    "reach prefills a prompt this long within ttft_p99_ms, because about 1% of requests or "
+                    "more will then miss the TTFT target however many replicas serve them.")
+
+    @pydantic.model_validator(mode="after")
+    def _p99_not_below_mean(self) -> WorkloadShape:
+        if self.prompt_tokens_p99 is not None and self.prompt_tokens_p99 < self.prompt_tokens_mean:
+            raise ValueError(f"prompt_tokens_p99 ({self.prompt_tokens_p99:g}) is below prompt_tokens_mean "
+                             f"({self.prompt_tokens_mean:g}): a 99th percentile is at least the mean")
+        return self
 
 
 class ModelDeploymentSpec(base.StrictModel):

@@ -72,6 +72,9 @@ class Verdict:
     message: str = ""
     best: Option | None = None
     beyond_max_rtt: bool = False
+    # When the SLA can be met for the mean prompt but no pool it may use prefills the workload's
+    # prompt_tokens_p99 in time: why about 1% of requests or more will miss TTFT (a warning)
+    tail: str = ""
 
     def to_dict(self) -> dict:
         best = dataclasses.asdict(self.best) if self.best is not None else None
@@ -79,7 +82,7 @@ class Verdict:
             best["expected_ttft_ms"] = round(self.best.expected_ttft_ms, 1)
         return {"deployment": self.deployment, "client_region": self.client_region, "ok": self.ok,
                 "constraint": self.constraint, "message": self.message, "best": best,
-                "beyond_max_rtt": self.beyond_max_rtt}
+                "beyond_max_rtt": self.beyond_max_rtt, "tail": self.tail}
 
 
 def check(deployments: Iterable[problem.DeploymentDemand], pools: Sequence[problem.PoolOffer],
@@ -123,7 +126,7 @@ def assess(cycle: framework.Cycle, view: framework.DeploymentView, pools: Sequen
     passing = [k for k, ss in fails.items() if not ss]
     if passing:
         best = min((options[k] for k in passing), key=_rank)
-        return Verdict(name, region, True, best=best)
+        return Verdict(name, region, True, best=best, tail=_tail(view, [options[k] for k in passing], region, headroom))
     # Pools that fail only the SLA: the nearest misses.
     sla_only = {k: {s.constraint for s in ss} for k, ss in fails.items() if all(s.constraint in SLA_CODES for s in ss)}
     beyond = [k for k, codes in sla_only.items() if codes == {"max_rtt"}]
@@ -131,7 +134,8 @@ def assess(cycle: framework.Cycle, view: framework.DeploymentView, pools: Sequen
         best = min((options[k] for k in beyond), key=_rank)
         text = (f"{region}: best is {_where(best)}: {ms(best.rtt_ms)} ms RTT > max_rtt_ms {sla.max_rtt_ms:g} "
                 f"(its TTFT would hold: {_ttft_terms(best, view, headroom)} <= TTFT {sla.ttft_p99_ms:g} ms)")
-        return Verdict(name, region, False, "max_rtt", text, best, beyond_max_rtt=relax_max_rtt)
+        return Verdict(name, region, False, "max_rtt", text, best, beyond_max_rtt=relax_max_rtt,
+                       tail=_tail(view, [options[k] for k in beyond], region, headroom))
     tpot_only = [k for k, codes in sla_only.items() if "tpot" in codes]
     ttft_only = [k for k, codes in sla_only.items() if "tpot" not in codes]
     if ttft_only:
@@ -183,6 +187,28 @@ def servable(deployments: Iterable[problem.DeploymentDemand], pools: Sequence[pr
                     found.append(Option(pool.key, pool.cloud, pool.region, pool.gpu_type, rtt,
                                         view.prefill_ms_by_type.get(pool.gpu_type, 0.0), _tpot_min(view, pool.gpu_type)))
     return out
+
+
+def _tail(view: framework.DeploymentView, usable: Sequence[Option], region: str, headroom_ms: float) -> str:
+    """Why the workload's p99 prompt misses TTFT on every pool in ``usable`` ("" when one keeps
+    it, or the workload gives no p99)."""
+    spec = view.demand.spec
+    tokens = spec.workload.prompt_tokens_p99
+    if tokens is None or not usable:
+        return ""
+    timed = []
+    for o in usable:
+        prefill = throughput.prefill_ms(spec, o.gpu_type, tokens)
+        if prefill is None:
+            return ""  # no figure for some pool: nothing to warn of
+        timed.append((o.rtt_ms + prefill + headroom_ms, prefill, o))
+    total, prefill, o = min(timed, key=lambda t: (t[0], t[2].pool))
+    if total <= spec.sla.ttft_p99_ms:
+        return ""
+    return (f"{region}: prompts at the p99 ({tokens:g} tokens) miss TTFT on every pool the SLA allows; the best is "
+            f"{_where(o)}: {ms(o.rtt_ms)} ms RTT + {ms(prefill)} ms prefill + {headroom_ms:g} ms headroom > TTFT "
+            f"{spec.sla.ttft_p99_ms:g} ms, so about 1% of requests or more will miss it however many replicas serve "
+            f"them (a larger GPU type within reach, a wider max_rtt_ms or a looser TTFT target would keep it)")
 
 
 def _rank(o: Option) -> tuple:

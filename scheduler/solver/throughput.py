@@ -92,6 +92,21 @@ def _assess(arch: capacity.Architecture | None, gpu_type: str, count: int, quant
     return TypeFit(gpu_type, count, rps, prefill_ms, tpot_min_ms=tpot_min_ms)
 
 
+def prefill_ms(spec: deployment_spec.ModelDeploymentSpec, gpu_type: str, prompt_tokens: float) -> float | None:
+    """Prefill of one prompt of ``prompt_tokens`` on a replica of ``spec`` on ``gpu_type`` (ms), from
+    the capacity model; None without a figure (no architecture, unknown type, does not fit)."""
+    arch = spec.architecture()
+    if arch is None or gpu_type not in gpus.GPUS:
+        return None
+    quant = None if spec.runtime.quantization == "none" else spec.runtime.quantization
+    try:
+        perf = capacity.replica_perf(arch, gpu_type, spec.resources.gpus_for(gpu_type), quant,
+                                     spec.runtime.mem_fraction_static)
+    except capacity.DoesNotFit:
+        return None
+    return perf.prefill_s(prompt_tokens) * 1000.0
+
+
 def reference_gpu_type(spec: deployment_spec.ModelDeploymentSpec, preferred: str | None = None) -> str:
     """The GPU type demand is counted in: ``preferred`` when it fits, else the first fitting type of
     ``gpu_types``, else (memory-only specs) the smallest-memory fitting type. Falls back to the first
