@@ -30,8 +30,9 @@ class Trace:
     arrivals: np.ndarray
     rate_rps: np.ndarray
     tick_s: float
-    # deployment -> (prompt, output) mean tokens of the trace it replays with tokens: trace
-    workload: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    # deployment -> (prompt, output) mean tokens and the p99 prompt (0: unknown) of the trace it
+    # replays with tokens: trace
+    workload: dict[str, tuple[float, float, float]] = dataclasses.field(default_factory=dict)
     # stream index -> what it replays (file, scale = requests/s multiplier before the day shape)
     replays: dict[int, tuple[str, float]] = dataclasses.field(default_factory=dict)
     # deployment -> its trace's prompt lengths over their mean, as equal-probability points
@@ -82,6 +83,7 @@ class Recorded:
     output_tokens_mean: float
     period_s: float
     prompt_factors: tuple[float, ...] = ()
+    prompt_tokens_p99: float = 0.0  # the 99th percentile of prompt length (0: too few requests to say)
 
     @property
     def mean_rps(self) -> float:
@@ -106,8 +108,10 @@ def recorded(path: str | pathlib.Path) -> Recorded:
     arr = np.sort(np.asarray(times, dtype=float))
     period = max(60.0, math.ceil((arr[-1] + 1e-9) / 60.0) * 60.0)
     mean = sum(prompts) / len(prompts)
-    factors = perf.recorded_factors(prompts) if len(prompts) >= perf.MIN_RECORDED and mean > 0 else ()
-    return Recorded(arr, mean, output / len(arr), period, factors)
+    enough = len(prompts) >= perf.MIN_RECORDED and mean > 0
+    factors = perf.recorded_factors(prompts) if enough else ()
+    p99 = float(np.quantile(np.asarray(prompts, dtype=float), 0.99)) if enough else 0.0
+    return Recorded(arr, mean, output / len(arr), period, factors, p99)
 
 
 def replay(sc: scenario_mod.Scenario, shape: scenario_mod.TrafficShape, region: str) -> tuple[np.ndarray, float]:
@@ -161,7 +165,7 @@ def build(sc: scenario_mod.Scenario, specset: spec.SpecSet | None = None) -> Tra
     arrivals = rng.poisson(rate * sc.tick_s).astype(np.int64)
     embedding = set() if specset is None else {
         d.metadata.name for d in specset.of_kind("ModelDeployment") if d.spec.runtime.is_embedding}
-    workload: dict[str, tuple[float, float]] = {}
+    workload: dict[str, tuple[float, float, float]] = {}
     factors: dict[str, tuple[float, ...]] = {}
     replays: dict[int, tuple[str, float]] = {}
     for i, (s, shape) in enumerate(zip(streams, shapes, strict=True)):
@@ -172,23 +176,25 @@ def build(sc: scenario_mod.Scenario, specset: spec.SpecSet | None = None) -> Tra
         replays[i] = (shape.trace.file, scale)
         if shape.trace.tokens == "trace" and s.deployment not in embedding:
             rec = recorded(sc.trace_path(shape.trace))
-            workload[s.deployment] = (rec.prompt_tokens_mean, rec.output_tokens_mean)
+            workload[s.deployment] = (rec.prompt_tokens_mean, rec.output_tokens_mean, rec.prompt_tokens_p99)
             if rec.prompt_factors:
                 factors[s.deployment] = rec.prompt_factors
     return Trace(streams, arrivals, rate, sc.tick_s, workload, replays, factors)
 
 
 def with_workload(specset: spec.SpecSet, tr: Trace) -> spec.SpecSet:
-    """``specset`` with each replayed deployment's ``workload`` set to its trace's mean tokens, so
-    the scheduler plans for the requests the replicas serve."""
+    """``specset`` with each replayed deployment's ``workload`` set to its trace's mean tokens and
+    p99 prompt, so the scheduler plans for the requests the replicas serve (as an operator who
+    knows the traffic declares them)."""
     if not tr.workload:
         return specset
     docs = []
     for loaded in specset.documents:
         doc = loaded.doc
         if loaded.kind == "ModelDeployment" and doc.metadata.name in tr.workload:
-            prompt, output = tr.workload[doc.metadata.name]
-            shape = doc.spec.workload.model_copy(update={"prompt_tokens_mean": prompt, "output_tokens_mean": output})
+            prompt, output, p99 = tr.workload[doc.metadata.name]
+            shape = doc.spec.workload.model_copy(update={"prompt_tokens_mean": prompt, "output_tokens_mean": output,
+                                                         "prompt_tokens_p99": max(p99, prompt) if p99 > 0 else None})
             doc = doc.model_copy(update={"spec": doc.spec.model_copy(update={"workload": shape})})
             loaded = dataclasses.replace(loaded, doc=doc)
         docs.append(loaded)

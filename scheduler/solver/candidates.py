@@ -149,8 +149,14 @@ def make_view(demand: problem.DeploymentDemand,
             unfit[gpu_type] = fit.unfit
             binding[gpu_type] = fit.binding or "gpu_type"
     allowed, share = spot_rules(spec.placement.spot.allowed, spec.placement.spot.max_share, policy)
+    tail: dict[str, float] = {}
+    if spec.workload.prompt_tokens_p99 is not None:
+        for gpu_type in prefill:
+            ms = throughput.prefill_ms(spec, gpu_type, spec.workload.prompt_tokens_p99)
+            if ms is not None and gpu_type not in unfit:
+                tail[gpu_type] = ms
     return framework.DeploymentView(demand, reference, units, prefill, unfit, allowed, share, binding,
-                                    spec.placement.spot.max_share_per_region)
+                                    spec.placement.spot.max_share_per_region, tail)
 
 
 def group_pools(pools: Sequence[problem.PoolOffer], aggregate: bool) -> list[Group]:

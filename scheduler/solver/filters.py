@@ -143,13 +143,17 @@ class PoolCapacity:
 class LatencySla:
     """RTT from the client region to the pool's region within max_rtt_ms, and RTT + expected
     prefill + the cycle's headroom (the router's hop, the engine's scheduling, jitter a p99 must
-    absorb) within the TTFT p99 target."""
+    absorb) within the TTFT p99 target. When the workload declares ``prompt_tokens_p99``, the p99
+    prompt's prefill must fit too, wherever some pool within the region's reach can do that
+    (``Cycle.tail_possible``); where none can, the mean is judged alone (``meridian validate``
+    warns of that region)."""
 
     name, per_region = "latency", True
 
     def key(self, view: framework.DeploymentView) -> object:
         sla = view.demand.spec.sla
-        return sla.max_rtt_ms, sla.ttft_p99_ms, tuple(sorted(view.prefill_ms_by_type.items()))
+        return (sla.max_rtt_ms, sla.ttft_p99_ms, tuple(sorted(view.prefill_ms_by_type.items())),
+                view.name if view.tail_prefill_ms_by_type else "")
 
     def filter(self, c: framework.Candidate) -> framework.Status:
         sla = c.view.demand.spec.sla
@@ -167,6 +171,13 @@ class LatencySla:
             # still meet the TTFT target serve it (as routers fail over), reported as an SLA risk.
             return framework.unschedulable("max_rtt", f"RTT {c.client_region}->{c.pool.region} {rtt_ms:g} ms > "
                                                       f"max_rtt_ms {sla.max_rtt_ms:g}", relaxable=True)
+        tail_ms = c.view.tail_prefill_ms_by_type.get(c.pool.gpu_type)
+        if tail_ms is not None and rtt_ms + tail_ms + headroom_ms > sla.ttft_p99_ms \
+                and c.cycle.tail_possible(c.view, c.client_region):
+            tokens = c.view.demand.spec.workload.prompt_tokens_p99
+            return framework.unschedulable("ttft", f"RTT {rtt_ms:g} ms + prefill of the p99 prompt ({tokens:g} tokens) "
+                                                   f"{tail_ms:.0f} ms + headroom {headroom_ms:g} ms > TTFT p99 "
+                                                   f"{sla.ttft_p99_ms:g} ms, and a pool within reach keeps it")
         return framework.OK
 
 

@@ -69,6 +69,8 @@ class DeploymentView:
     binding_by_type: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # The most of the capacity spot replicas in one region may hold (placement.spot.max_share_per_region).
     spot_region_max_share: float = 1.0
+    # Prefill of the workload's prompt_tokens_p99 per GPU type (empty when the workload gives none).
+    tail_prefill_ms_by_type: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -138,16 +140,48 @@ class DeploymentView:
 
 @dataclasses.dataclass(frozen=True)
 class Cycle:
-    """What is shared by all plugins in one solve."""
+    """What is shared by all plugins in one solve. ``pools`` and ``pair_filters`` (the filters that
+    judge a pool for a deployment, whatever the client region) let a per-region filter ask whether
+    some pool of the fleet could do better (``tail_possible``)."""
 
     policy: policy_spec.CapacityPolicySpec | None
     latency_map: latency.LatencyMap
     excluded_pools: Mapping[str, str]
     ttft_headroom_ms: float = 0.0  # TTFT p99 kept free of RTT + prefill (SolverSettings.ttft_headroom_ms)
+    pools: tuple[problem.PoolOffer, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    pair_filters: tuple[Filter, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, prob: problem.PlacementProblem, settings: problem.SolverSettings) -> Cycle:
-        return cls(prob.policy, prob.latency_map, prob.excluded_pools, settings.ttft_headroom_ms)
+        pair = tuple(f for f in make_filters(settings.filters) if not f.per_region)
+        return cls(prob.policy, prob.latency_map, prob.excluded_pools, settings.ttft_headroom_ms,
+                   tuple(prob.pools), pair)
+
+    def tail_possible(self, view: DeploymentView, region: str) -> bool:
+        """Whether some pool passing every pair filter, within the SLA's max_rtt_ms of ``region``,
+        prefills the workload's p99 prompt within the TTFT target (memoised per solve)."""
+        key = ("tail", view.name, region)
+        hit = self.memo.get(key)
+        if hit is None:
+            sla = view.demand.spec.sla
+            hit = False
+            for pool in self.pools:
+                prefill = view.tail_prefill_ms_by_type.get(pool.gpu_type)
+                if prefill is None:
+                    continue
+                try:
+                    rtt = self.latency_map.rtt_ms(region, pool.region)
+                except latency.UnknownRegion:
+                    continue
+                if (sla.max_rtt_ms is not None and rtt > sla.max_rtt_ms) \
+                        or rtt + prefill + self.ttft_headroom_ms > sla.ttft_p99_ms:
+                    continue
+                if all(f.filter(Candidate(self, view, pool)).ok for f in self.pair_filters):
+                    hit = True
+                    break
+            self.memo[key] = hit
+        return hit
 
 
 @dataclasses.dataclass(frozen=True)

@@ -168,4 +168,6 @@ def test_a_replay_models_the_traces_own_prompt_spread(tmp_path):
     sc = _replay_scenario(tmp_path, str(even), {"na-east": 1.0}, tokens="trace")
     specs, tr = runner.prepare(sc)
     assert tr.prompt_factors["chat-8b"] == pytest.approx((1.0,) * len(perf.PROMPT_PROBS))
-    assert tr.workload["chat-8b"] == (300.0, 10.0)
+    assert tr.workload["chat-8b"] == (300.0, 10.0, 300.0)
+    chat = next(d for d in specs.of_kind("ModelDeployment") if d.metadata.name == "chat-8b")
+    assert chat.spec.workload.prompt_tokens_p99 == 300.0  # the scheduler is told the tail too
