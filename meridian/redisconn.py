@@ -16,7 +16,11 @@ commands fail with ``redis.exceptions.ConnectionError`` and the next ones reach 
 
 Passwords never go in a URL given on a command line: ``MERIDIAN_REDIS_PASSWORD`` (the data nodes;
 also the sentinels unless ``MERIDIAN_REDIS_SENTINEL_PASSWORD`` is set) is read from the environment
-when the URL carries none."""
+when the URL carries none, or from the file ``MERIDIAN_REDIS_PASSWORD_FILE`` names (likewise
+``MERIDIAN_REDIS_SENTINEL_PASSWORD_FILE``; the file wins, and holds the password alone: surrounding
+whitespace is stripped), so a mounted Secret need not pass through the environment. A file that
+cannot be read, is empty or has more than one line is an error naming the variable and the path,
+never the value."""
 
 from __future__ import annotations
 
@@ -30,13 +34,38 @@ import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.backoff
 
-__all__ = ["PASSWORD_ENV", "SCHEMES", "SENTINEL_PASSWORD_ENV", "SENTINEL_SCHEMES", "Target", "connect", "parse"]
+__all__ = ["PASSWORD_ENV", "SCHEMES", "SENTINEL_PASSWORD_ENV", "SENTINEL_SCHEMES", "SecretFileError", "Target",
+           "connect", "parse"]
 
 PASSWORD_ENV = "MERIDIAN_REDIS_PASSWORD"
 SENTINEL_PASSWORD_ENV = "MERIDIAN_REDIS_SENTINEL_PASSWORD"
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 SCHEMES = ("redis", "rediss", "unix", *SENTINEL_SCHEMES)
 DEFAULT_SENTINEL_PORT = 26379
+FILE_SUFFIX = "_FILE"  # VAR_FILE names a file holding VAR's value
+
+
+class SecretFileError(ValueError):
+    """A password file is missing, unreadable, empty or more than one line (names the variable and
+    the path, never the value)."""
+
+
+def _secret(env: Mapping[str, str], name: str) -> str | None:
+    """``name``'s value: from the file ``name_FILE`` names when set, else from ``name`` (None: neither)."""
+    path = env.get(name + FILE_SUFFIX, "").strip()
+    if not path:
+        return env.get(name) or None
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as f:
+            value = f.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise SecretFileError(f"{name}{FILE_SUFFIX}={path}: cannot read: {reason}") from None
+    if not value:
+        raise SecretFileError(f"{name}{FILE_SUFFIX}={path}: the file is empty; put the password in it")
+    if "\n" in value:
+        raise SecretFileError(f"{name}{FILE_SUFFIX}={path}: more than one line; the file must hold the password alone")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,11 +135,11 @@ def connect(url: str, *, decode_responses: bool = False, timeout_s: float = 2.0,
     retry = redis.asyncio.retry.Retry(redis.backoff.ExponentialWithJitterBackoff(cap=0.5, base=0.05), retries)
     common = dict(socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=retry,
                   decode_responses=decode_responses, health_check_interval=health_check_interval_s)
-    password = urllib.parse.urlsplit(url).password or env.get(PASSWORD_ENV) or None
+    password = urllib.parse.urlsplit(url).password or _secret(env, PASSWORD_ENV)
     if not target.is_sentinel:
         extra = {"password": password} if password and not urllib.parse.urlsplit(url).password else {}
         return aioredis.Redis.from_url(url, **common, **extra)
-    sentinel_password = env.get(SENTINEL_PASSWORD_ENV) or password
+    sentinel_password = _secret(env, SENTINEL_PASSWORD_ENV) or password
     sentinel = redis.asyncio.sentinel.Sentinel(
         list(target.sentinels), sentinel_kwargs={"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s,
                                                  "password": sentinel_password},
