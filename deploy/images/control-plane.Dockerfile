@@ -53,9 +53,11 @@ USER 10001:10001
 EXPOSE 7070 7071 8080 9090
 # One image runs three programs, each with its own health endpoint and port, so the check asks
 # the URL in MERIDIAN_HEALTHCHECK_URL (set it with `docker run -e`; the default fits the
-# scheduler's admin port). Kubernetes ignores HEALTHCHECK: the manifests' probes do this there.
+# scheduler's admin port). With TLS on that port give an https:// URL and the CA that signed its
+# certificate in MERIDIAN_HEALTHCHECK_CA_FILE (the admin certificate names 127.0.0.1 and localhost).
+# Kubernetes ignores HEALTHCHECK: the manifests' probes do this there.
 ENV MERIDIAN_HEALTHCHECK_URL=http://127.0.0.1:7071/healthz
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-  CMD ["python", "-c", "import os, sys, urllib.request; sys.exit(0 if urllib.request.urlopen(os.environ['MERIDIAN_HEALTHCHECK_URL'], timeout=4).status == 200 else 1)"]
+  CMD ["python", "-c", "import os, ssl, sys, urllib.request; ca = os.environ.get('MERIDIAN_HEALTHCHECK_CA_FILE'); ctx = ssl.create_default_context(cafile=ca) if ca else None; sys.exit(0 if urllib.request.urlopen(os.environ['MERIDIAN_HEALTHCHECK_URL'], timeout=4, context=ctx).status == 200 else 1)"]
 ENTRYPOINT ["meridian"]
 CMD ["--help"]

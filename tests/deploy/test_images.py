@@ -7,15 +7,18 @@ agent only its cloud's SDK."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import pathlib
 import re
 import shlex
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 
 import pytest
@@ -375,3 +378,53 @@ def test_closure_follows_extras_and_markers():
              "g": D([]), "h": D([])}
     assert closure(dists, "meridian", {"x"}) == {"meridian", "a", "b", "e", "g"}
     assert markers.Marker('extra == "x"').evaluate({"extra": "x"})
+
+
+def _healthcheck_argv(dockerfile: pathlib.Path) -> list[str]:
+    rest = next(r for w, r in instructions(dockerfile) if w == "HEALTHCHECK")
+    return json.loads(rest.split(" CMD ", 1)[1])
+
+
+def test_the_control_plane_healthcheck_works_with_tls_on_the_admin_port(tmp_path):
+    """The image's HEALTHCHECK command, run as Docker runs it: 0 against a plain /healthz, 0 over
+    HTTPS with MERIDIAN_HEALTHCHECK_CA_FILE naming the CA, not 0 without it or with another CA."""
+    from tests.integration import tls_certs  # noqa: PLC0415
+
+    pki = tls_certs.make(tmp_path / "pki")
+    cert, key = tls_certs.server_for(pki, ("127.0.0.1", "localhost"), tmp_path / "pki", "admin")
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200 if self.path == "/healthz" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    def serve(tls: bool) -> http.server.ThreadingHTTPServer:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(cert, key)
+            server.socket = ctx.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+    argv = [sys.executable, *_healthcheck_argv(IMAGES / "control-plane.Dockerfile")[1:]]
+
+    def check(url: str, **env: str) -> int:
+        full = {k: v for k, v in os.environ.items() if not k.startswith("MERIDIAN_HEALTHCHECK")}
+        full.update(MERIDIAN_HEALTHCHECK_URL=url, **env)
+        return subprocess.run(argv, env=full, capture_output=True, timeout=30).returncode
+
+    plain, secure = serve(False), serve(True)
+    try:
+        assert check(f"http://127.0.0.1:{plain.server_port}/healthz") == 0
+        url = f"https://127.0.0.1:{secure.server_port}/healthz"
+        assert check(url, MERIDIAN_HEALTHCHECK_CA_FILE=pki.ca) == 0
+        assert check(url) != 0
+        assert check(url, MERIDIAN_HEALTHCHECK_CA_FILE=pki.other_ca) != 0
+    finally:
+        plain.shutdown()
+        secure.shutdown()
