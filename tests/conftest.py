@@ -3,12 +3,14 @@ components land). No fake stands in where a test claims a real server's behaviou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -30,19 +32,21 @@ def wait_for_port(port: int, timeout_s: float = 10.0, host: str = "127.0.0.1") -
     raise TimeoutError(f"nothing listening on {host}:{port} after {timeout_s}s")
 
 
-@pytest.fixture(scope="session")
-def redis_server():
-    """A real redis-server (Debian package) on a free loopback port; yields its URL."""
+@contextlib.contextmanager
+def running_redis(extra_config: str = "") -> Iterator[str]:
+    """A real redis-server (Debian package) on a free loopback port, its config on standard input
+    (``extra_config``: more lines, e.g. ``requirepass``, which so stays off every argv); yields its URL."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server is not installed: `make test` installs it (apt-get install redis-server)")
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="meridian-redis-")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", workdir, "--protected-mode", "yes"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )
+    config = (f"port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\ndir {workdir}\nprotected-mode yes\n"
+              + extra_config)
+    proc = subprocess.Popen([binary, "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    assert proc.stdin is not None
+    proc.stdin.write(config.encode())
+    proc.stdin.close()
     try:
         wait_for_port(port)
         yield f"redis://127.0.0.1:{port}/0"
@@ -53,6 +57,13 @@ def redis_server():
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """The session's redis-server (``running_redis``); yields its URL."""
+    with running_redis() as url:
+        yield url
 
 
 @pytest.fixture

@@ -5,39 +5,20 @@ stdin, so the password is on no argv either)."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 
 import pytest
 import redis.exceptions
 
 from meridian import redisconn
-from tests.conftest import free_port, wait_for_port
+from tests.conftest import running_redis
 
 PASSWORD = "s3cret-for-the-test"
 
 
 @pytest.fixture
-def guarded_redis(tmp_path):
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed: `make test` installs it (apt-get install redis-server)")
-    port = free_port()
-    conf = (f"port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\ndir {tmp_path}\n"
-            f"requirepass {PASSWORD}\n")
-    proc = subprocess.Popen([binary, "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    assert proc.stdin is not None
-    proc.stdin.write(conf.encode())
-    proc.stdin.close()
-    try:
-        wait_for_port(port)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+def guarded_redis():
+    with running_redis(f"requirepass {PASSWORD}\n") as url:
+        yield url
 
 
 async def _ping(url: str, env: dict[str, str]) -> bool:
