@@ -31,6 +31,7 @@ GEN_THROUGHPUT = "sglang:gen_throughput"
 REQUESTS_TOTAL = "sglang:num_requests_total"
 TTFT = "sglang:time_to_first_token_seconds"
 ITL = "sglang:inter_token_latency_seconds"
+QUEUE_TIME = "sglang:queue_time_seconds"
 
 
 class ScrapeError(RuntimeError):
@@ -188,6 +189,7 @@ class LoadWindow:
             generation_tokens_per_s=_amount(new.total(GEN_THROUGHPUT)),
             requests_per_s=_amount(requests_per_s),
             observed_at=wall_new,
+            queue_time=_percentiles(new, base_snap, QUEUE_TIME) if QUEUE_TIME in new.histograms else None,
         )
 
 

@@ -74,6 +74,9 @@ class ReplicaLoad:
     generation_tokens_per_s: float = 0.0
     requests_per_s: float = 0.0
     observed_at: float = 0.0
+    # Time waited in the engine's queue before prefill (sglang:queue_time_seconds); None when the
+    # engine does not report it.
+    queue_time: LatencyPercentiles | None = None
 
     @property
     def outstanding(self) -> int:

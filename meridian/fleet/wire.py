@@ -110,6 +110,7 @@ def load_to_pb(load: m.ReplicaLoad) -> common.ReplicaLoad:
         generation_tokens_per_s=load.generation_tokens_per_s,
         requests_per_s=load.requests_per_s,
         observed_at=ts(load.observed_at),
+        queue_time=percentiles_to_pb(load.queue_time) if load.queue_time is not None else None,
     )
 
 
@@ -124,6 +125,7 @@ def load_from_pb(p: common.ReplicaLoad) -> m.ReplicaLoad:
         generation_tokens_per_s=_number(p.generation_tokens_per_s, "generation_tokens_per_s"),
         requests_per_s=_number(p.requests_per_s, "requests_per_s"),
         observed_at=from_ts(p.observed_at),
+        queue_time=percentiles_from_pb(p.queue_time) if p.HasField("queue_time") else None,
     )
 
 

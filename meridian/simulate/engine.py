@@ -299,7 +299,7 @@ def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, ser
             ttft=fm.LatencyPercentiles(p50, p90, server_p99),
             inter_token_latency=fm.LatencyPercentiles(steady.tpot_ms, steady.tpot_ms, steady.tpot_ms),
             generation_tokens_per_s=steady.served_rps * model.output, requests_per_s=steady.served_rps,
-            observed_at=now)
+            observed_at=now, queue_time=fm.LatencyPercentiles(*model.queue_time_ms(steady, _QUANTILES)))
         if rate <= 0:
             r.server_ttft_ms = None  # no responses: next tick starts from its unloaded estimate
             continue

@@ -223,17 +223,27 @@ class ReplicaModel:
 
     # ---------------------------------------------------------------- tails
 
+    @staticmethod
+    def wait_points(s: Steady) -> tuple[np.ndarray, np.ndarray]:
+        """The wait before prefill begins (the engine's queue time) as points and probabilities (ms)."""
+        if s.saturated:
+            return s.wait_ms * _SATURATED_WAIT, np.full(4, 0.25)
+        base = s.wait_ms - s.wait_rho * s.wait_tail_ms  # the fixed part (half a decode step)
+        if s.wait_rho <= 0:
+            return np.array([base]), np.array([1.0])
+        return (np.concatenate(([base], base + s.wait_tail_ms * _EXP_WAIT)),
+                np.concatenate(([1.0 - s.wait_rho], np.full(4, s.wait_rho / 4.0))))
+
+    def queue_time_ms(self, s: Steady, quantiles: Sequence[float]) -> tuple[float, ...]:
+        """Quantiles of the queue time (``wait_points``), as a histogram over it would give."""
+        waits, wprob = self.wait_points(s)
+        order = np.argsort(waits, kind="stable")
+        waits, cum = waits[order], np.cumsum(wprob[order])
+        return tuple(float(waits[min(len(waits) - 1, int(np.searchsorted(cum, q)))]) for q in quantiles)
+
     def server_ttft_points(self, s: Steady) -> tuple[np.ndarray, np.ndarray]:
         """Server-side TTFT (wait + prefill) as points and probabilities, sorted by value (ms)."""
-        if s.saturated:
-            waits = s.wait_ms * _SATURATED_WAIT
-            wprob = np.full(4, 0.25)
-        else:
-            base = s.wait_ms - s.wait_rho * s.wait_tail_ms  # the fixed part (half a decode step)
-            waits = np.concatenate(([base], base + s.wait_tail_ms * _EXP_WAIT))
-            wprob = np.concatenate(([1.0 - s.wait_rho], np.full(4, s.wait_rho / 4.0)))
-            if s.wait_rho <= 0:
-                waits, wprob = waits[:1], wprob[:1]
+        waits, wprob = self.wait_points(s)
         prefill = s.prefill_ms * self.prompt_factors
         values = (prefill[:, None] + waits[None, :]).ravel()
         probs = (PROMPT_PROBS[:, None] * wprob[None, :]).ravel()

@@ -25,21 +25,21 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18meridian/v1/common.proto\x12\x0bmeridian.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"D\n\x12LatencyPercentiles\x12\x0e\n\x06p50_ms\x18\x01 \x01(\x01\x12\x0e\n\x06p90_ms\x18\x02 \x01(\x01\x12\x0e\n\x06p99_ms\x18\x03 \x01(\x01\"\xce\x02\n\x0bReplicaLoad\x12\x18\n\x10running_requests\x18\x01 \x01(\r\x12\x17\n\x0fqueued_requests\x18\x02 \x01(\r\x12\x16\n\x0ekv_cache_usage\x18\x03 \x01(\x01\x12\x1d\n\x15prefix_cache_hit_rate\x18\x04 \x01(\x01\x12-\n\x04ttft\x18\x05 \x01(\x0b\x32\x1f.meridian.v1.LatencyPercentiles\x12<\n\x13inter_token_latency\x18\x06 \x01(\x0b\x32\x1f.meridian.v1.LatencyPercentiles\x12\x1f\n\x17generation_tokens_per_s\x18\x07 \x01(\x01\x12\x16\n\x0erequests_per_s\x18\x08 \x01(\x01\x12/\n\x0bobserved_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp*^\n\x05\x43loud\x12\x15\n\x11\x43LOUD_UNSPECIFIED\x10\x00\x12\r\n\tCLOUD_AWS\x10\x01\x12\r\n\tCLOUD_GCP\x10\x02\x12\x0f\n\x0b\x43LOUD_AZURE\x10\x03\x12\x0f\n\x0b\x43LOUD_LOCAL\x10\x04*~\n\x0c\x43\x61pacityTier\x12\x1d\n\x19\x43\x41PACITY_TIER_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43\x41PACITY_TIER_ON_DEMAND\x10\x01\x12\x16\n\x12\x43\x41PACITY_TIER_SPOT\x10\x02\x12\x1a\n\x16\x43\x41PACITY_TIER_RESERVED\x10\x03*\xb3\x01\n\x0cReplicaState\x12\x1d\n\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16REPLICA_STATE_STARTING\x10\x01\x12\x17\n\x13REPLICA_STATE_READY\x10\x02\x12\x1a\n\x16REPLICA_STATE_DRAINING\x10\x03\x12\x18\n\x14REPLICA_STATE_FAILED\x10\x04\x12\x19\n\x15REPLICA_STATE_STOPPED\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18meridian/v1/common.proto\x12\x0bmeridian.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"D\n\x12LatencyPercentiles\x12\x0e\n\x06p50_ms\x18\x01 \x01(\x01\x12\x0e\n\x06p90_ms\x18\x02 \x01(\x01\x12\x0e\n\x06p99_ms\x18\x03 \x01(\x01\"\x83\x03\n\x0bReplicaLoad\x12\x18\n\x10running_requests\x18\x01 \x01(\r\x12\x17\n\x0fqueued_requests\x18\x02 \x01(\r\x12\x16\n\x0ekv_cache_usage\x18\x03 \x01(\x01\x12\x1d\n\x15prefix_cache_hit_rate\x18\x04 \x01(\x01\x12-\n\x04ttft\x18\x05 \x01(\x0b\x32\x1f.meridian.v1.LatencyPercentiles\x12<\n\x13inter_token_latency\x18\x06 \x01(\x0b\x32\x1f.meridian.v1.LatencyPercentiles\x12\x1f\n\x17generation_tokens_per_s\x18\x07 \x01(\x01\x12\x16\n\x0erequests_per_s\x18\x08 \x01(\x01\x12/\n\x0bobserved_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\nqueue_time\x18\n \x01(\x0b\x32\x1f.meridian.v1.LatencyPercentiles*^\n\x05\x43loud\x12\x15\n\x11\x43LOUD_UNSPECIFIED\x10\x00\x12\r\n\tCLOUD_AWS\x10\x01\x12\r\n\tCLOUD_GCP\x10\x02\x12\x0f\n\x0b\x43LOUD_AZURE\x10\x03\x12\x0f\n\x0b\x43LOUD_LOCAL\x10\x04*~\n\x0c\x43\x61pacityTier\x12\x1d\n\x19\x43\x41PACITY_TIER_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43\x41PACITY_TIER_ON_DEMAND\x10\x01\x12\x16\n\x12\x43\x41PACITY_TIER_SPOT\x10\x02\x12\x1a\n\x16\x43\x41PACITY_TIER_RESERVED\x10\x03*\xb3\x01\n\x0cReplicaState\x12\x1d\n\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16REPLICA_STATE_STARTING\x10\x01\x12\x17\n\x13REPLICA_STATE_READY\x10\x02\x12\x1a\n\x16REPLICA_STATE_DRAINING\x10\x03\x12\x18\n\x14REPLICA_STATE_FAILED\x10\x04\x12\x19\n\x15REPLICA_STATE_STOPPED\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'meridian.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CLOUD']._serialized_start=481
-  _globals['_CLOUD']._serialized_end=575
-  _globals['_CAPACITYTIER']._serialized_start=577
-  _globals['_CAPACITYTIER']._serialized_end=703
-  _globals['_REPLICASTATE']._serialized_start=706
-  _globals['_REPLICASTATE']._serialized_end=885
+  _globals['_CLOUD']._serialized_start=534
+  _globals['_CLOUD']._serialized_end=628
+  _globals['_CAPACITYTIER']._serialized_start=630
+  _globals['_CAPACITYTIER']._serialized_end=756
+  _globals['_REPLICASTATE']._serialized_start=759
+  _globals['_REPLICASTATE']._serialized_end=938
   _globals['_LATENCYPERCENTILES']._serialized_start=74
   _globals['_LATENCYPERCENTILES']._serialized_end=142
   _globals['_REPLICALOAD']._serialized_start=145
-  _globals['_REPLICALOAD']._serialized_end=479
+  _globals['_REPLICALOAD']._serialized_end=532
 # @@protoc_insertion_point(module_scope)

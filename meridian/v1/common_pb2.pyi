@@ -59,7 +59,7 @@ class LatencyPercentiles(_message.Message):
     def __init__(self, p50_ms: _Optional[float] = ..., p90_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ...) -> None: ...
 
 class ReplicaLoad(_message.Message):
-    __slots__ = ("running_requests", "queued_requests", "kv_cache_usage", "prefix_cache_hit_rate", "ttft", "inter_token_latency", "generation_tokens_per_s", "requests_per_s", "observed_at")
+    __slots__ = ("running_requests", "queued_requests", "kv_cache_usage", "prefix_cache_hit_rate", "ttft", "inter_token_latency", "generation_tokens_per_s", "requests_per_s", "observed_at", "queue_time")
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     QUEUED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,7 @@ class ReplicaLoad(_message.Message):
     GENERATION_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_PER_S_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_AT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_TIME_FIELD_NUMBER: _ClassVar[int]
     running_requests: int
     queued_requests: int
     kv_cache_usage: float
@@ -78,4 +79,5 @@ class ReplicaLoad(_message.Message):
     generation_tokens_per_s: float
     requests_per_s: float
     observed_at: _timestamp_pb2.Timestamp
-    def __init__(self, running_requests: _Optional[int] = ..., queued_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., prefix_cache_hit_rate: _Optional[float] = ..., ttft: _Optional[_Union[LatencyPercentiles, _Mapping]] = ..., inter_token_latency: _Optional[_Union[LatencyPercentiles, _Mapping]] = ..., generation_tokens_per_s: _Optional[float] = ..., requests_per_s: _Optional[float] = ..., observed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    queue_time: LatencyPercentiles
+    def __init__(self, running_requests: _Optional[int] = ..., queued_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., prefix_cache_hit_rate: _Optional[float] = ..., ttft: _Optional[_Union[LatencyPercentiles, _Mapping]] = ..., inter_token_latency: _Optional[_Union[LatencyPercentiles, _Mapping]] = ..., generation_tokens_per_s: _Optional[float] = ..., requests_per_s: _Optional[float] = ..., observed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., queue_time: _Optional[_Union[LatencyPercentiles, _Mapping]] = ...) -> None: ...

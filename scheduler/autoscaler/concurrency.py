@@ -9,7 +9,10 @@ Rules, in order (all times from ``ctx.now_s``):
 2. Panic: when the panic-window figure reaches ``panic_threshold`` x the ready replicas, scale up at
    once (no delay) and do not scale down until a stable window has passed without panic.
 3. SLO: TTFT p99 (worst ready replica or router) above the SLA, or KV cache usage above
-   ``kv_usage_high``, asks for ``slo_step`` more replicas (at least one) even if concurrency looks fine.
+   ``kv_usage_high``, asks for ``slo_step`` more replicas (at least one) even if concurrency looks fine;
+   not for a TTFT breach that stays over the SLA without the replicas' queue time (the worst ready
+   replica's queue time p90) while no request is queued: that part is prefill and network, which
+   more replicas do not shorten.
 4. Hysteresis: a figure within ``tolerance`` of the current count counts as the current count; a
    scale-up happens only when every recommendation for ``scale_up_delay_s`` asked for more (to the
    smallest of them), a scale-down only when every one for ``scale_down_delay_s`` asked for less (to
@@ -94,9 +97,10 @@ class ConcurrencyPolicy:
         in_panic = now < panic_until_s
 
         want = max(want_stable, want_panic) if in_panic else want_stable
-        breach = _slo_breach(ctx, cfg)
-        if breach:
+        breach, scales = _slo_breach(ctx, cfg)
+        if scales:
             want = max(want, current + max(1, math.ceil(current * cfg.slo_step)))
+        if breach:
             reasons.append(breach)
 
         floor = scaling.least_replicas
@@ -178,19 +182,38 @@ def _replicas_for(observed: tuple[float, float], per_replica: float, capacity_rp
     return max(0, want)
 
 
-def _slo_breach(ctx: types.AutoscaleContext, cfg: ConcurrencySettings) -> str:
+def _slo_breach(ctx: types.AutoscaleContext, cfg: ConcurrencySettings) -> tuple[str, bool]:
+    """The SLO rule's reason ("" when the SLO holds) and whether more replicas would help.
+
+    A TTFT p99 over the SLA is the queue time before prefill plus the prefill, the network and the
+    router's hop. Only the queue shrinks with more replicas. A request in the TTFT tail is mostly
+    there for its long prompt with an ordinary wait (the p99 of a sum of independent waits and
+    prefills is well below the sum of their p99s), so the wait to take off is the worst ready
+    replica's queue time p90. When the TTFT
+    without it is still over the SLA, the breach is prefill or distance (the solver's to mend,
+    with faster GPUs or nearer pools) and adds no replica. It scales as before when requests are
+    queued on a ready replica now (capacity is short), or when a ready replica does not report its
+    queue time (nothing tells the two apart)."""
     if not ctx.loads:
-        return ""
+        return "", False
     sla_ms = ctx.spec.sla.ttft_p99_ms
     worst_replica = max(load.ttft.p99_ms for load in ctx.loads)
     worst_router = max((t.ttft_p99_ms for t in ctx.traffic), default=0.0)
     worst = max(worst_replica, worst_router)
     if worst > sla_ms:
-        return f"SLO: TTFT p99 {worst:.0f} ms > SLA {sla_ms:g} ms"
+        reason = f"SLO: TTFT p99 {worst:.0f} ms > SLA {sla_ms:g} ms"
+        queues = [load.queue_time for load in ctx.loads]
+        if all(q is not None for q in queues) and not any(load.queued_requests for load in ctx.loads):
+            queue_ms = max(q.p90_ms for q in queues if q is not None)
+            if worst - queue_ms > sla_ms:
+                return (f"{reason}, but queue time p90 is {queue_ms:.0f} ms and the rest ({worst - queue_ms:.0f} ms: "
+                        f"prefill and network) is over the SLA alone: more replicas would not shorten it"), False
+            return f"{reason} (queue time p90 {queue_ms:.0f} ms)", True
+        return reason, True
     kv = sum(load.kv_cache_usage for load in ctx.loads) / len(ctx.loads)
     if kv > cfg.kv_usage_high:
-        return f"KV cache {kv:.0%} > {cfg.kv_usage_high:.0%}"
-    return ""
+        return f"KV cache {kv:.0%} > {cfg.kv_usage_high:.0%}", True
+    return "", False
 
 
 def _trim(history: Sequence[tuple[float, int]], cutoff_s: float) -> tuple[tuple[float, int], ...]:

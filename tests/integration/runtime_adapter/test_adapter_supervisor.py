@@ -198,6 +198,9 @@ async def test_load_is_scraped_from_emulator_metrics(tmp_path):
         assert 0 < load.ttft.p50_ms <= load.ttft.p99_ms
         assert 0 < load.inter_token_latency.p50_ms < 1000
         assert load.requests_per_s > 0 and load.observed_at > 0
+        # The queue time before prefill (sglang:queue_time_seconds) is part of the TTFT.
+        assert load.queue_time is not None
+        assert 0 <= load.queue_time.p50_ms <= load.queue_time.p99_ms <= load.ttft.p99_ms
     finally:
         await r.stop()
 

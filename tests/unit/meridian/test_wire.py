@@ -12,6 +12,15 @@ LOAD = fleet.ReplicaLoad(3, 2, 0.41, 0.3, fleet.LatencyPercentiles(120, 300, 800
                          fleet.LatencyPercentiles(20, 30, 45), 812.5, 4.2, 1_764_000_000.5)
 
 
+@pytest.mark.parametrize("queue_time", [None, fleet.LatencyPercentiles(0.0, 0.0, 0.0),
+                                        fleet.LatencyPercentiles(5, 40, 210)])
+def test_a_load_keeps_its_queue_time_or_its_absence(queue_time):
+    """A queue time of zero (measured: no wait) stays distinct from none reported (an engine or an
+    older agent without it), since the autoscaler treats the two differently."""
+    load = fleet.ReplicaLoad(3, 0, 0.4, 0.0, fleet.LatencyPercentiles(100, 200, 900), queue_time=queue_time)
+    assert wire.load_from_pb(wire.load_to_pb(load)) == load
+
+
 def test_directives_round_trip():
     """Every directive action keeps its fields, ids and fencing token through the wire."""
     runtime = fleet.RuntimeSpec("meta-llama/Llama-3.1-8B-Instruct", "llama", tp_size=2, extra_args=("--x", "1"),

@@ -11,7 +11,7 @@ TOK = 'engine_type="unified",model_name="m"'
 
 
 def metrics_text(*, running: int, queued: int, requests: float, ttft_counts: dict[str, float],
-                 itl_counts: dict[str, float] | None = None) -> str:
+                 itl_counts: dict[str, float] | None = None, queue_counts: dict[str, float] | None = None) -> str:
     """SGLang-shaped exposition text with a TTFT histogram given as cumulative bucket counts."""
     lines = [
         "# HELP sglang:num_running_reqs The number of running requests.",
@@ -41,6 +41,12 @@ def metrics_text(*, running: int, queued: int, requests: float, ttft_counts: dic
             lines.append(f'sglang:inter_token_latency_seconds_bucket{{{TOK},le="{le}"}} {count}')
         lines.append(f"sglang:inter_token_latency_seconds_count{{{TOK}}} {count}")
         lines.append(f"sglang:inter_token_latency_seconds_sum{{{TOK}}} 1.0")
+    if queue_counts:
+        lines.append("# TYPE sglang:queue_time_seconds histogram")
+        for le, count in queue_counts.items():
+            lines.append(f'sglang:queue_time_seconds_bucket{{{LABELS},le="{le}"}} {count}')
+        lines.append(f"sglang:queue_time_seconds_count{{{LABELS}}} {count}")
+        lines.append(f"sglang:queue_time_seconds_sum{{{LABELS}}} 1.0")
     return "\n".join(lines) + "\n"
 
 
@@ -122,3 +128,18 @@ def test_young_history_covers_the_engine_life():
     window.add(scraper.parse(metrics_text(running=0, queued=0, requests=10, ttft_counts=counts)), 0.0, 0.0)
     window.add(scraper.parse(metrics_text(running=0, queued=0, requests=10, ttft_counts=counts)), 2.0, 2.0)
     assert 100.0 < window.load().ttft.p50_ms <= 1000.0
+
+
+def test_queue_time_comes_from_its_histogram_and_is_none_when_not_exported():
+    """sglang:queue_time_seconds gives the queue time percentiles; an engine without the
+    histogram reports none (the scheduler then cannot tell queueing from prefill)."""
+    window = scraper.LoadWindow(60)
+    window.add(scraper.parse(metrics_text(running=1, queued=0, requests=10, ttft_counts={"1": 10, "+Inf": 10},
+                                          queue_counts={"0.01": 5, "0.1": 10, "+Inf": 10})), 0.0, 0.0)
+    queue = window.load().queue_time
+    assert queue is not None
+    assert queue.p50_ms == pytest.approx(10.0)
+    assert queue.p99_ms == pytest.approx(10.0 + 90.0 * 4.9 / 5)
+    window = scraper.LoadWindow(60)
+    window.add(scraper.parse(metrics_text(running=1, queued=0, requests=10, ttft_counts={"1": 10, "+Inf": 10})), 0.0, 0.0)
+    assert window.load().queue_time is None

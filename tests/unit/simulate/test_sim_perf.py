@@ -119,3 +119,23 @@ def test_no_prompt_is_longer_than_the_context_length():
     embed = next(d.spec for d in dep if d.spec.runtime.is_embedding and d.spec.runtime.context_length)
     m = perf.model_for(embed, "L4", prompt_cv=1.0, tpot_sigma=0.05)
     assert m.prompt_factors.max() * embed.workload.prompt_tokens_mean <= embed.runtime.context_length + 1e-6
+
+
+def test_queue_time_is_the_wait_before_prefill_and_grows_with_load(deployments):
+    """The queue time a simulated replica reports (its sglang:queue_time_seconds) is the wait part
+    of its TTFT: at most the TTFT at every quantile, growing with the rate, and under saturation
+    (a backlog) near the whole TTFT but the prefill."""
+    m = _model(deployments["chat-8b"], "L4")
+    last = (0.0, 0.0, 0.0)
+    for share in (0.05, 0.3, 0.6, 0.9):
+        s = m.steady(share * m.mu_max, 0.0, 60.0)
+        queue = m.queue_time_ms(s, (0.5, 0.9, 0.99))
+        assert queue[0] <= queue[1] <= queue[2]
+        assert queue[2] <= m.server_ttft_p99_ms(s)
+        assert all(q >= prev for q, prev in zip(queue, last, strict=True))
+        last = queue
+    s = m.steady(3.0 * m.mu_max, 0.0, 60.0)
+    s = m.steady(3.0 * m.mu_max, s.backlog_next, 60.0)
+    assert s.saturated
+    q50, = m.queue_time_ms(s, (0.5,))
+    assert q50 > 0.5 * s.wait_ms and q50 > last[2]
