@@ -172,6 +172,9 @@ class FakeCluster:
         self.done: list[str] = list(agent.completed)
         self.seen: set[str] = set(agent.completed)
         self.max_fence = 0
+        # connect() and step() take turns: both write on the stream, and gRPC ends a stream written
+        # by two tasks at once with INTERNAL (a test that drives steps in a task while it connects).
+        self._turn = asyncio.Lock()
 
     def _free(self, pool_id: str) -> int:
         p = self.pools[pool_id]
@@ -186,13 +189,18 @@ class FakeCluster:
         await self.agent.replicas(list(self.replicas.values()))
 
     async def connect(self, timeout_s: float = 10.0) -> capacity_pb2.Welcome:
-        self.agent.completed = self.done[-256:]
-        welcome = await self.agent.connect(timeout_s)
-        await self.report()
-        return welcome
+        async with self._turn:
+            self.agent.completed = self.done[-256:]
+            welcome = await self.agent.connect(timeout_s)
+            await self.report()
+            return welcome
 
     async def step(self) -> list[fm.Directive]:
         """Promote STARTING replicas to READY, carry out queued directives, report. Returns them."""
+        async with self._turn:
+            return await self._step()
+
+    async def _step(self) -> list[fm.Directive]:
         for rid, r in list(self.replicas.items()):
             if r.state is fm.ReplicaState.STARTING:
                 self.replicas[rid] = dataclasses.replace(r, state=fm.ReplicaState.READY)
