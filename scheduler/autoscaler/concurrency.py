@@ -188,28 +188,31 @@ def _slo_breach(ctx: types.AutoscaleContext, cfg: ConcurrencySettings) -> tuple[
     A TTFT p99 over the SLA is the queue time before prefill plus the prefill, the network and the
     router's hop. Only the queue shrinks with more replicas. A request in the TTFT tail is mostly
     there for its long prompt with an ordinary wait (the p99 of a sum of independent waits and
-    prefills is well below the sum of their p99s), so the wait to take off is the worst ready
-    replica's queue time p90. When the TTFT
-    without it is still over the SLA, the breach is prefill or distance (the solver's to mend,
-    with faster GPUs or nearer pools) and adds no replica. It scales as before when requests are
-    queued on a ready replica now (capacity is short), or when a ready replica does not report its
-    queue time (nothing tells the two apart)."""
+    prefills is well below the sum of their p99s), so the wait to take off is the queue time p90:
+    a replica's own, and for a client region's TTFT at the routers the worst ready replica's. A
+    breach whose TTFT without that wait is still over the SLA is prefill or distance (the solver's
+    to mend, with faster GPUs or nearer pools). The rule adds replicas unless every breach, at
+    every replica and client region over the SLA, is of that kind. It scales as before when
+    requests are queued on a ready replica now (capacity is short), or when a ready replica does
+    not report its queue time (nothing tells the two apart)."""
     if not ctx.loads:
         return "", False
     sla_ms = ctx.spec.sla.ttft_p99_ms
-    worst_replica = max(load.ttft.p99_ms for load in ctx.loads)
-    worst_router = max((t.ttft_p99_ms for t in ctx.traffic), default=0.0)
-    worst = max(worst_replica, worst_router)
-    if worst > sla_ms:
+    regions = [(t.client_region, t.ttft_p99_ms) for t in ctx.traffic if t.ttft_p99_ms > sla_ms]
+    replicas = [load for load in ctx.loads if load.ttft.p99_ms > sla_ms]
+    if regions or replicas:
+        worst = max([ms for _, ms in regions] + [load.ttft.p99_ms for load in replicas])
         reason = f"SLO: TTFT p99 {worst:.0f} ms > SLA {sla_ms:g} ms"
         queues = [load.queue_time for load in ctx.loads]
-        if all(q is not None for q in queues) and not any(load.queued_requests for load in ctx.loads):
-            queue_ms = max(q.p90_ms for q in queues if q is not None)
-            if worst - queue_ms > sla_ms:
-                return (f"{reason}, but queue time p90 is {queue_ms:.0f} ms and the rest ({worst - queue_ms:.0f} ms: "
-                        f"prefill and network) is over the SLA alone: more replicas would not shorten it"), False
+        if any(q is None for q in queues) or any(load.queued_requests for load in ctx.loads):
+            return reason, True
+        queue_ms = max(q.p90_ms for q in queues if q is not None)
+        if (any(load.ttft.p99_ms - load.queue_time.p90_ms <= sla_ms for load in replicas if load.queue_time)
+                or any(ms - queue_ms <= sla_ms for _, ms in regions)):
             return f"{reason} (queue time p90 {queue_ms:.0f} ms)", True
-        return reason, True
+        where = ", ".join(f"{region} {ms:.0f} ms" for region, ms in regions) or "at the replicas"
+        return (f"{reason} ({where}), but queue time p90 is at most {queue_ms:.0f} ms and without it the TTFT "
+                f"stays over the SLA (prefill and network): more replicas would not shorten it"), False
     kv = sum(load.kv_cache_usage for load in ctx.loads) / len(ctx.loads)
     if kv > cfg.kv_usage_high:
         return f"KV cache {kv:.0%} > {cfg.kv_usage_high:.0%}", True

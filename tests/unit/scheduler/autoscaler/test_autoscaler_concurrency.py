@@ -157,6 +157,29 @@ def test_a_breach_that_queueing_may_explain_still_scales_up(queue_p90_ms, queued
     assert "would not shorten" not in decision.reason
 
 
+def test_a_breach_queueing_explains_in_one_region_scales_beside_a_prefill_bound_one():
+    """ap-south's TTFT (900 ms) is its prompts' prefill: without the 40-ms queue it stays over the
+    800-ms SLA. eu-west's (820 ms) is not: without the queue it is within. One fixable breach is
+    enough to scale, whatever the other regions show; with eu-west within its SLA, none is added."""
+    spec = deployment_spec.ModelDeploymentSpec.model_validate({
+        **make_spec(scale_up_delay_s=0).model_dump(exclude_none=True),
+        "sla": {"ttft_p99_ms": 800, "tpot_p99_ms": 100, "client_regions": ["ap-south", "eu-west"]}})
+    policy = autoscaler.get("concurrency")
+    loads = tuple(fleet.ReplicaLoad(running_requests=4, ttft=fleet.LatencyPercentiles(p99_ms=700),
+                                    queue_time=fleet.LatencyPercentiles(20, 40, 90)) for _ in range(4))
+
+    def decide(eu_west_ms: float) -> autoscaler.Decision:
+        traffic = (autoscaler.RegionTraffic("ap-south", requests_per_s=2.0, in_flight=8, ttft_p99_ms=900),
+                   autoscaler.RegionTraffic("eu-west", requests_per_s=2.0, in_flight=8, ttft_p99_ms=eu_west_ms))
+        ctx = autoscaler.AutoscaleContext("chat", spec, T0, 4, loads, traffic)
+        return policy.decide(ctx, autoscaler.AutoscaleState())[0]
+
+    fixable, bound = decide(820), decide(700)
+    assert fixable.slo_breach and fixable.replicas > 4
+    assert bound.slo_breach and bound.replicas == 4
+    assert "ap-south 900 ms" in bound.reason and "would not shorten" in bound.reason
+
+
 def test_kv_pressure_counts_as_a_breach():
     """KV cache usage above kv_usage_high asks for more replicas."""
     drv = Driver(make_spec(), replicas=3)
