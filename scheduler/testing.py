@@ -33,6 +33,10 @@ class Refused(Exception):
         self.leader = leader
 
 
+class StreamEnded(RuntimeError):
+    """A write on a stream the scheduler had already ended (a new term, a standby): reconnect."""
+
+
 class FakeAgent:
     """One Connect stream for ``cluster_id``. ``connect`` tries ``addresses`` in order and follows the
     standby's ``meridian-leader`` hint; directives land in ``directives`` (and ``received``)."""
@@ -121,7 +125,10 @@ class FakeAgent:
         return self.ended
 
     async def _send(self, **payload) -> None:
-        await self._call.write(capacity_pb2.AgentMessage(sequence=next(self._seq), **payload))
+        try:
+            await self._call.write(capacity_pb2.AgentMessage(sequence=next(self._seq), **payload))
+        except asyncio.InvalidStateError as exc:  # the scheduler ended the stream before this write
+            raise StreamEnded(f"cluster {self.identity.cluster_id}: the stream ended before this message") from exc
 
     async def inventory(self, pools: Sequence[fm.GpuPool], complete: bool = True) -> None:
         await self._send(inventory=capacity_pb2.Inventory(pools=[wire.pool_to_pb(p) for p in pools], complete=complete))

@@ -122,7 +122,10 @@ class FleetView:
             c.last_seen_s = max(c.last_seen_s, now_s)
 
     def inventory(self, cluster_id: str, pools: Iterable[fm.GpuPool], complete: bool, now_s: float) -> None:
-        c = self._clusters[cluster_id]
+        c = self._clusters.get(cluster_id)
+        if c is None:
+            _unknown(cluster_id, "inventory")
+            return
         self.seen(cluster_id, now_s)
         new = {p.pool_id: p for p in pools}
         merged = new if complete else {**c.pools, **new}
@@ -133,7 +136,10 @@ class FleetView:
     def report(self, cluster_id: str, reports: Iterable[fm.ReplicaReport], complete: bool, now_s: float) -> None:
         """Replica reports of one cluster. A STOPPED replica is forgotten; with ``complete``, replicas
         absent from the message are gone."""
-        c = self._clusters[cluster_id]
+        c = self._clusters.get(cluster_id)
+        if c is None:
+            _unknown(cluster_id, "replica report")
+            return
         self.seen(cluster_id, now_s)
         incoming = {r.replica_id: r for r in reports}
         merged = {} if complete else dict(c.replicas)
@@ -185,3 +191,9 @@ class FleetView:
 def _shape(r: fm.ReplicaReport) -> tuple:
     """The parts of a report that change routing or placement (not load)."""
     return (r.deployment, r.revision, r.endpoint, r.state, r.pool_id, r.gpu_count, r.served_model_name)
+
+
+def _unknown(cluster_id: str, what: str) -> None:
+    """A message from a cluster this term has not heard Hello from: its stream began in a term that
+    has ended (the fleet was cleared) and is being closed; the agent says Hello to the next term."""
+    log.info("event=report_ignored cluster=%s what=%s reason='no Hello from it in this term'", cluster_id, what)

@@ -65,3 +65,32 @@ async def test_connect_while_a_task_steps_keeps_the_stream(tmp_path):
                 await cluster.agent.close()
     finally:
         await node.stop(grace_s=0.5)
+
+
+async def test_a_write_after_the_scheduler_ended_the_stream_says_so(tmp_path):
+    """The scheduler standing down ends the agents' streams; a step that writes after that raises
+    StreamEnded (a RuntimeError the tests' drive loops reconnect on), not asyncio's
+    InvalidStateError, which had ended a drive loop for good."""
+    tokens = auth.TokenBook(auth.TokensFile({"c1": auth.digest("c1-token")}, ()), env={})
+    node = service.SchedulerService(testing.local_config(f"sqlite://{tmp_path}/s.db", scheduler_id="n"), env={},
+                                    tokens=tokens, admin_auth=auth.AdminAuth(auth.digest("admin")))
+    await node.start()
+    cluster = testing.FakeCluster(testing.FakeAgent([f"127.0.0.1:{node.grpc_port}"], "c1", "c1-token",
+                                                    cloud=fm.Cloud.AWS),
+                                  [testing.gpu_pool("l4", nodes=2, nodes_max=2)])
+    try:
+        client = admin_client.AdminClient(f"http://127.0.0.1:{node.admin_port}", "admin", env={})
+        await asyncio.to_thread(client.apply, [{"name": "specs.yaml", "text": SPECS}])
+        await testing.wait_for(lambda: node.token > 0, what="leading")
+        await cluster.connect()
+        await node.stop(grace_s=0.5)
+        await testing.wait_for(lambda: not cluster.agent.connected, what="the stream ended")
+        try:
+            await cluster.step()
+        except testing.StreamEnded as exc:
+            assert "stream ended" in str(exc)
+        else:
+            raise AssertionError("a write on an ended stream went through")
+    finally:
+        await cluster.agent.close()
+        await node.stop(grace_s=0.5)
