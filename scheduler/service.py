@@ -337,5 +337,8 @@ def _replica_details(c: fleet_mod.ClusterView) -> list[dict]:
     return [{"replica_id": r.replica_id, "deployment": r.deployment, "served_model_name": r.served_model_name,
              "state": r.state.value, "pool_id": r.pool_id, "gpu_count": r.gpu_count, "endpoint": r.endpoint,
              "revision": r.revision, "running": r.load.running_requests, "queued": r.load.queued_requests,
-             "ttft_p99_ms": round(r.load.ttft.p99_ms, 1)} for _, r in sorted(c.replicas.items())]
+             "ttft_p99_ms": round(r.load.ttft.p99_ms, 1),
+             # None: the replica's engine or agent does not report its queue time.
+             "queue_time_p90_ms": round(r.load.queue_time.p90_ms, 1) if r.load.queue_time is not None else None}
+            for _, r in sorted(c.replicas.items())]
 

@@ -290,8 +290,7 @@ def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, ser
         r.region_share = dict(by_region)
         values, probs = model.server_ttft_points(steady)
         cum = probs.cumsum()
-        p50, p90, server_p99 = (float(v) for v in values[np.minimum(np.searchsorted(cum, _QUANTILES),
-                                                                      len(values) - 1)])
+        p50, p90, server_p99 = perf.point_quantiles(values, probs, _QUANTILES)
         server_mean = float(values @ probs)
         r.load = fm.ReplicaLoad(
             running_requests=int(round(steady.running)), queued_requests=int(round(steady.queued)),
@@ -341,8 +340,8 @@ def _p99(points: list[tuple[np.ndarray, np.ndarray]] | None) -> float:
         return 0.0
     values = np.concatenate([v for v, _ in points])
     weights = np.concatenate([w for _, w in points])
-    order = np.argsort(values, kind="stable")
-    cum = np.cumsum(weights[order])
-    if cum[-1] <= 0:
+    total = float(weights.sum())
+    if total <= 0:
         return 0.0
-    return float(values[order][min(len(values) - 1, int(np.searchsorted(cum, 0.99 * cum[-1])))])
+    order = np.argsort(values, kind="stable")
+    return perf.point_quantiles(values[order], weights[order] / total, (0.99,))[0]

@@ -101,6 +101,14 @@ def capped(factors: Sequence[float], cap: float) -> tuple[float, ...]:
     return tuple(float(x) for x in np.minimum(cap, hi * f))
 
 
+def point_quantiles(values: np.ndarray, probs: np.ndarray, quantiles: Sequence[float]) -> tuple[float, ...]:
+    """Quantiles of a distribution given as points sorted by value and their probabilities: for
+    each quantile, the first point whose cumulative probability reaches it."""
+    cum = np.cumsum(probs)
+    idx = np.minimum(np.searchsorted(cum, np.asarray(quantiles, dtype=float)), len(values) - 1)
+    return tuple(float(v) for v in values[idx])
+
+
 def _lognormal_factors(cv: float) -> np.ndarray:
     """A lognormal with mean 1 and coefficient of variation ``cv`` at the points of ``PROMPT_BINS``:
     its mean within each slice of probability."""
@@ -235,11 +243,11 @@ class ReplicaModel:
                 np.concatenate(([1.0 - s.wait_rho], np.full(4, s.wait_rho / 4.0))))
 
     def queue_time_ms(self, s: Steady, quantiles: Sequence[float]) -> tuple[float, ...]:
-        """Quantiles of the queue time (``wait_points``), as a histogram over it would give."""
+        """Quantiles of the queue time (``wait_points``): the first point whose cumulative share
+        reaches each quantile."""
         waits, wprob = self.wait_points(s)
         order = np.argsort(waits, kind="stable")
-        waits, cum = waits[order], np.cumsum(wprob[order])
-        return tuple(float(waits[min(len(waits) - 1, int(np.searchsorted(cum, q)))]) for q in quantiles)
+        return point_quantiles(waits[order], wprob[order], quantiles)
 
     def server_ttft_points(self, s: Steady) -> tuple[np.ndarray, np.ndarray]:
         """Server-side TTFT (wait + prefill) as points and probabilities, sorted by value (ms)."""
@@ -263,8 +271,7 @@ class ReplicaModel:
 
     def server_ttft_p99_ms(self, s: Steady) -> float:
         values, probs = self.server_ttft_points(s)
-        cum = np.cumsum(probs)
-        return float(values[min(len(values) - 1, int(np.searchsorted(cum, 0.99)))])
+        return point_quantiles(values, probs, (0.99,))[0]
 
 
 @functools.lru_cache(maxsize=256)

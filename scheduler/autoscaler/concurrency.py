@@ -10,9 +10,8 @@ Rules, in order (all times from ``ctx.now_s``):
    once (no delay) and do not scale down until a stable window has passed without panic.
 3. SLO: TTFT p99 (worst ready replica or router) above the SLA, or KV cache usage above
    ``kv_usage_high``, asks for ``slo_step`` more replicas (at least one) even if concurrency looks fine;
-   not for a TTFT breach that stays over the SLA without the replicas' queue time (the worst ready
-   replica's queue time p90) while no request is queued: that part is prefill and network, which
-   more replicas do not shorten.
+   not for a TTFT breach that stays over the SLA without the replicas' queue time (their queue time
+   p90): that part is prefill and network, which more replicas do not shorten.
 4. Hysteresis: a figure within ``tolerance`` of the current count counts as the current count; a
    scale-up happens only when every recommendation for ``scale_up_delay_s`` asked for more (to the
    smallest of them), a scale-down only when every one for ``scale_down_delay_s`` asked for less (to
@@ -183,7 +182,21 @@ def _replicas_for(observed: tuple[float, float], per_replica: float, capacity_rp
 
 
 def _slo_breach(ctx: types.AutoscaleContext, cfg: ConcurrencySettings) -> tuple[str, bool]:
-    """The SLO rule's reason ("" when the SLO holds) and whether more replicas would help.
+    """The SLO rule's reason ("" when the SLO holds) and whether it asks for more replicas: a TTFT
+    breach that queueing explains (``_ttft_breach``), or KV cache pressure, each on its own."""
+    if not ctx.loads:
+        return "", False
+    reason, scales = _ttft_breach(ctx)
+    reasons = [reason] if reason else []
+    kv = sum(load.kv_cache_usage for load in ctx.loads) / len(ctx.loads)
+    if kv > cfg.kv_usage_high:
+        reasons.append(f"KV cache {kv:.0%} > {cfg.kv_usage_high:.0%}")
+        scales = True
+    return "; ".join(reasons), scales
+
+
+def _ttft_breach(ctx: types.AutoscaleContext) -> tuple[str, bool]:
+    """The TTFT part of the SLO rule: its reason ("" within the SLA) and whether more replicas help.
 
     A TTFT p99 over the SLA is the queue time before prefill plus the prefill, the network and the
     router's hop. Only the queue shrinks with more replicas. A request in the TTFT tail is mostly
@@ -192,31 +205,28 @@ def _slo_breach(ctx: types.AutoscaleContext, cfg: ConcurrencySettings) -> tuple[
     a replica's own, and for a client region's TTFT at the routers the worst ready replica's. A
     breach whose TTFT without that wait is still over the SLA is prefill or distance (the solver's
     to mend, with faster GPUs or nearer pools). The rule adds replicas unless every breach, at
-    every replica and client region over the SLA, is of that kind. It scales as before when
-    requests are queued on a ready replica now (capacity is short), or when a ready replica does
-    not report its queue time (nothing tells the two apart)."""
-    if not ctx.loads:
-        return "", False
+    every replica and client region over the SLA, is of that kind; then the concurrency figure
+    alone sizes the deployment (it neither adds nor holds replicas for the breach). A replica
+    that does not report its queue time (an older agent) makes every breach count, as nothing
+    tells the two apart. The p90 misses queueing that only a few percent of requests meet (short
+    bursts): such a breach is read as prefill, and the concurrency and panic rules answer it."""
     sla_ms = ctx.spec.sla.ttft_p99_ms
     regions = [(t.client_region, t.ttft_p99_ms) for t in ctx.traffic if t.ttft_p99_ms > sla_ms]
     replicas = [load for load in ctx.loads if load.ttft.p99_ms > sla_ms]
-    if regions or replicas:
-        worst = max([ms for _, ms in regions] + [load.ttft.p99_ms for load in replicas])
-        reason = f"SLO: TTFT p99 {worst:.0f} ms > SLA {sla_ms:g} ms"
-        queues = [load.queue_time for load in ctx.loads]
-        if any(q is None for q in queues) or any(load.queued_requests for load in ctx.loads):
-            return reason, True
-        queue_ms = max(q.p90_ms for q in queues if q is not None)
-        if (any(load.ttft.p99_ms - load.queue_time.p90_ms <= sla_ms for load in replicas if load.queue_time)
-                or any(ms - queue_ms <= sla_ms for _, ms in regions)):
-            return f"{reason} (queue time p90 {queue_ms:.0f} ms)", True
-        where = ", ".join(f"{region} {ms:.0f} ms" for region, ms in regions) or "at the replicas"
-        return (f"{reason} ({where}), but queue time p90 is at most {queue_ms:.0f} ms and without it the TTFT "
-                f"stays over the SLA (prefill and network): more replicas would not shorten it"), False
-    kv = sum(load.kv_cache_usage for load in ctx.loads) / len(ctx.loads)
-    if kv > cfg.kv_usage_high:
-        return f"KV cache {kv:.0%} > {cfg.kv_usage_high:.0%}", True
-    return "", False
+    if not regions and not replicas:
+        return "", False
+    worst = max([ms for _, ms in regions] + [load.ttft.p99_ms for load in replicas])
+    reason = f"SLO: TTFT p99 {worst:.0f} ms > SLA {sla_ms:g} ms"
+    queues = [load.queue_time for load in ctx.loads]
+    if any(q is None for q in queues):
+        return reason, True
+    queue_ms = max(q.p90_ms for q in queues if q is not None)
+    if (any(load.ttft.p99_ms - load.queue_time.p90_ms <= sla_ms for load in replicas if load.queue_time)
+            or any(ms - queue_ms <= sla_ms for _, ms in regions)):
+        return f"{reason} (queue time p90 up to {queue_ms:.0f} ms)", True
+    where = ", ".join(f"{region} {ms:.0f} ms" for region, ms in regions) or "at the replicas"
+    return (f"{reason} ({where}), but queue time p90 is at most {queue_ms:.0f} ms and without it the TTFT "
+            f"stays over the SLA (prefill and network): more replicas would not shorten it"), False
 
 
 def _trim(history: Sequence[tuple[float, int]], cutoff_s: float) -> tuple[tuple[float, int], ...]:

@@ -88,6 +88,10 @@ class FleetView:
                 return cid
         return None
 
+    def knows(self, cluster_id: str) -> bool:
+        """Whether this term has heard Hello from the cluster (its view was not cleared since)."""
+        return cluster_id in self._clusters
+
     def pools_of(self, cluster_id: str) -> dict[str, fm.GpuPool]:
         c = self._clusters.get(cluster_id)
         return dict(c.pools) if c else {}
@@ -124,7 +128,7 @@ class FleetView:
     def inventory(self, cluster_id: str, pools: Iterable[fm.GpuPool], complete: bool, now_s: float) -> None:
         c = self._clusters.get(cluster_id)
         if c is None:
-            _unknown(cluster_id, "inventory")
+            unknown(cluster_id, "inventory")
             return
         self.seen(cluster_id, now_s)
         new = {p.pool_id: p for p in pools}
@@ -138,7 +142,7 @@ class FleetView:
         absent from the message are gone."""
         c = self._clusters.get(cluster_id)
         if c is None:
-            _unknown(cluster_id, "replica report")
+            unknown(cluster_id, "replica report")
             return
         self.seen(cluster_id, now_s)
         incoming = {r.replica_id: r for r in reports}
@@ -193,7 +197,7 @@ def _shape(r: fm.ReplicaReport) -> tuple:
     return (r.deployment, r.revision, r.endpoint, r.state, r.pool_id, r.gpu_count, r.served_model_name)
 
 
-def _unknown(cluster_id: str, what: str) -> None:
+def unknown(cluster_id: str, what: str) -> None:
     """A message from a cluster this term has not heard Hello from: its stream began in a term that
     has ended (the fleet was cleared) and is being closed; the agent says Hello to the next term."""
     log.info("event=report_ignored cluster=%s what=%s reason='no Hello from it in this term'", cluster_id, what)

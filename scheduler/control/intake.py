@@ -76,6 +76,9 @@ class Intake:
         log.warning("event=report_refused reason=%s cluster=%s %s detail=%r", reason, cluster_id, what, detail)
 
     async def on_inventory(self, cluster_id: str, pools: list[fm.GpuPool], complete: bool, now_s: float) -> None:
+        if not self._fleet.knows(cluster_id):
+            fleet_mod.unknown(cluster_id, "inventory")  # a stream of an ended term: no stock-outs, no wake-up
+            return
         good = []
         for pool in pools:
             pid = pool.pool_id
@@ -108,6 +111,9 @@ class Intake:
 
     async def on_replicas(self, cluster_id: str, reports: list[fm.ReplicaReport], complete: bool,
                           now_s: float) -> None:
+        if not self._fleet.knows(cluster_id):
+            fleet_mod.unknown(cluster_id, "replica report")
+            return
         starts_elsewhere = {od.directive.action.replica_id: od.cluster_id for od in self._executor.open_directives()
                             if isinstance(od.directive.action, fm.StartReplica) and od.cluster_id != cluster_id}
         mine = []

@@ -34,6 +34,8 @@ spec:
 
 
 async def test_connect_while_a_task_steps_keeps_the_stream(tmp_path):
+    """Ten times over: a task steps the cluster as fast as it can while connect() says Hello and
+    reports; the stream stays open and unbroken."""
     tokens = auth.TokenBook(auth.TokensFile({"c1": auth.digest("c1-token")}, ()), env={})
     node = service.SchedulerService(testing.local_config(f"sqlite://{tmp_path}/s.db", scheduler_id="n"), env={},
                                     tokens=tokens, admin_auth=auth.AdminAuth(auth.digest("admin")))

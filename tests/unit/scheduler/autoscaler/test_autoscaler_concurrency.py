@@ -39,15 +39,15 @@ class Driver:
         self.history: list[int] = []
 
     def step(self, dt_s: float, in_flight: dict[str, int], ttft_p99_ms: float = 100.0,
-             kv: float = 0.3, queue_p90_ms: float | None = None, queued: int = 0) -> autoscaler.Decision:
+             kv: float = 0.3, queue_p90_ms: float | None = None) -> autoscaler.Decision:
         """``queue_p90_ms``: every replica's queue time p90 (p50 = p90 / 2, p99 = 2 x p90); None:
-        the replicas do not report it. ``queued``: requests queued on each replica now."""
+        the replicas do not report it."""
         self.now += dt_s
         total = sum(in_flight.values())
         per = total // self.replicas if self.replicas else 0
         queue = (None if queue_p90_ms is None else
                  fleet.LatencyPercentiles(queue_p90_ms / 2, queue_p90_ms, queue_p90_ms * 2))
-        loads = tuple(fleet.ReplicaLoad(running_requests=per, queued_requests=queued, kv_cache_usage=kv,
+        loads = tuple(fleet.ReplicaLoad(running_requests=per, kv_cache_usage=kv,
                                         ttft=fleet.LatencyPercentiles(p99_ms=ttft_p99_ms), queue_time=queue)
                       for _ in range(self.replicas))
         traffic = tuple(autoscaler.RegionTraffic(r, requests_per_s=n / 2.0, in_flight=n) for r, n in in_flight.items())
@@ -133,26 +133,38 @@ def test_slo_breach_scales_up_although_concurrency_is_fine():
 def test_a_prefill_bound_breach_adds_no_replicas_and_says_why():
     """TTFT p99 900 ms over an 800-ms SLA while the replicas' queue time p90 is 40 ms: without the
     queue the TTFT is still over the SLA (long prompts' prefill, distance), so more replicas would
-    not shorten it; the count stays and the reason names the queue time."""
+    not shorten it. Past both delays the count is what concurrency asks (40 in flight at 10 per
+    replica: 4), and the reason names the queue time."""
     drv = Driver(make_spec(), replicas=4)
-    for _ in range(15):
-        decision = drv.step(5, {"na-east": 20}, ttft_p99_ms=900, queue_p90_ms=40)
-    assert drv.replicas == 4
+    for _ in range(40):  # 200 s: past scale_up_delay_s (30) and scale_down_delay_s (120)
+        decision = drv.step(5, {"na-east": 40}, ttft_p99_ms=900, queue_p90_ms=40)
+        assert drv.replicas == 4
     assert decision.slo_breach
     assert "queue time" in decision.reason and "would not shorten" in decision.reason
 
 
-@pytest.mark.parametrize("queue_p90_ms, queued", [
-    (150.0, 0),   # 900 - 150 = 750 ms is within the SLA: the queue is what breaks it
-    (40.0, 3),    # requests are queued on the replicas right now: capacity is short
-    (None, 0),    # the replicas do not report queue time: nothing tells queueing from prefill
+def test_kv_pressure_scales_beside_a_prefill_bound_breach():
+    """KV cache at 97% asks for more replicas even while the TTFT breach is prefill-bound: each
+    signal counts on its own, and the reason gives both."""
+    drv = Driver(make_spec(), replicas=4)
+    for _ in range(10):
+        decision = drv.step(5, {"na-east": 40}, ttft_p99_ms=900, kv=0.97, queue_p90_ms=40)
+    assert drv.replicas > 4
+    assert "KV cache 97%" in decision.reason and "would not shorten" in decision.reason
+
+
+@pytest.mark.parametrize("queue_p90_ms", [
+    150.0,  # 900 - 150 = 750 ms is within the SLA: the queue is what breaks it
+    None,   # the replicas do not report queue time: nothing tells queueing from prefill
 ])
-def test_a_breach_that_queueing_may_explain_still_scales_up(queue_p90_ms, queued):
+def test_a_breach_that_queueing_may_explain_still_scales_up(queue_p90_ms):
+    """A TTFT p99 of 900 ms over an 800-ms SLA adds replicas when the queue time could account for
+    the excess, or when it is not reported."""
     drv = Driver(make_spec(), replicas=4)
     for _ in range(15):
         drv.step(5, {"na-east": 20})
     for _ in range(8):
-        decision = drv.step(5, {"na-east": 20}, ttft_p99_ms=900, queue_p90_ms=queue_p90_ms, queued=queued)
+        decision = drv.step(5, {"na-east": 20}, ttft_p99_ms=900, queue_p90_ms=queue_p90_ms)
     assert drv.replicas > 4
     assert "would not shorten" not in decision.reason
 

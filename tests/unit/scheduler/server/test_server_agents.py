@@ -165,7 +165,10 @@ async def test_status_lists_each_clusters_pools_and_replicas(make_service):
     await agent.connect()
     try:
         await agent.inventory([testing.gpu_pool("l4", nodes=2)])
+        queued = fm.ReplicaLoad(queue_time=fm.LatencyPercentiles(12.0, 48.25, 300.0))
         await agent.replicas([fm.ReplicaReport("r1", "chat", "rev", "http://10.0.0.1:1", fm.ReplicaState.READY,
+                                               queued, pool_id="l4", gpu_count=1, served_model_name="chat"),
+                              fm.ReplicaReport("r2", "chat", "rev", "http://10.0.0.1:2", fm.ReplicaState.READY,
                                                pool_id="l4", gpu_count=1, served_model_name="chat")])
 
         async def reported():
@@ -176,8 +179,10 @@ async def test_status_lists_each_clusters_pools_and_replicas(make_service):
         (pool,) = c1["pool_details"]
         assert (pool["pool_id"], pool["gpu_type"], pool["nodes_current"]) == ("l4", "L4", 2)
         assert pool["price_per_node_hour_usd"] > 0 and pool["tier"] in ("on_demand", "spot", "reserved")
-        (replica,) = c1["replica_details"]
+        replica, older = c1["replica_details"]
         assert (replica["replica_id"], replica["state"], replica["pool_id"], replica["served_model_name"]) == (
             "r1", "ready", "l4", "chat")
+        # The queue time the autoscaler's SLO rule reads; None where the agent does not report it.
+        assert (replica["queue_time_p90_ms"], older["queue_time_p90_ms"]) == (48.2, None)
     finally:
         await agent.close()
