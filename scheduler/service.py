@@ -35,6 +35,8 @@ from scheduler.solver import problem
 from scheduler.state import election, records
 
 log = logging.getLogger("meridian.scheduler.service")
+# The most each shutdown step after the lease's release may take (see SchedulerService.stop).
+STOP_STEP_S = 10.0
 
 
 class SchedulerService:
@@ -249,7 +251,12 @@ class SchedulerService:
             await self.clock.sleep(self.config.tick_interval_s)
 
     async def stop(self, grace_s: float = 2.0) -> None:
-        """Resign the lease (a standby takes over at once), then close everything. Idempotent."""
+        """Resign the lease (a standby takes over at once), then close everything. Idempotent.
+
+        Each step after the resign (the service's tasks, the gRPC server after ``grace_s``, the
+        admin HTTP server, the store) gets at most STOP_STEP_S: one that overruns is logged by
+        name (``event=stop_overran``) and left behind, so a stuck step cannot keep the process
+        from exiting, and the log says which one it was."""
         if self._stopping:
             return
         self._stopping = True
@@ -259,14 +266,28 @@ class SchedulerService:
         finally:
             for task in self._tasks:
                 task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self._tasks:
+                _, pending = await asyncio.wait(self._tasks, timeout=STOP_STEP_S)
+                if pending:
+                    self._overran("tasks " + ",".join(sorted(t.get_name() for t in pending)), STOP_STEP_S)
             self.hub.close_all("scheduler shutting down")
             if self._grpc is not None:
-                await self._grpc.stop(grace_s)
+                await self._bounded(self._grpc.stop(grace_s), "grpc_server", grace_s + STOP_STEP_S)
             if self._runner is not None:
-                await self._runner.cleanup()
-            await self.store.close()
+                await self._bounded(self._runner.cleanup(), "admin_http", STOP_STEP_S)
+            await self._bounded(self.store.close(), "store", STOP_STEP_S)
         log.info("event=stopped scheduler=%s", self.config.scheduler_id)
+
+    async def _bounded(self, step, name: str, limit_s: float) -> None:
+        try:
+            await asyncio.wait_for(step, limit_s)
+        except TimeoutError:
+            self._overran(name, limit_s)
+
+    def _overran(self, step: str, limit_s: float) -> None:
+        self.metrics.errors.labels("stop_overran").inc()
+        log.warning("event=stop_overran scheduler=%s step=%r limit_s=%g: left behind", self.config.scheduler_id,
+                    step, limit_s)
 
     # ------------------------------------------------------------ traffic sink, status
 
