@@ -21,6 +21,13 @@ class SchedulerMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60), registry=r)
         self.plans = prom.Counter(f"{PREFIX}_plans_total", "Placement solves by result status.",
                                   ["status"], registry=r)
+        self.desired_replicas = prom.Gauge(
+            f"{PREFIX}_desired_replicas", "Replicas the autoscaler's last decision asks for, per deployment.",
+            ["deployment"], registry=r)
+        self.slo_breach = prom.Gauge(
+            f"{PREFIX}_slo_breach", "1 while the autoscaler's last decision saw the deployment's SLO breached (TTFT "
+            "p99, KV cache), whether or not it added replicas for it: /v1/status autoscaling gives the reason.",
+            ["deployment"], registry=r)
         self.unplaced_replicas = prom.Gauge(
             f"{PREFIX}_unplaced_replicas", "Replicas the autoscaler asked for that the plan could not place.",
             ["deployment"], registry=r)

@@ -138,6 +138,9 @@ class ControlLoop:
         self.rollouts.clear()
         self.fleet.clear()
         self.plan = None
+        self.autoscaler = planner.Autoscaler(self.autoscaler.policy)  # a standby shows no stale decisions
+        self._metrics.desired_replicas.clear()
+        self._metrics.slo_breach.clear()
 
     def wake(self, why: str = "") -> None:
         self._wake.set()
@@ -225,6 +228,11 @@ class ControlLoop:
         demand = await self._traffic.demand(now, self.config.demand_max_age_s)
         # Replicas a rollout keeps out of traffic serve no demand: the autoscaler does not count them.
         decisions = self.autoscaler.decide(self.specs, snapshot, demand, now, doomed=doomed | unrouted)
+        self._metrics.desired_replicas.clear()
+        self._metrics.slo_breach.clear()
+        for name, decision in decisions.items():
+            self._metrics.desired_replicas.labels(name).set(decision.replicas)
+            self._metrics.slo_breach.labels(name).set(1 if decision.slo_breach else 0)
         open_dirs = self.executor.open_directives()
         draining = {od.directive.action.replica_id for od in open_dirs if isinstance(od.directive.action,
                                                                                       fm.DrainReplica)}

@@ -186,3 +186,34 @@ async def test_status_lists_each_clusters_pools_and_replicas(make_service):
         assert (replica["queue_time_p90_ms"], older["queue_time_p90_ms"]) == (48.2, None)
     finally:
         await agent.close()
+
+
+async def test_status_and_metrics_show_the_autoscalers_decision(make_service):
+    """Each deployment's last autoscaling decision is in /v1/status (replicas, split by client
+    region, SLO breach, reason) and in the desired-replicas and SLO-breach gauges; a node that
+    stops leading shows none."""
+    svc = await leading(await make_service())
+    text = """
+apiVersion: meridian/v1
+kind: ModelDeployment
+metadata: {name: chat, team: t}
+spec:
+  model: {source: meta-llama/Llama-3.1-8B-Instruct, served_name: chat}
+  resources: {gpu_types: [L4]}
+  sla: {ttft_p99_ms: 800, tpot_p99_ms: 100, client_regions: [na-east]}
+  scaling: {min_replicas: 2, max_replicas: 4}
+"""
+    await svc.spec_store.apply(spec.load_text(text, "chat.yaml").documents, 0.0)
+    svc.loop.wake()
+
+    async def decided():
+        status = await svc.status()
+        return status["autoscaling"].get("chat")
+
+    chat = await testing.wait_for(decided, what="the autoscaler's decision in the status")
+    assert chat["replicas"] == 2 and chat["by_region"] == {"na-east": 2} and chat["slo_breach"] is False
+    assert "concurrency" in chat["reason"]
+    assert svc.metrics.desired_replicas.labels("chat")._value.get() == 2
+    assert svc.metrics.slo_breach.labels("chat")._value.get() == 0
+    svc.loop.end_term()
+    assert (await svc.status())["autoscaling"] == {}
