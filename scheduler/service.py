@@ -100,6 +100,7 @@ class SchedulerService:
         self.grpc_port = 0
         self.admin_port = 0
         self._stopping = False
+        self._stopped_cleanly = True
 
     # ------------------------------------------------------------ leadership (for the gRPC edge)
 
@@ -182,7 +183,8 @@ class SchedulerService:
             floors=cost_api.FloorCache(self.config.solve_time_limit_s,
                                        on_error=lambda where: self.metrics.errors.labels(where).inc()),
             env=self.env, journal=self.journal))
-        self._runner = web.AppRunner(app, access_log=None)
+        # aiohttp's own wait for in-flight admin requests ends before the stop step's limit.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=STOP_STEP_S / 2)
         await self._runner.setup()
         host, port = self.config.admin_address.rsplit(":", 1)
         site = web.TCPSite(self._runner, host, int(port),
@@ -250,17 +252,20 @@ class SchedulerService:
                 self.metrics.set_bill(billing.by_cloud_tier_part(fleet_bill.reachable))
             await self.clock.sleep(self.config.tick_interval_s)
 
-    async def stop(self, grace_s: float = 2.0) -> None:
+    async def stop(self, grace_s: float = 2.0) -> bool:
         """Resign the lease (a standby takes over at once), then close everything. Idempotent.
 
-        Each step after the resign (the service's tasks, the gRPC server after ``grace_s``, the
-        admin HTTP server, the store) gets at most STOP_STEP_S: one that overruns is logged by
-        name (``event=stop_overran``) and left behind, so a stuck step cannot keep the process
-        from exiting, and the log says which one it was."""
+        Each step after the resign (the service's tasks; the gRPC server, ``grace_s`` plus
+        STOP_STEP_S; the admin HTTP server; the store) gets at most STOP_STEP_S. One that overruns
+        or fails is logged by name (``event=stop_overran``, ``event=stop_failed``), counted, and
+        left behind, and the other steps still run. Returns False when a step was left behind: a
+        task that ignores its cancellation would then hold the process at exit (asyncio waits for
+        every task), and the caller exits at once instead (``meridian scheduler`` does)."""
         if self._stopping:
-            return
+            return self._stopped_cleanly
         self._stopping = True
         self.loop.stop()
+        clean = True
         try:
             await self.elector.resign()
         finally:
@@ -269,25 +274,37 @@ class SchedulerService:
             if self._tasks:
                 _, pending = await asyncio.wait(self._tasks, timeout=STOP_STEP_S)
                 if pending:
-                    self._overran("tasks " + ",".join(sorted(t.get_name() for t in pending)), STOP_STEP_S)
+                    clean = self._overran("tasks " + ",".join(sorted(t.get_name() for t in pending)), STOP_STEP_S)
             self.hub.close_all("scheduler shutting down")
             if self._grpc is not None:
-                await self._bounded(self._grpc.stop(grace_s), "grpc_server", grace_s + STOP_STEP_S)
+                clean &= await self._bounded(self._grpc.stop(grace_s), "grpc_server", grace_s + STOP_STEP_S)
             if self._runner is not None:
-                await self._bounded(self._runner.cleanup(), "admin_http", STOP_STEP_S)
-            await self._bounded(self.store.close(), "store", STOP_STEP_S)
-        log.info("event=stopped scheduler=%s", self.config.scheduler_id)
+                clean &= await self._bounded(self._runner.cleanup(), "admin_http", STOP_STEP_S)
+            clean &= await self._bounded(self.store.close(), "store", STOP_STEP_S)
+            self._stopped_cleanly = clean
+        log.info("event=stopped scheduler=%s clean=%s", self.config.scheduler_id, clean)
+        return clean
 
-    async def _bounded(self, step, name: str, limit_s: float) -> None:
-        try:
-            await asyncio.wait_for(step, limit_s)
-        except TimeoutError:
-            self._overran(name, limit_s)
+    async def _bounded(self, step, name: str, limit_s: float) -> bool:
+        """Run one shutdown step for at most ``limit_s``; a step still running then is cancelled
+        and not waited for (waiting is what could hang). False when it overran or failed."""
+        task = asyncio.ensure_future(step)
+        done, _ = await asyncio.wait({task}, timeout=limit_s)
+        if not done:
+            task.cancel()
+            return self._overran(name, limit_s)
+        if not task.cancelled() and task.exception() is not None:
+            self.metrics.errors.labels("stop_failed").inc()
+            log.error("event=stop_failed scheduler=%s step=%r error=%r", self.config.scheduler_id, name,
+                      str(task.exception()))
+            return False
+        return True
 
-    def _overran(self, step: str, limit_s: float) -> None:
+    def _overran(self, step: str, limit_s: float) -> bool:
         self.metrics.errors.labels("stop_overran").inc()
         log.warning("event=stop_overran scheduler=%s step=%r limit_s=%g: left behind", self.config.scheduler_id,
                     step, limit_s)
+        return False
 
     # ------------------------------------------------------------ traffic sink, status
 

@@ -108,7 +108,13 @@ async def _serve(config: config_mod.SchedulerConfig, apply_files: list[str]) -> 
     try:
         await stop.wait()
     finally:
-        await svc.stop()
+        clean = await svc.stop()
+    if not clean:
+        # A shutdown step was left behind (logged as event=stop_overran): asyncio would wait for
+        # it for ever at exit, so the process ends here, its lease already released.
+        log.error("event=exit_forced reason='a shutdown step was left behind'")
+        logging.shutdown()
+        os._exit(1)
     return 0
 
 

@@ -226,6 +226,10 @@ class ControlLoop:
             return report
         doomed = set(self.events.doomed)
         demand = await self._traffic.demand(now, self.config.demand_max_age_s)
+        if self._fence() != fence:  # deposed while it read: a standby decides and exports nothing
+            report = TickReport(now, "standby")
+            self.last_tick = report
+            return report
         # Replicas a rollout keeps out of traffic serve no demand: the autoscaler does not count them.
         decisions = self.autoscaler.decide(self.specs, snapshot, demand, now, doomed=doomed | unrouted)
         self._metrics.desired_replicas.clear()

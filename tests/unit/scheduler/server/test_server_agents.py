@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import prometheus_client
 import pytest
 from tests.unit.scheduler.service_harness import TOKENS, leading
 
@@ -215,5 +216,8 @@ spec:
     assert "concurrency" in chat["reason"]
     assert svc.metrics.desired_replicas.labels("chat")._value.get() == 2
     assert svc.metrics.slo_breach.labels("chat")._value.get() == 0
-    svc.loop.end_term()
+    await svc.elector.resign()  # no longer leading: no decision in the status, no series exported
+    await testing.wait_for(lambda: svc.token == 0, what="standing down")
     assert (await svc.status())["autoscaling"] == {}
+    exported = prometheus_client.generate_latest(svc.metrics.registry).decode()
+    assert 'desired_replicas{deployment="chat"}' not in exported and 'slo_breach{deployment="chat"}' not in exported

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from aiohttp import web
+
 from scheduler import service
 
 
@@ -27,10 +29,57 @@ async def test_a_step_that_will_not_stop_is_named_and_left_behind(make_service, 
     svc._tasks.append(task)
     try:
         with caplog.at_level(logging.WARNING, logger="meridian.scheduler.service"):
-            await asyncio.wait_for(svc.stop(grace_s=0.1), timeout=5.0)
+            clean = await asyncio.wait_for(svc.stop(grace_s=0.1), timeout=5.0)
+        assert clean is False  # the caller exits at once: asyncio would wait for the task at exit
         assert any("event=stop_overran" in r.getMessage() and "stubborn" in r.getMessage() for r in caplog.records)
         assert svc.metrics.errors.labels("stop_overran")._value.get() == 1
         assert not task.done()
     finally:
         release.set()
         await task
+
+
+async def test_a_step_that_hangs_or_fails_does_not_stop_the_others(make_service, monkeypatch, caplog):
+    """The admin HTTP server's cleanup never returning (and ignoring its cancellation), and the
+    store's close failing: each is logged by name, the other steps still run, and stop() says it
+    did not stop cleanly; a service whose steps all finish stops cleanly."""
+    monkeypatch.setattr(service, "STOP_STEP_S", 0.3)
+    clean_svc = await make_service()
+    assert await clean_svc.stop(grace_s=0.1) is True
+
+    svc = await make_service()
+    release = asyncio.Event()
+    closed_grpc = []
+
+    real_cleanup = web.AppRunner.cleanup
+
+    async def cleanup_forever(runner) -> None:
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                continue
+
+    async def close_fails() -> None:
+        raise OSError("connection reset while closing")
+
+    grpc_stop = svc._grpc.stop
+
+    async def grpc_stop_seen(grace):
+        closed_grpc.append(grace)
+        return await grpc_stop(grace)
+
+    monkeypatch.setattr(web.AppRunner, "cleanup", cleanup_forever)
+    monkeypatch.setattr(svc.store, "close", close_fails)
+    monkeypatch.setattr(svc._grpc, "stop", grpc_stop_seen)
+    try:
+        with caplog.at_level(logging.WARNING, logger="meridian.scheduler.service"):
+            clean = await asyncio.wait_for(svc.stop(grace_s=0.1), timeout=5.0)
+        messages = [r.getMessage() for r in caplog.records]
+        assert clean is False and closed_grpc == [0.1]
+        assert any("event=stop_overran" in m and "admin_http" in m for m in messages)
+        assert any("event=stop_failed" in m and "store" in m and "connection reset" in m for m in messages)
+        assert svc.metrics.errors.labels("stop_failed")._value.get() == 1
+    finally:
+        release.set()
+        await real_cleanup(svc._runner)  # the admin port the stand-in kept open
