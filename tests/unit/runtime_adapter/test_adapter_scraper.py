@@ -10,6 +10,14 @@ LABELS = 'engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_ra
 TOK = 'engine_type="unified",model_name="m"'
 
 
+def histogram(name: str, labels: str, counts: dict[str, float]) -> list[str]:
+    """Exposition lines of one histogram from its cumulative bucket counts (the sum is made up)."""
+    lines = [f"# TYPE {name} histogram"]
+    lines += [f'{name}_bucket{{{labels},le="{le}"}} {count}' for le, count in counts.items()]
+    total = list(counts.values())[-1]
+    return lines + [f"{name}_count{{{labels}}} {total}", f"{name}_sum{{{labels}}} 1.0"]
+
+
 def metrics_text(*, running: int, queued: int, requests: float, ttft_counts: dict[str, float],
                  itl_counts: dict[str, float] | None = None, queue_counts: dict[str, float] | None = None) -> str:
     """SGLang-shaped exposition text with a TTFT histogram given as cumulative bucket counts."""
@@ -36,17 +44,9 @@ def metrics_text(*, running: int, queued: int, requests: float, ttft_counts: dic
     lines.append(f'sglang:time_to_first_token_seconds_count{{{TOK},is_streaming="false"}} {total}')
     lines.append(f'sglang:time_to_first_token_seconds_sum{{{TOK},is_streaming="false"}} {total * 0.3}')
     if itl_counts:
-        lines.append("# TYPE sglang:inter_token_latency_seconds histogram")
-        for le, count in itl_counts.items():
-            lines.append(f'sglang:inter_token_latency_seconds_bucket{{{TOK},le="{le}"}} {count}')
-        lines.append(f"sglang:inter_token_latency_seconds_count{{{TOK}}} {count}")
-        lines.append(f"sglang:inter_token_latency_seconds_sum{{{TOK}}} 1.0")
+        lines += histogram("sglang:inter_token_latency_seconds", TOK, itl_counts)
     if queue_counts:
-        lines.append("# TYPE sglang:queue_time_seconds histogram")
-        for le, count in queue_counts.items():
-            lines.append(f'sglang:queue_time_seconds_bucket{{{LABELS},le="{le}"}} {count}')
-        lines.append(f"sglang:queue_time_seconds_count{{{LABELS}}} {count}")
-        lines.append(f"sglang:queue_time_seconds_sum{{{LABELS}}} 1.0")
+        lines += histogram("sglang:queue_time_seconds", LABELS, queue_counts)
     return "\n".join(lines) + "\n"
 
 
