@@ -290,7 +290,7 @@ def _route_and_score(k, now, sc, trace, col, router, live, dead, streams_of, ser
         r.region_share = dict(by_region)
         values, probs = model.server_ttft_points(steady)
         cum = probs.cumsum()
-        p50, p90, server_p99 = perf.point_quantiles(values, probs, _QUANTILES)
+        p50, p90, server_p99 = perf.point_quantiles(values, cum, _QUANTILES)
         server_mean = float(values @ probs)
         r.load = fm.ReplicaLoad(
             running_requests=int(round(steady.running)), queued_requests=int(round(steady.queued)),
@@ -340,8 +340,8 @@ def _p99(points: list[tuple[np.ndarray, np.ndarray]] | None) -> float:
         return 0.0
     values = np.concatenate([v for v, _ in points])
     weights = np.concatenate([w for _, w in points])
-    total = float(weights.sum())
-    if total <= 0:
-        return 0.0
     order = np.argsort(values, kind="stable")
-    return perf.point_quantiles(values[order], weights[order] / total, (0.99,))[0]
+    cum = np.cumsum(weights[order])
+    if cum[-1] <= 0:
+        return 0.0
+    return perf.point_quantiles(values[order], cum / cum[-1], (0.99,))[0]

@@ -101,10 +101,10 @@ def capped(factors: Sequence[float], cap: float) -> tuple[float, ...]:
     return tuple(float(x) for x in np.minimum(cap, hi * f))
 
 
-def point_quantiles(values: np.ndarray, probs: np.ndarray, quantiles: Sequence[float]) -> tuple[float, ...]:
-    """Quantiles of a distribution given as points sorted by value and their probabilities: for
-    each quantile, the first point whose cumulative probability reaches it."""
-    cum = np.cumsum(probs)
+def point_quantiles(values: np.ndarray, cum: np.ndarray, quantiles: Sequence[float]) -> tuple[float, ...]:
+    """Quantiles of a distribution given as points sorted by value and their cumulative
+    probabilities (a caller that needs ``cum`` for more computes it once): for each quantile, the
+    first point whose cumulative probability reaches it."""
     idx = np.minimum(np.searchsorted(cum, np.asarray(quantiles, dtype=float)), len(values) - 1)
     return tuple(float(v) for v in values[idx])
 
@@ -233,7 +233,8 @@ class ReplicaModel:
 
     @staticmethod
     def wait_points(s: Steady) -> tuple[np.ndarray, np.ndarray]:
-        """The wait before prefill begins (the engine's queue time) as points and probabilities (ms)."""
+        """The wait before prefill begins (the engine's queue time) as points and probabilities (ms),
+        in ascending order."""
         if s.saturated:
             return s.wait_ms * _SATURATED_WAIT, np.full(4, 0.25)
         base = s.wait_ms - s.wait_rho * s.wait_tail_ms  # the fixed part (half a decode step)
@@ -246,8 +247,7 @@ class ReplicaModel:
         """Quantiles of the queue time (``wait_points``): the first point whose cumulative share
         reaches each quantile."""
         waits, wprob = self.wait_points(s)
-        order = np.argsort(waits, kind="stable")
-        return point_quantiles(waits[order], wprob[order], quantiles)
+        return point_quantiles(waits, np.cumsum(wprob), quantiles)
 
     def server_ttft_points(self, s: Steady) -> tuple[np.ndarray, np.ndarray]:
         """Server-side TTFT (wait + prefill) as points and probabilities, sorted by value (ms)."""
@@ -271,7 +271,7 @@ class ReplicaModel:
 
     def server_ttft_p99_ms(self, s: Steady) -> float:
         values, probs = self.server_ttft_points(s)
-        return point_quantiles(values, probs, (0.99,))[0]
+        return point_quantiles(values, np.cumsum(probs), (0.99,))[0]
 
 
 @functools.lru_cache(maxsize=256)

@@ -139,8 +139,15 @@ class ControlLoop:
         self.fleet.clear()
         self.plan = None
         self.autoscaler = planner.Autoscaler(self.autoscaler.policy)  # a standby shows no stale decisions
+        self._export_decisions({})
+
+    def _export_decisions(self, decisions: Mapping[str, autoscaler.Decision]) -> None:
+        """The autoscaler's gauges hold exactly ``decisions`` (a deployment gone has no series)."""
         self._metrics.desired_replicas.clear()
         self._metrics.slo_breach.clear()
+        for name, decision in decisions.items():
+            self._metrics.desired_replicas.labels(name).set(decision.replicas)
+            self._metrics.slo_breach.labels(name).set(1 if decision.slo_breach else 0)
 
     def wake(self, why: str = "") -> None:
         self._wake.set()
@@ -232,11 +239,7 @@ class ControlLoop:
             return report
         # Replicas a rollout keeps out of traffic serve no demand: the autoscaler does not count them.
         decisions = self.autoscaler.decide(self.specs, snapshot, demand, now, doomed=doomed | unrouted)
-        self._metrics.desired_replicas.clear()
-        self._metrics.slo_breach.clear()
-        for name, decision in decisions.items():
-            self._metrics.desired_replicas.labels(name).set(decision.replicas)
-            self._metrics.slo_breach.labels(name).set(1 if decision.slo_breach else 0)
+        self._export_decisions(decisions)
         open_dirs = self.executor.open_directives()
         draining = {od.directive.action.replica_id for od in open_dirs if isinstance(od.directive.action,
                                                                                       fm.DrainReplica)}

@@ -6,6 +6,10 @@ in thirty runs; ``FakeCluster`` now lets connect() and step() take turns."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
 
 from meridian.fleet import models as fm
 from scheduler import service, testing
@@ -33,9 +37,9 @@ spec:
 """
 
 
-async def test_connect_while_a_task_steps_keeps_the_stream(tmp_path):
-    """Ten times over: a task steps the cluster as fast as it can while connect() says Hello and
-    reports; the stream stays open and unbroken."""
+@contextlib.asynccontextmanager
+async def leading_node(tmp_path) -> AsyncIterator[service.SchedulerService]:
+    """A scheduler on SQLite with SPECS applied, once it leads; stopped on exit."""
     tokens = auth.TokenBook(auth.TokensFile({"c1": auth.digest("c1-token")}, ()), env={})
     node = service.SchedulerService(testing.local_config(f"sqlite://{tmp_path}/s.db", scheduler_id="n"), env={},
                                     tokens=tokens, admin_auth=auth.AdminAuth(auth.digest("admin")))
@@ -44,10 +48,22 @@ async def test_connect_while_a_task_steps_keeps_the_stream(tmp_path):
         client = admin_client.AdminClient(f"http://127.0.0.1:{node.admin_port}", "admin", env={})
         await asyncio.to_thread(client.apply, [{"name": "specs.yaml", "text": SPECS}])
         await testing.wait_for(lambda: node.token > 0, what="leading")
+        yield node
+    finally:
+        await node.stop(grace_s=0.5)
+
+
+def fake_cluster(node: service.SchedulerService) -> testing.FakeCluster:
+    return testing.FakeCluster(testing.FakeAgent([f"127.0.0.1:{node.grpc_port}"], "c1", "c1-token", cloud=fm.Cloud.AWS),
+                               [testing.gpu_pool("l4", nodes=2, nodes_max=2)])
+
+
+async def test_connect_while_a_task_steps_keeps_the_stream(tmp_path):
+    """Ten times over: a task steps the cluster as fast as it can while connect() says Hello and
+    reports; the stream stays open and unbroken."""
+    async with leading_node(tmp_path) as node:
         for _ in range(10):
-            cluster = testing.FakeCluster(testing.FakeAgent([f"127.0.0.1:{node.grpc_port}"], "c1", "c1-token",
-                                                            cloud=fm.Cloud.AWS),
-                                          [testing.gpu_pool("l4", nodes=2, nodes_max=2)])
+            cluster = fake_cluster(node)
             stop = asyncio.Event()
 
             async def steps(cluster=cluster, stop=stop) -> None:
@@ -65,34 +81,19 @@ async def test_connect_while_a_task_steps_keeps_the_stream(tmp_path):
                 stop.set()
                 await stepper
                 await cluster.agent.close()
-    finally:
-        await node.stop(grace_s=0.5)
 
 
 async def test_a_write_after_the_scheduler_ended_the_stream_says_so(tmp_path):
     """The scheduler standing down ends the agents' streams; a step that writes after that raises
     StreamEnded (a RuntimeError the tests' drive loops reconnect on), not asyncio's
     InvalidStateError, which had ended a drive loop for good."""
-    tokens = auth.TokenBook(auth.TokensFile({"c1": auth.digest("c1-token")}, ()), env={})
-    node = service.SchedulerService(testing.local_config(f"sqlite://{tmp_path}/s.db", scheduler_id="n"), env={},
-                                    tokens=tokens, admin_auth=auth.AdminAuth(auth.digest("admin")))
-    await node.start()
-    cluster = testing.FakeCluster(testing.FakeAgent([f"127.0.0.1:{node.grpc_port}"], "c1", "c1-token",
-                                                    cloud=fm.Cloud.AWS),
-                                  [testing.gpu_pool("l4", nodes=2, nodes_max=2)])
-    try:
-        client = admin_client.AdminClient(f"http://127.0.0.1:{node.admin_port}", "admin", env={})
-        await asyncio.to_thread(client.apply, [{"name": "specs.yaml", "text": SPECS}])
-        await testing.wait_for(lambda: node.token > 0, what="leading")
-        await cluster.connect()
-        await node.stop(grace_s=0.5)
-        await testing.wait_for(lambda: not cluster.agent.connected, what="the stream ended")
+    async with leading_node(tmp_path) as node:
+        cluster = fake_cluster(node)
         try:
-            await cluster.step()
-        except testing.StreamEnded as exc:
-            assert "stream ended" in str(exc)
-        else:
-            raise AssertionError("a write on an ended stream went through")
-    finally:
-        await cluster.agent.close()
-        await node.stop(grace_s=0.5)
+            await cluster.connect()
+            await node.stop(grace_s=0.5)
+            await testing.wait_for(lambda: not cluster.agent.connected, what="the stream ended")
+            with pytest.raises(testing.StreamEnded, match="stream ended"):
+                await cluster.step()
+        finally:
+            await cluster.agent.close()
