@@ -66,6 +66,31 @@ def test_search_moves_replicas_from_a_dear_pool_to_a_cheap_one_with_room():
     assert time.perf_counter() < deadline - 30.0  # a local optimum ends the search, not the clock
 
 
+@pytest.mark.parametrize("emptying", [True, False])
+def test_an_expensive_node_filled_by_more_deployments_than_a_step_frees_is_closed(monkeypatch, emptying):
+    """Seven deployments each keep one 1-GPU replica on one 8-GPU node at $100/h, beside 1-GPU nodes
+    at $1/h: moving any of them alone (or two at a time, the step size) costs $1 more and closes
+    nothing; only a step that frees all seven closes the node. The emptying steps do; without them
+    the plan stays where it started."""
+    if not emptying:
+        monkeypatch.setattr(neighbourhood, "EMPTY_SHARE", 0.0)
+    names = [f"d{i}" for i in range(7)]
+    prob = sc.problem([sc.dep(n, regions={"na-east": 1}) for n in names],
+                      [sc.pool("c1", "aws", "us-east-1", "L4", 100.0, gpus_per_node=8, nodes_max=1, pool_id="dear"),
+                       sc.pool("c1", "aws", "us-east-1", "L4", 1.0, nodes_max=10, pool_id="cheap")])
+    settings = solver.SolverSettings(neighbourhood_size=2)
+    c, active = setup(prob, settings)
+    assert len(active) == len(names)
+    start = greedy.Solution({pair_of(c, d, "dear"): 1 for d in active}, {})
+    out = neighbourhood.search(prob, c, settings, start, active, time.perf_counter() + 20.0)
+    if emptying:
+        assert out.solution.counts == {pair_of(c, d, "cheap"): 1 for d in active}
+        assert out.gain_usd == pytest.approx(100.0 - 7.0, abs=0.1)
+    else:
+        assert out.solution.counts == start.counts
+        assert out.improved == 0
+
+
 def test_search_uses_only_the_pairs_it_is_given_besides_those_in_use():
     """With the cheap pool left out of the usable pairs (a restricted large model), the replicas
     stay where they are: a step never places on a pair outside the set."""
