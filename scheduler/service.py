@@ -255,8 +255,8 @@ class SchedulerService:
     async def stop(self, grace_s: float = 2.0) -> bool:
         """Resign the lease (a standby takes over at once), then close everything. Idempotent.
 
-        Each step after the resign (the service's tasks; the gRPC server, ``grace_s`` plus
-        STOP_STEP_S; the admin HTTP server; the store) gets at most STOP_STEP_S. One that overruns
+        Each step (the resign; the service's tasks; the gRPC server, ``grace_s`` plus STOP_STEP_S;
+        the admin HTTP server; the store) gets at most STOP_STEP_S. One that overruns
         or fails is logged by name (``event=stop_overran``, ``event=stop_failed``), counted, and
         left behind, and the other steps still run. Returns False when a step was left behind: a
         task that ignores its cancellation would then hold the process at exit (asyncio waits for
@@ -265,9 +265,12 @@ class SchedulerService:
             return self._stopped_cleanly
         self._stopping = True
         self.loop.stop()
-        clean = True
+        clean = False  # until the resign below returns
         try:
-            await self.elector.resign()
+            # The lease's release waits on the store; one that does not answer (Redis accepting the
+            # connection and never replying) must not hold the shutdown: a standby then takes over
+            # when the lease lapses, as after a crash.
+            clean = await self._bounded(self.elector.resign(), "resign", STOP_STEP_S)
         finally:
             for task in self._tasks:
                 task.cancel()

@@ -8,6 +8,7 @@ import logging
 from aiohttp import web
 
 from scheduler import service
+from tests.unit.scheduler.service_harness import leading
 
 
 async def test_a_step_that_will_not_stop_is_named_and_left_behind(make_service, monkeypatch, caplog):
@@ -83,3 +84,34 @@ async def test_a_step_that_hangs_or_fails_does_not_stop_the_others(make_service,
     finally:
         release.set()
         await real_cleanup(svc._runner)  # the admin port the stand-in kept open
+
+
+async def test_a_store_that_never_answers_the_lease_release_does_not_hold_the_shutdown(make_service, monkeypatch,
+                                                                                     caplog):
+    """A leader whose store accepts the lease's release and never answers (a hung Redis) stops
+    within STOP_STEP_S of it: the resign is logged by name as overrun, the later steps still run
+    (the store is closed) and stop() says it did not stop cleanly."""
+    monkeypatch.setattr(service, "STOP_STEP_S", 0.3)
+    svc = await leading(await make_service())
+    release = asyncio.Event()
+    closed = []
+
+    async def never_answers(holder, token) -> None:
+        await release.wait()
+
+    real_close = svc.store.close
+
+    async def close_seen() -> None:
+        closed.append(True)
+        await real_close()
+
+    monkeypatch.setattr(svc.store, "release_lease", never_answers)
+    monkeypatch.setattr(svc.store, "close", close_seen)
+    try:
+        with caplog.at_level(logging.WARNING, logger="meridian.scheduler.service"):
+            clean = await asyncio.wait_for(svc.stop(grace_s=0.1), timeout=5.0)
+        assert clean is False
+        assert any("event=stop_overran" in r.getMessage() and "'resign'" in r.getMessage() for r in caplog.records)
+        assert closed == [True]
+    finally:
+        release.set()
