@@ -337,9 +337,7 @@ class SchedulerService:
                           "replica_details": _replica_details(c)}
                          for c in sorted(snap.clusters.values(), key=lambda c: c.cluster_id)],
             # The autoscaler's last decision per deployment (the leader's; empty on a standby).
-            "autoscaling": {name: {"replicas": d.replicas, "by_region": dict(d.replicas_by_region),
-                                   "slo_breach": d.slo_breach, "reason": d.reason}
-                            for name, d in sorted(self.loop.autoscaler.decisions.items())},
+            "autoscaling": {name: d.view() for name, d in sorted(self.loop.autoscaler.decisions.items())},
             "plan": None if plan is None else {
                 "status": plan.result.status.value, "at": plan.at_s, "trigger": plan.trigger,
                 "cost_per_hour_usd": round(plan.result.cost_per_hour_usd, 4),

@@ -1,9 +1,10 @@
 """``meridian get [KIND [NAME]]``: list applied specs, or print one (YAML by default). A deployment's
-rollout (strategy, step, replicas of each revision, since when, why it rolled back) and its SLA per
-client region (covered by which replicas, expected and measured TTFT p99, why a region is unmet)
-follow its YAML as comment lines, so the output still applies as is; ``-o json`` prints the whole
-item, rollout and SLA included. ``-o yaml`` prints the documents as applied (re-appliable, with the
-rollout and SLA as comments), ``-o text`` a table of the applied specs."""
+rollout (strategy, step, replicas of each revision, since when, why it rolled back), the leader's
+last autoscaler decision (replicas wanted, split by client region, why) and its SLA per client
+region (covered by which replicas, expected and measured TTFT p99, why a region is unmet) follow its
+YAML as comment lines, so the output still applies as is; ``-o json`` prints the whole item,
+rollout, autoscaling and SLA included. ``-o yaml`` prints the documents as applied (re-appliable,
+with the rollout and SLA as comments), ``-o text`` a table of the applied specs."""
 
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ def run(args: argparse.Namespace) -> int:
             if args.output == "json":
                 output.emit(item, "json", lambda: None)
             else:  # the document (re-appliable), its rollout and SLA as comments
-                comments = [f"# {line}" for line in rollout_lines(item.get("rollout")) + sla_lines(item.get("sla"))]
+                lines = (rollout_lines(item.get("rollout")) + autoscaling_lines(item.get("autoscaling"))
+                         + sla_lines(item.get("sla")))
+                comments = [f"# {line}" for line in lines]
                 print(yaml.safe_dump(item["document"], sort_keys=False) + "\n".join(comments), end="\n" if comments else "")
             return 0
         result = client.list(args.kind)
@@ -85,6 +88,18 @@ def rollout_lines(ro: dict | None) -> list[str]:
     if ro["rolled_back"]:
         lines.append(f"  rolled back ({ro['rollback_reason']}) at {_when(ro['ended_at'])}: {ro['reason']}")
     return lines
+
+
+def autoscaling_lines(a: dict | None) -> list[str]:
+    """The leader's last autoscaler decision (``Decision.view``) in a line or two."""
+    if not a:
+        return []
+    split = ", ".join(f"{region} {n}" for region, n in sorted(a["by_region"].items()) if n)
+    head = f"autoscaler: {a['replicas']} replica{'' if a['replicas'] == 1 else 's'} wanted"
+    head += f" ({split})" if split else ""
+    if a["slo_breach"]:
+        head += ", SLO breached"
+    return [head] + ([f"  why: {a['reason']}"] if a["reason"] else [])
 
 
 def _ms(value: float | None) -> str:

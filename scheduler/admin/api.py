@@ -7,8 +7,9 @@ or unknown token; 403: the role may not, with the reason and what it may do). ``
 
     POST   /v1/apply                 {"files": [{"name": "x.yaml", "text": "..."}], "allow_unmet_sla": false}
     GET    /v1/specs[?kind=KIND]
-    GET    /v1/specs/{kind}/{name}    (a ModelDeployment also carries its "rollout", or null, and its
-                                      "sla" per client region: scheduler.control.sla)
+    GET    /v1/specs/{kind}/{name}    (a ModelDeployment also carries its "rollout", or null, its
+                                      "sla" per client region: scheduler.control.sla, and the
+                                      leader's last "autoscaling" decision, or null)
     DELETE /v1/specs/{kind}/{name}
     POST   /v1/plan                  same body as apply (empty files: plan the stored specs)
     GET    /v1/status
@@ -254,6 +255,9 @@ async def get_spec(request: web.Request) -> web.Response:
     if kind == "ModelDeployment":
         item["rollout"] = await _rollout_view(ctx, name)
         item["sla"] = await _sla_view(ctx, name)
+        # The autoscaler's last decision (the leader's; null on a standby or before its first tick).
+        decision = ctx.loop.autoscaler.decisions.get(name) if ctx.is_leader() else None
+        item["autoscaling"] = decision.view() if decision is not None else None
     return web.json_response(item)
 
 

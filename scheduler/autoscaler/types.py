@@ -130,6 +130,11 @@ class Decision:
     slo_breach: bool = False
     covered_regions: tuple[str, ...] = ()
 
+    def view(self) -> dict:
+        """What operators read (``/v1/status`` "autoscaling", ``meridian get deployment``)."""
+        return {"replicas": self.replicas, "by_region": dict(self.replicas_by_region), "slo_breach": self.slo_breach,
+                "reason": self.reason}
+
     def __post_init__(self) -> None:
         if sum(self.replicas_by_region.values()) != self.replicas:
             raise ValueError(f"replicas_by_region {dict(self.replicas_by_region)} must add up to replicas "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
+import re
 
 import grpc
 import pytest
@@ -332,5 +333,27 @@ async def test_get_deployment_shows_the_sla_per_client_region(make_service, caps
         assert "#   na-east: met: covered by " in out and "(c1, us-east-1, L4, 6.7 ms)" in out
         assert "measured 31 ms; 2 req/s" in out
         assert "#   eu-west: UNMET (ttft): no replica within reach" in out and "always served" in out
+        # The leader's last autoscaler decision, in the item and as comment lines (the loop keeps
+        # ticking between the two calls, so each is checked for what it must say, not compared).
+        decided = (await call(c.get, "deployment", "embed"))["autoscaling"]
+        assert set(decided) == {"replicas", "by_region", "slo_breach", "reason"}
+        assert decided["replicas"] >= 1 and decided["by_region"].get("na-east", 0) >= 1 and decided["reason"]
+        assert sum(decided["by_region"].values()) == decided["replicas"] and decided["slo_breach"] is False
+        assert re.search(r"^# autoscaler: \d+ replicas? wanted \(na-east \d+\)$", out, re.M), out
+        assert re.search(r"^#   why: \S", out, re.M), out
     finally:
         await agent.close()
+
+
+def test_the_autoscaler_lines_say_what_was_wanted_where_and_why():
+    """The decision as meridian get deployment prints it: the count, the regions with replicas, a
+    breached SLO, and the reason; nothing for a deployment without a decision (a standby)."""
+    from meridian.cli import get as get_cmd
+
+    assert get_cmd.autoscaling_lines(None) == []
+    lines = get_cmd.autoscaling_lines({"replicas": 3, "by_region": {"eu-west": 1, "na-east": 2, "ap-south": 0},
+                                       "slo_breach": True, "reason": "SLO: TTFT p99 901 ms > SLA 800 ms"})
+    assert lines == ["autoscaler: 3 replicas wanted (eu-west 1, na-east 2), SLO breached",
+                     "  why: SLO: TTFT p99 901 ms > SLA 800 ms"]
+    assert get_cmd.autoscaling_lines({"replicas": 0, "by_region": {}, "slo_breach": False, "reason": ""}) == [
+        "autoscaler: 0 replicas wanted"]
