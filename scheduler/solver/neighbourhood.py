@@ -208,7 +208,7 @@ def _neighbours(c: cand_mod.Candidates, rng: random.Random, pool: Sequence[int],
     if not free:
         return []
     if rng.random() < EMPTY_SHARE:
-        hood = _emptying(c, rng, pool, by_d, busy)
+        hood = _emptying(c, rng, pool, by_d)
         if hood:
             return hood
     weights = [r if d not in busy else 0.0 for d, r in zip(pool, regret, strict=True)] if regret is not None else []
@@ -224,11 +224,15 @@ def _neighbours(c: cand_mod.Candidates, rng: random.Random, pool: Sequence[int],
 
 
 def _emptying(c: cand_mod.Candidates, rng: random.Random, pool: Sequence[int],
-              by_d: Mapping[int, Mapping[int, int]], busy: set[int]) -> list[int]:
+              by_d: Mapping[int, Mapping[int, int]]) -> list[int]:
     """The deployments of ``pool`` with replicas on one group whose last node the plan pays beyond
     the group's ``nodes_min``, drawn in proportion to that node's price, so the step can move them all
-    and close it; at most ``EMPTY_MAX`` (fewest GPUs there first). [] when no such group has a
-    deployment outside ``busy``."""
+    and close it; at most ``EMPTY_MAX`` (fewest GPUs there first). [] when there is no such group.
+
+    Unlike the other draws it may free deployments a running step also frees: with two steps at
+    once one nearly always runs, and a group with many deployments would then almost never be
+    eligible. That is safe: a step found next to a plan another step has since changed is weighed
+    again against the plan as it is, and kept only if it still fits and gains."""
     members = set(pool)
     packed: dict[int, int] = {}
     on: dict[int, dict[int, int]] = {}  # group -> deployment -> GPUs there
@@ -244,8 +248,7 @@ def _emptying(c: cand_mod.Candidates, rng: random.Random, pool: Sequence[int],
     for g, used in sorted(packed.items()):
         group = c.groups[g]
         nodes = -(-used // max(1, group.offer.gpus_per_node))
-        movable = [d for d in on.get(g, {}) if d not in busy]
-        if nodes > group.nodes_min and movable and len(movable) == len(on.get(g, {})):
+        if nodes > group.nodes_min and on.get(g):
             groups.append(g)
             weights.append(group.offer.price_per_node_hour_usd)
     if not groups or sum(weights) <= 0:

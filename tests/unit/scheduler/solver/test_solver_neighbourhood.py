@@ -78,7 +78,8 @@ def test_an_expensive_node_filled_by_more_deployments_than_a_step_frees_is_close
     prob = sc.problem([sc.dep(n, regions={"na-east": 1}) for n in names],
                       [sc.pool("c1", "aws", "us-east-1", "L4", 100.0, gpus_per_node=8, nodes_max=1, pool_id="dear"),
                        sc.pool("c1", "aws", "us-east-1", "L4", 1.0, nodes_max=10, pool_id="cheap")])
-    settings = solver.SolverSettings(neighbourhood_size=2)
+    # Steps of up to 0.5 s, so a loaded test machine still solves the seven-deployment step.
+    settings = solver.SolverSettings(neighbourhood_size=2, neighbourhood_time_s=0.5)
     c, active = setup(prob, settings)
     assert len(active) == len(names)
     start = greedy.Solution({pair_of(c, d, "dear"): 1 for d in active}, {})
