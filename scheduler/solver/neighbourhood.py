@@ -32,9 +32,9 @@ REGRET_SHARE = 0.5
 # expensive multi-GPU node, once open, is filled with small replicas that each see it as free; only a
 # step that moves all of them together can close it, and a random draw of rivals rarely frees them
 # all (at 200 x 200 five deployments, a 4-GPU replica and four 1-GPU ones, kept a $108.55/h H100
-# node open, while the best known plan closes it; 10-s plans, three search seeds each: 100 x 120
-# +4.3% -> +2.9% above the best known plan, 200 x 200 +8.4% -> +6.1%; shares 0.15-0.5 and sizes
-# 6-20 were the same within the noise).
+# node open, while the best known plan closes it; 10-s plans, mean of three search seeds: 100 x 120
+# +4.3% -> +3.3% above the best known plan, 200 x 200 +8.4% -> +5.1%; shares 0.15-0.5 and sizes
+# 6-20 were the same within the noise; docs/scheduler-decisions.md).
 EMPTY_SHARE = 0.3
 # At most this many deployments in an emptying step (those with the fewest GPUs there first, as
 # they are the cheapest to move; the rest are held).
