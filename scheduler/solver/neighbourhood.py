@@ -203,7 +203,7 @@ def _neighbours(c: cand_mod.Candidates, rng: random.Random, pool: Sequence[int],
     wants, none of them ``busy`` (in a step still running); [] when every deployment is busy.
     ``regret`` (per deployment of ``pool``): half the time the first is drawn in proportion to it.
     An ``EMPTY_SHARE`` of the draws is an emptying step instead (``_emptying``), where there is a
-    node to close."""
+    node to close; that one may include busy deployments."""
     free = [d for d in pool if d not in busy] if busy else pool
     if not free:
         return []
