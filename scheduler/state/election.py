@@ -104,14 +104,18 @@ class LeaderElector:
             await self._clock.sleep(self._renew_s if self._lease is not None else self._poll_s)
 
     async def resign(self) -> None:
-        """Stop and give the lease up at once (clean shutdown), so a standby need not wait for the TTL."""
+        """Stop and give the lease up at once (clean shutdown), so a standby need not wait for the TTL.
+
+        The node stands down first and releases the lease after: nothing is done under a lease
+        about to go, and a release the store never answers (cut short by the caller) leaves the
+        node stood down all the same."""
         self._stopped.set()
         lease = self._lease
         if lease is None:
             return
+        await self._depose(lease, "resigned")
         try:
             await self._store.release_lease(self.holder, lease.token)
         except base.StateError as exc:
             log.warning("event=lease_release_error holder=%s error=%r", self.holder, str(exc))
             self._on_error("lease_release")
-        await self._depose(lease, "resigned")

@@ -89,8 +89,9 @@ async def test_a_step_that_hangs_or_fails_does_not_stop_the_others(make_service,
 async def test_a_store_that_never_answers_the_lease_release_does_not_hold_the_shutdown(make_service, monkeypatch,
                                                                                      caplog):
     """A leader whose store accepts the lease's release and never answers (a hung Redis) stops
-    within STOP_STEP_S of it: the resign is logged by name as overrun, the later steps still run
-    (the store is closed) and stop() says it did not stop cleanly."""
+    within STOP_STEP_S of it: the resign is logged by name as overrun, the node has stood down all
+    the same, the later steps still run (the store is closed) and stop() says it did not stop
+    cleanly."""
     monkeypatch.setattr(service, "STOP_STEP_S", 0.3)
     svc = await leading(await make_service())
     release = asyncio.Event()
@@ -113,5 +114,7 @@ async def test_a_store_that_never_answers_the_lease_release_does_not_hold_the_sh
         assert clean is False
         assert any("event=stop_overran" in r.getMessage() and "'resign'" in r.getMessage() for r in caplog.records)
         assert closed == [True]
+        # It stood down before asking the store: no token, not counted as the leader.
+        assert svc.token == 0 and svc.metrics.is_leader._value.get() == 0
     finally:
         release.set()
