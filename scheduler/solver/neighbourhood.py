@@ -75,6 +75,13 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
     for p, pair in enumerate(c.pairs):
         if pair.d in members:
             pairs_by_g.setdefault(pair.g, []).append(p)
+    # GPUs per group of the deployments held throughout (``fixed``): a node they need cannot close.
+    held_gpus: dict[int, int] = {}
+    for d, entries in (fixed or {}).items():
+        for g, n in entries:
+            offer = c.groups[g].offer
+            held_gpus[g] = held_gpus.get(g, 0) + n * cand_mod.packed_gpus(c.views[d].gpus_for(offer.gpu_type),
+                                                                          offer.gpus_per_node)
     threads = max(1, settings.neighbourhood_threads)
     workers = max(1, settings.num_search_workers // threads)
     steps = improved = stalled = version = 0
@@ -102,8 +109,9 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
         now = greedy.Solution({p: n for d in hood for p, n in by_d.get(d, {}).items()}, {})
         return sub, starts.complete(c, sub, starts.with_flows(c, now, hood))
 
-    # CP-SAT releases the GIL while it searches: ``threads`` steps on disjoint sets of deployments
-    # run at once, each with a share of the workers, while the next model is built.
+    # CP-SAT releases the GIL while it searches: ``threads`` steps run at once (on disjoint sets of
+    # deployments, but for the emptying steps), each with a share of the workers, while the next
+    # model is built.
     with concurrent.futures.ThreadPoolExecutor(max_workers=threads) as executor:
         running: dict[concurrent.futures.Future, _Step] = {}
         while True:
@@ -111,7 +119,7 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
                    and time.perf_counter() < deadline - 0.01):
                 busy = {d for step in running.values() for d in step.hood}
                 hood = _neighbours(c, rng, pool, pairs_by_g, by_d, wanted_groups, settings.neighbourhood_size, busy,
-                                   regret)
+                                   regret, held_gpus)
                 limit = min(settings.neighbourhood_time_s, deadline - time.perf_counter())
                 if not hood or limit < 0.05:  # solve_sat runs at least 0.05 s: stop, not overrun
                     break
@@ -198,17 +206,18 @@ def _value(sub: formulation.Built, values: Mapping[int, int]) -> float:
 
 def _neighbours(c: cand_mod.Candidates, rng: random.Random, pool: Sequence[int], pairs_by_g: Mapping[int, list[int]],
                 by_d: Mapping[int, Mapping[int, int]], wanted_groups: Mapping[int, set[int]], size: int,
-                busy: set[int], regret: Sequence[float] | None = None) -> list[int]:
-    """One deployment at random and up to ``size - 1`` others that use or want a group it uses or
-    wants, none of them ``busy`` (in a step still running); [] when every deployment is busy.
-    ``regret`` (per deployment of ``pool``): half the time the first is drawn in proportion to it.
-    An ``EMPTY_SHARE`` of the draws is an emptying step instead (``_emptying``), where there is a
-    node to close; that one may include busy deployments."""
+                busy: set[int], regret: Sequence[float] | None = None,
+                held_gpus: Mapping[int, int] | None = None) -> list[int]:
+    """The deployments of the next step; [] when every deployment is ``busy`` (in a step still
+    running). An ``EMPTY_SHARE`` of the draws is an emptying step (``_emptying``; it may include
+    busy deployments) where there is a node to close; otherwise one deployment at random and up to
+    ``size - 1`` others that use or want a group it uses or wants, none of them busy. ``regret``
+    (per deployment of ``pool``): half the time the first is drawn in proportion to it."""
     free = [d for d in pool if d not in busy] if busy else pool
     if not free:
         return []
     if rng.random() < EMPTY_SHARE:
-        hood = _emptying(c, rng, pool, by_d)
+        hood = _emptying(c, rng, pool, by_d, held_gpus or {})
         if hood:
             return hood
     weights = [r if d not in busy else 0.0 for d, r in zip(pool, regret, strict=True)] if regret is not None else []
@@ -224,17 +233,21 @@ def _neighbours(c: cand_mod.Candidates, rng: random.Random, pool: Sequence[int],
 
 
 def _emptying(c: cand_mod.Candidates, rng: random.Random, pool: Sequence[int],
-              by_d: Mapping[int, Mapping[int, int]]) -> list[int]:
-    """The deployments of ``pool`` with replicas on one group whose last node the plan pays beyond
-    the group's ``nodes_min``, drawn in proportion to that node's price, so the step can move them all
-    and close it; at most ``EMPTY_MAX`` (fewest GPUs there first). [] when there is no such group.
+              by_d: Mapping[int, Mapping[int, int]], held_gpus: Mapping[int, int]) -> list[int]:
+    """The deployments of ``pool`` with replicas on one group whose last node they alone keep open
+    (beyond the group's ``nodes_min`` and what ``held_gpus``, the deployments held throughout,
+    need there), drawn in proportion to that node's price, so the step can move them all and close
+    it; at most ``EMPTY_MAX`` (fewest GPUs there first). [] when there is no such group.
 
     Unlike the other draws it may free deployments a running step also frees: with two steps at
     once one nearly always runs, and a group with many deployments would then almost never be
     eligible. That is safe: a step found next to a plan another step has since changed is weighed
-    again against the plan as it is, and kept only if it still fits and gains."""
+    again against the plan as it is, and kept only if it still fits and gains. Even a group whose
+    deployments are all in running steps is drawn (often the same emptying step again, with
+    another seed): leaving those out measured worse at 200 x 200, +7.6% against +5.9% above the
+    best known plan over six search seeds."""
     members = set(pool)
-    packed: dict[int, int] = {}
+    packed: dict[int, int] = dict(held_gpus)
     on: dict[int, dict[int, int]] = {}  # group -> deployment -> GPUs there
     for d, mine in by_d.items():
         for p, n in mine.items():
@@ -244,15 +257,17 @@ def _emptying(c: cand_mod.Candidates, rng: random.Random, pool: Sequence[int],
                 if d in members:
                     there = on.setdefault(pair.g, {})
                     there[d] = there.get(d, 0) + n * pair.gpus_packed
-    groups, weights = [], []
-    for g, used in sorted(packed.items()):
+    groups, weights, hoods = [], [], []
+    for g, there in sorted(on.items()):
         group = c.groups[g]
-        nodes = -(-used // max(1, group.offer.gpus_per_node))
-        if nodes > group.nodes_min and on.get(g):
-            groups.append(g)
-            weights.append(group.offer.price_per_node_hour_usd)
+        per_node = max(1, group.offer.gpus_per_node)
+        nodes = -(-packed[g] // per_node)
+        if nodes <= max(group.nodes_min, -(-held_gpus.get(g, 0) // per_node)):
+            continue
+        hood = sorted(sorted(there, key=lambda d: (there[d], d))[:EMPTY_MAX])
+        groups.append(g)
+        weights.append(group.offer.price_per_node_hour_usd)
+        hoods.append(hood)
     if not groups or sum(weights) <= 0:
         return []
-    g = rng.choices(groups, weights=weights)[0]
-    there = on[g]
-    return sorted(sorted(there, key=lambda d: (there[d], d))[:EMPTY_MAX])
+    return hoods[rng.choices(range(len(groups)), weights=weights)[0]]

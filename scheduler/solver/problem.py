@@ -371,8 +371,8 @@ class SolverSettings(pydantic.BaseModel):
     neighbourhood_time_s: float = pydantic.Field(
         default=0.1, gt=0, le=10, description="CP-SAT time limit of one neighbourhood step, seconds.")
     neighbourhood_threads: int = pydantic.Field(
-        default=2, ge=1, le=64, description="Neighbourhood steps run at once (on disjoint deployments), each with "
-                                            "num_search_workers / threads CP-SAT workers.")
+        default=2, ge=1, le=64, description="Neighbourhood steps run at once (on disjoint deployments, but for the "
+                                            "emptying steps), each with num_search_workers / threads CP-SAT workers.")
     backend: str = pydantic.Field(
         default="portfolio", pattern=r"^[a-z][a-z0-9_-]*$",
         description="Search backend by registry name (scheduler.solver.backends): search (CP-SAT, or the "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 
 import hypothesis
@@ -90,6 +91,27 @@ def test_an_expensive_node_filled_by_more_deployments_than_a_step_frees_is_close
     else:
         assert out.solution.counts == start.counts
         assert out.improved == 0
+
+
+def test_an_emptying_step_is_drawn_only_where_freeing_its_deployments_can_close_a_node():
+    """Three deployments with one 1-GPU replica each on an 8-GPU node: an emptying step frees all
+    three. Not where the node is within the pool's nodes_min (paid anyway), nor where replicas
+    held by an incremental re-solve need that node."""
+
+    def draw(nodes_min: int, held: int) -> list[int]:
+        prob = sc.problem([sc.dep(f"d{i}", regions={"na-east": 1}) for i in range(3)],
+                          [sc.pool("c1", "aws", "us-east-1", "L4", 100.0, gpus_per_node=8, nodes_max=2,
+                                   nodes_min=nodes_min, pool_id="dear"),
+                           sc.pool("c1", "aws", "us-east-1", "L4", 1.0, nodes_max=10, pool_id="cheap")])
+        c, active = setup(prob, solver.SolverSettings())
+        by_d = {d: {pair_of(c, d, "dear"): 1} for d in active}
+        group = c.pairs[pair_of(c, 0, "dear")].g
+        return neighbourhood._emptying(c, random.Random(1), active, by_d, {group: held} if held else {})
+
+    assert draw(nodes_min=0, held=0) == [0, 1, 2]
+    assert draw(nodes_min=1, held=0) == []
+    assert draw(nodes_min=0, held=5) == []  # 8 GPUs: the held 5 keep the one node
+    assert draw(nodes_min=0, held=6) == [0, 1, 2]  # 9 GPUs, 2 nodes: the three keep the second
 
 
 def test_search_uses_only_the_pairs_it_is_given_besides_those_in_use():
