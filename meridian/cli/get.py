@@ -4,7 +4,7 @@ last autoscaler decision (replicas wanted, split by client region, why) and its 
 region (covered by which replicas, expected and measured TTFT p99, why a region is unmet) follow its
 YAML as comment lines, so the output still applies as is; ``-o json`` prints the whole item,
 rollout, autoscaling and SLA included. ``-o yaml`` prints the documents as applied (re-appliable,
-with the rollout and SLA as comments), ``-o text`` a table of the applied specs."""
+a named one with the same comment lines), ``-o text`` a table of the applied specs."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
             item = client.get(args.kind, args.name)
             if args.output == "json":
                 output.emit(item, "json", lambda: None)
-            else:  # the document (re-appliable), its rollout and SLA as comments
+            else:  # the document (re-appliable), its rollout, autoscaling and SLA as comments
                 lines = (rollout_lines(item.get("rollout")) + autoscaling_lines(item.get("autoscaling"))
                          + sla_lines(item.get("sla")))
                 comments = [f"# {line}" for line in lines]
