@@ -120,6 +120,16 @@ def protect_keep(c: cand_mod.Candidates, d: int, current: Mapping[tuple[int, int
     return min(keep, total)
 
 
+def held_packed(c: cand_mod.Candidates, fixed: Mapping[int, list[tuple[int, int]]]) -> dict[int, int]:
+    """Group -> node GPUs the ``fixed`` replicas (deployment -> [(group, replicas)]) take there."""
+    out: dict[int, int] = {}
+    for d, entries in fixed.items():
+        for g, n in entries:
+            offer = c.groups[g].offer
+            out[g] = out.get(g, 0) + n * cand_mod.packed_gpus(c.views[d].gpus_for(offer.gpu_type), offer.gpus_per_node)
+    return out
+
+
 def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: problem.SolverSettings,
           current: Mapping[tuple[int, int], int] | None, fixed: Mapping[int, list[tuple[int, int]]],
           active: list[int], subset: set[int] | None = None, lp_cuts: bool = True,
@@ -137,6 +147,7 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
     m = linear.LinearModel()
     groups, arcs, pairs, views = c.groups, c.arcs, c.pairs, c.views
     b = Built(m, {}, {}, {}, {}, {}, {}, {}, {}, {}, active, {})
+    b.fixed_packed.update(held_packed(c, fixed))
     fixed_team_gpus: dict[tuple[str, str], int] = {}  # (team, gpu type or "") -> GPUs
     fixed_team_cents: dict[str, float] = {}
     for d, entries in fixed.items():
@@ -144,7 +155,6 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
         for g, n in entries:
             gt = groups[g].offer.gpu_type
             gpus = views[d].gpus_for(gt)
-            b.fixed_packed[g] = b.fixed_packed.get(g, 0) + n * cand_mod.packed_gpus(gpus, groups[g].offer.gpus_per_node)
             for key in ((team, ""), (team, gt)):
                 fixed_team_gpus[key] = fixed_team_gpus.get(key, 0) + n * gpus
             fixed_team_cents[team] = fixed_team_cents.get(team, 0.0) + n * gpus * groups[g].offer.price_per_gpu_hour_usd * CENTS

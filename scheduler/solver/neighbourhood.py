@@ -76,12 +76,7 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
         if pair.d in members:
             pairs_by_g.setdefault(pair.g, []).append(p)
     # GPUs per group of the deployments held throughout (``fixed``): a node they need cannot close.
-    held_gpus: dict[int, int] = {}
-    for d, entries in (fixed or {}).items():
-        for g, n in entries:
-            offer = c.groups[g].offer
-            held_gpus[g] = held_gpus.get(g, 0) + n * cand_mod.packed_gpus(c.views[d].gpus_for(offer.gpu_type),
-                                                                          offer.gpus_per_node)
+    held_gpus = formulation.held_packed(c, fixed or {})
     threads = max(1, settings.neighbourhood_threads)
     workers = max(1, settings.num_search_workers // threads)
     steps = improved = stalled = version = 0
@@ -257,17 +252,14 @@ def _emptying(c: cand_mod.Candidates, rng: random.Random, pool: Sequence[int],
                 if d in members:
                     there = on.setdefault(pair.g, {})
                     there[d] = there.get(d, 0) + n * pair.gpus_packed
-    groups, weights, hoods = [], [], []
-    for g, there in sorted(on.items()):
+    groups, weights = [], []
+    for g in sorted(on):
         group = c.groups[g]
         per_node = max(1, group.offer.gpus_per_node)
-        nodes = -(-packed[g] // per_node)
-        if nodes <= max(group.nodes_min, -(-held_gpus.get(g, 0) // per_node)):
-            continue
-        hood = sorted(sorted(there, key=lambda d: (there[d], d))[:EMPTY_MAX])
-        groups.append(g)
-        weights.append(group.offer.price_per_node_hour_usd)
-        hoods.append(hood)
+        if -(-packed[g] // per_node) > max(group.nodes_min, -(-held_gpus.get(g, 0) // per_node)):
+            groups.append(g)
+            weights.append(group.offer.price_per_node_hour_usd)
     if not groups or sum(weights) <= 0:
         return []
-    return hoods[rng.choices(range(len(groups)), weights=weights)[0]]
+    there = on[rng.choices(groups, weights=weights)[0]]
+    return sorted(sorted(there, key=lambda d: (there[d], d))[:EMPTY_MAX])
