@@ -1,4 +1,4 @@
-"""Wiring: one router instance as an aiohttp application, with its background tasks.
+"""Wiring: one router instance (its listener, its endpoints, its background tasks).
 
 ``Router`` owns everything one instance needs (routing state, the hot-path proxy, health checks,
 the route watcher, the traffic reporter, metrics, the ClientSession, the Redis client) and their
@@ -14,13 +14,14 @@ import time
 
 import aiohttp
 import orjson
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from meridian import redisconn, retrybudget
 from router import auth, config as config_mod, errors, health, listener, metrics, ratelimit, routes_file
 from router import store, table, tls, traffic, upstream, validation, watch
+from router.listener import Request
 from router.proxy import Proxy
+from router.responses import Response, StreamResponse
 
 log = logging.getLogger("meridian.router")
 
@@ -56,11 +57,11 @@ class Router:
         self.checker: health.ActiveChecker | None = None
         self.reporter: traffic.TrafficReporter | None = None
         self._tasks: list[asyncio.Task] = []
-        self._runner: web.AppRunner | None = None
-        self._listener: asyncio.AbstractServer | None = None
-        self._metrics_runner: web.AppRunner | None = None
+        self._listener: listener.Listener | None = None
+        self._metrics_listener: listener.Listener | None = None
         self.port = 0
-        self.app = self._build_app()
+        # Exact paths -> {method: handler}; /v1/models/<name> is matched apart.
+        self._routes = self._build_routes()
 
     # ------------------------------------------------------------ construction
 
@@ -73,22 +74,42 @@ class Router:
     def _count_error(self, component: str) -> None:
         self.metrics.background_errors[component] += 1
 
-    def _build_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes)
-        for path, kind in validation.PATHS.items():
-            app.router.add_post(path, self._inference(kind))
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/v1/models/{model}", self._model)
-        app.router.add_get("/health", self._health)
-        app.router.add_get("/ready", self._ready)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/router/status", self._status)
-        return app
+    def _build_routes(self) -> dict:
+        routes: dict = {path: {"POST": self._inference(kind)} for path, kind in validation.PATHS.items()}
+        for path, handler in (("/v1/models", self._models), ("/health", self._health), ("/ready", self._ready),
+                              ("/metrics", self._metrics), ("/router/status", self._status)):
+            routes[path] = {"GET": handler, "HEAD": handler}
+        return routes
 
     def _inference(self, kind: validation.Kind):
-        async def handle(request: web.Request) -> web.StreamResponse:
+        async def handle(request: Request) -> Response | StreamResponse:
             return await self.proxy.serve(request, kind)  # type: ignore[union-attr]
         return handle
+
+    async def _dispatch(self, request: Request) -> Response | StreamResponse:
+        methods = self._routes.get(request.path)
+        if methods is None and request.path.startswith("/v1/models/") and len(request.path) > 11:
+            request.match_info["model"] = request.path[11:]
+            methods = {"GET": self._model, "HEAD": self._model}
+        if methods is None:
+            self.metrics.rejected[("", "not_found")] += 1
+            return errors.ApiError(404, f"No such path {request.path[:200]!r}; the router serves "
+                                        f"{', '.join(sorted(self._routes))} and /v1/models/<model>",
+                                   code="not_found").response()
+        handler = methods.get(request.method)
+        if handler is None:
+            self.metrics.rejected[("", "method_not_allowed")] += 1
+            allowed = ", ".join(sorted(methods))
+            resp = errors.ApiError(405, f"{request.path} takes {allowed}, not {request.method[:20]}",
+                                   code="method_not_allowed").response()
+            resp.headers.append(("Allow", allowed))
+            return resp
+        return await handler(request)
+
+    async def _dispatch_metrics(self, request: Request) -> Response:
+        if request.path == "/metrics":
+            return await self._metrics(request)
+        return errors.ApiError(404, "This port serves /metrics only", code="not_found").response()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -152,29 +173,36 @@ class Router:
     async def start(self) -> int:
         """Set up and listen; returns the bound port (useful with listen_port 0)."""
         await self._setup()
-        self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
         cfg = self.config
         ssl_context = self.server_tls.context if self.server_tls is not None else None
+        limits = listener.HeadLimits(cfg.max_header_line_bytes, cfg.max_headers)
         self._listener = await listener.listen(
-            self._runner, cfg.listen_host, cfg.listen_port, ssl_context=ssl_context, reuse_port=cfg.workers > 1,
-            limits=listener.HeadLimits(cfg.max_header_line_bytes, cfg.max_headers), on_bad_request=self._bad_request)
+            self._dispatch, cfg.listen_host, cfg.listen_port, ssl_context=ssl_context, reuse_port=cfg.workers > 1,
+            limits=limits, max_body_bytes=cfg.max_body_bytes, on_bad_request=self._bad_request,
+            keepalive_timeout_s=cfg.client_keepalive_timeout_s)
         sockets = self._listener.sockets
         self.port = sockets[0].getsockname()[1] if sockets else cfg.listen_port
         log.info("event=router_listening router_id=%s host=%s port=%d tls=%s region=%s policy=%s models=%d",
                  self.router_id, cfg.listen_host, self.port, "on" if ssl_context else "off", cfg.region or "-",
                  cfg.policy, len(self.state.models))
         if cfg.metrics_port:
-            metrics_app = web.Application()
-            metrics_app.router.add_get("/metrics", self._metrics)
-            self._metrics_runner = web.AppRunner(metrics_app, access_log=None)
-            await self._metrics_runner.setup()
-            await web.TCPSite(self._metrics_runner, cfg.listen_host, cfg.metrics_port, ssl_context=ssl_context).start()
+            self._metrics_listener = await listener.listen(
+                self._dispatch_metrics, cfg.listen_host, cfg.metrics_port, ssl_context=ssl_context, limits=limits,
+                max_body_bytes=cfg.max_body_bytes, on_bad_request=self._bad_request,
+                keepalive_timeout_s=cfg.client_keepalive_timeout_s)
             log.info("event=router_metrics_listening router_id=%s host=%s port=%d", self.router_id, cfg.listen_host,
                      cfg.metrics_port)
         return self.port
 
     async def stop(self) -> None:
+        # First the listener: no new connections; the requests being served finish (shutdown_timeout_s)
+        # while routes, health checks and deadlines still run.
+        if self._listener is not None:
+            await self._listener.shutdown(self.config.shutdown_timeout_s)
+            self._listener = None
+        if self._metrics_listener is not None:
+            await self._metrics_listener.shutdown(0)
+            self._metrics_listener = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -187,15 +215,6 @@ class Router:
         self._tasks.clear()
         if self.proxy is not None:
             await self.proxy.stop()
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        if self._metrics_runner is not None:
-            await self._metrics_runner.cleanup()
-            self._metrics_runner = None
         self.state.close()
         if self.session is not None:
             await self.session.close()
@@ -204,7 +223,7 @@ class Router:
 
     # ------------------------------------------------------------ small endpoints
 
-    async def _authorize(self, request: web.Request) -> web.Response | None:
+    async def _authorize(self, request: Request) -> Response | None:
         if self.proxy is None or self.proxy.keys is None:
             return None
         try:
@@ -219,14 +238,14 @@ class Router:
                 "root": entry.deployment, "parent": None,
                 "max_model_len": entry.context_length or None}
 
-    async def _models(self, request: web.Request) -> web.Response:
+    async def _models(self, request: Request) -> Response:
         denied = await self._authorize(request)
         if denied is not None:
             return denied
         data = [self._model_card(e) for _, e in sorted(self.state.models.items())]
-        return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
+        return Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
 
-    async def _model(self, request: web.Request) -> web.Response:
+    async def _model(self, request: Request) -> Response:
         denied = await self._authorize(request)
         if denied is not None:
             return denied
@@ -234,22 +253,22 @@ class Router:
         entry = self.state.models.get(name)
         if entry is None:
             return errors.model_not_found(name, self.state.model_names).response()
-        return web.Response(body=orjson.dumps(self._model_card(entry)), content_type="application/json")
+        return Response(body=orjson.dumps(self._model_card(entry)), content_type="application/json")
 
-    async def _health(self, request: web.Request) -> web.Response:
-        return web.Response(body=orjson.dumps({"status": "ok", "table_version": self.state.version}),
+    async def _health(self, request: Request) -> Response:
+        return Response(body=orjson.dumps({"status": "ok", "table_version": self.state.version}),
                             content_type="application/json")
 
-    async def _ready(self, request: web.Request) -> web.Response:
+    async def _ready(self, request: Request) -> Response:
         ready = self.state.table is not None
         body = {"ready": ready, "table_version": self.state.version, "source": self.state.source}
-        return web.Response(status=200 if ready else 503, body=orjson.dumps(body), content_type="application/json")
+        return Response(status=200 if ready else 503, body=orjson.dumps(body), content_type="application/json")
 
-    async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.metrics.registry),
+    async def _metrics(self, request: Request) -> Response:
+        return Response(body=generate_latest(self.metrics.registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def _status(self, request: web.Request) -> web.Response:
+    async def _status(self, request: Request) -> Response:
         denied = await self._authorize(request)
         if denied is not None:
             return denied
@@ -268,4 +287,4 @@ class Router:
             })
         body = {"router_id": self.router_id, "region": self.config.region, "table_version": self.state.version,
                 "source": self.state.source, "retry_budget": round(self.budget.balance, 2), "models": models}
-        return web.Response(body=orjson.dumps(body), content_type="application/json")
+        return Response(body=orjson.dumps(body), content_type="application/json")

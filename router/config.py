@@ -147,6 +147,13 @@ class RouterConfig(_Frozen):
         default=8190, ge=1024, le=65536, description="Longest request line or header line; beyond: 431.")
     max_headers: int = pydantic.Field(default=100, ge=8, le=1000, description="Most headers in a request; beyond: 431.")
     request_timeout_s: float = pydantic.Field(default=600.0, gt=0, le=86_400)
+    client_keepalive_timeout_s: float = pydantic.Field(
+        default=75.0, gt=0, le=3600, description="A client connection idle this long (no request being served) "
+                                                 "is closed.")
+    shutdown_timeout_s: float = pydantic.Field(
+        default=50.0, ge=0, le=3600, description="On stop, how long requests being served (streams included) may "
+                                                 "take to finish before their connections are cut; under the "
+                                                 "pod's terminationGracePeriodSeconds (60).")
     connect_timeout_s: float = pydantic.Field(default=3.0, gt=0, le=300)
     upstream_idle_timeout_s: float = pydantic.Field(default=4.0, gt=0, le=3600)
     upstream_api_key_file: str = pydantic.Field(

@@ -7,7 +7,8 @@ in one place."""
 from __future__ import annotations
 
 import orjson
-from aiohttp import web
+
+from router.responses import Response
 
 
 class ApiError(Exception):
@@ -27,14 +28,14 @@ class ApiError(Exception):
         return orjson.dumps({"error": {"message": self.message, "type": self.type, "param": self.param,
                                        "code": self.code}})
 
-    def response(self, request_id: str = "") -> web.Response:
+    def response(self, request_id: str = "") -> Response:
         headers = {"Content-Type": "application/json"}
         if request_id:
             headers["X-Request-Id"] = request_id
         if self.retry_after_s is not None:
             # Retry-After is whole seconds (RFC 9110); never 0, which clients read as "now".
             headers["Retry-After"] = str(max(1, int(self.retry_after_s + 0.999)))
-        return web.Response(status=self.status, body=self.body(), headers=headers)
+        return Response(status=self.status, body=self.body(), headers=headers)
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:

@@ -1,38 +1,58 @@
-"""The router's client listener: aiohttp's HTTP protocol on a socket the router opens itself, with
-limits on request heads, JSON answers to malformed requests, and optional TLS (``router.tls``:
-the certificate is reloaded from its files when they change, open connections keep theirs).
+"""The router's client listener: an HTTP/1.1 server protocol on ``httptools`` (llhttp), with limits
+on request heads and bodies, JSON answers to malformed requests, and optional TLS (``router.tls``).
 
-Why not ``web.TCPSite``: aiohttp answers a request it cannot parse (a header line over the limit,
-too many headers, HTTPS sent to an HTTP port) with a text/plain 400 and logs it at ERROR with a
-traceback; a client can cause both at will. Here such a request gets the router's OpenAI-shaped
-JSON error (431 for a head over the limits, 400 otherwise), is counted, and is logged at debug.
+Why its own protocol and not aiohttp's server: a request through aiohttp's server (building a
+``web.Request``, dispatching it, preparing a ``web.Response``) measured 57 us of CPU against 12 us
+for the same request answered by a protocol on httptools (one process, wrk, this machine), and
+that difference was most of the router's cost per short request (docs/router.md, "CPU time per
+request"). What this module does, per connection:
 
-Head limits hold while the head is parsed (aiohttp's parser): a request line or header line of at
-most ``max_header_line_bytes`` and at most ``max_headers`` headers, so one connection's head holds
-at most about their product in memory. The body limit (``max_body_bytes``) is the proxy's (413).
+- parses requests as bytes arrive; a request is handed to the handler once its body is complete
+  (the router relays whole bodies); requests a client pipelines wait their turn, and reading
+  pauses while more than a few wait;
+- runs each request's handler as a task; the client closing the connection cancels it (how the
+  proxy learns to close the replica's connection, which is how SGLang learns to abort);
+- keeps connections alive per HTTP/1.1 (``Connection: close`` and HTTP/1.0 end them) and closes
+  one idle for ``keepalive_timeout_s``; answers ``Expect: 100-continue``; ``HEAD`` gets the head.
+
+Limits, each answered with the router's OpenAI-shaped JSON error, counted (``on_bad_request``),
+logged at debug and followed by closing the connection: a request line or header line over
+``max_header_line_bytes`` or more than ``max_headers`` headers (431; a head is never buffered beyond
+about their product), a body over ``max_body_bytes`` whether declared or chunked (413, refused as
+soon as it is known, never buffered beyond the limit), bytes that are not HTTP (400; TLS sent to a
+plaintext port is named as such).
 
 TLS: the listening socket's context has an SNI callback that hands each new connection the
 current context, so a rotated certificate is served to new connections at once while open ones
-keep theirs (nothing is dropped). The files are checked for a change (size, mtime, inode) every
-``reload_interval_s``; a pair that does not load (a half-written rotation) keeps the old one
-serving, logged and counted, and is tried again next time."""
+keep theirs (``router.tls``)."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import socket
 import ssl
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 
-from aiohttp import http_exceptions, web, web_protocol
+import httptools
+from multidict import CIMultiDict
 
 from router import errors
+from router.responses import Response, StreamResponse
 
 log = logging.getLogger("meridian.router.listener")
 
-__all__ = ["HeadLimits", "listen"]
+__all__ = ["HeadLimits", "Listener", "Request", "listen"]
+
+# Requests a client may pipeline before the listener stops reading its connection.
+_MAX_QUEUED = 8
+_SWEEP_S = 1.0
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+Handler = Callable[["Request"], Awaitable["Response | StreamResponse"]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,56 +61,372 @@ class HeadLimits:
     max_headers: int = 100
 
 
-def _bad_head(exc: http_exceptions.HttpProcessingError, limits: HeadLimits) -> errors.ApiError:
-    if isinstance(exc, http_exceptions.LineTooLong):
-        return errors.ApiError(431, f"A request line or header line is longer than {limits.max_header_line_bytes} "
-                                    f"bytes; send shorter headers", code="request_header_fields_too_large")
-    if "Too many headers" in str(exc.message):
-        return errors.ApiError(431, f"The request has more than {limits.max_headers} headers; send fewer",
-                               code="request_header_fields_too_large")
-    detail = exc.message if isinstance(exc.message, str) and len(exc.message) < 200 else type(exc).__name__
+class Request:
+    """One complete request, as the handler sees it."""
+
+    __slots__ = ("body", "connection", "headers", "keep_alive", "match_info", "method", "path", "raw_path",
+                 "version")
+
+    def __init__(self, method: str, raw_path: str, headers: CIMultiDict, body: bytes, version: str,
+                 keep_alive: bool, connection: _Connection):
+        self.method = method
+        self.raw_path = raw_path
+        self.path = raw_path.split("?", 1)[0]
+        self.headers = headers
+        self.body = body
+        self.version = version
+        self.keep_alive = keep_alive
+        self.connection = connection
+        self.match_info: dict[str, str] = {}
+
+
+
+class _Refused(Exception):
+    """Raised from a parser callback: the request breaks a limit; answer ``error`` and close."""
+
+    def __init__(self, error: errors.ApiError):
+        super().__init__(error.message)
+        self.error = error
+
+
+def _line_too_long(limits: HeadLimits) -> errors.ApiError:
+    return errors.ApiError(431, f"A request line or header line is longer than {limits.max_header_line_bytes} "
+                                f"bytes; send shorter headers", code="request_header_fields_too_large")
+
+
+def _malformed(exc: Exception, first: bytes) -> errors.ApiError:
+    if first[:1] == b"\x16":
+        detail = ("the bytes look like a TLS handshake: HTTPS sent to a plaintext port; use http:// here, "
+                  "or serve TLS (tls_cert_file, tls_key_file)")
+    else:
+        detail = str(exc)[:200] or type(exc).__name__
     return errors.ApiError(400, f"Malformed HTTP request: {detail}", code="bad_http_request")
 
 
-class _Protocol(web_protocol.RequestHandler):
-    """aiohttp's request handler; malformed requests get a JSON error instead of a logged traceback."""
+class _Connection(asyncio.Protocol):
+    """One client connection (see the module's docstring)."""
 
-    __slots__ = ("_limits", "_on_bad_request")
+    def __init__(self, listener: Listener):
+        self._listener = listener
+        self._limits = listener.limits
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self.peer = ""
+        self._queue: collections.deque = collections.deque()
+        self._task: asyncio.Task | None = None
+        self._closed = False
+        self._refused = False
+        self._reading_paused = False
+        self._write_paused = False
+        self._drain: asyncio.Future | None = None
+        self.streaming: StreamResponse | None = None
+        self.idle_since = time.monotonic()
+        self._first = b""
+        self._head_bytes = 0
+        self._new_message()
 
-    def __init__(self, manager: web.Server, *, on_bad_request: Callable[[int, str], None], limits: HeadLimits,
-                 **kwargs):
-        super().__init__(manager, max_line_size=limits.max_header_line_bytes,
-                         max_field_size=limits.max_header_line_bytes, max_headers=limits.max_headers, **kwargs)
-        self._on_bad_request = on_bad_request
-        self._limits = limits
+    def _new_message(self) -> None:
+        self._url = b""
+        self._headers: list[tuple[str, str]] = []
+        self._body: list[bytes] = []
+        self._body_bytes = 0
+        self._in_head = False
 
-    def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
-                     message: str | None = None) -> web.StreamResponse:
-        if status != 400 or not isinstance(exc, http_exceptions.HttpProcessingError):
-            return super().handle_error(request, status, exc, message)  # a bug of ours: logged with traceback
-        err = _bad_head(exc, self._limits)
-        self._on_bad_request(err.status, err.code or "")
-        log.debug("event=bad_http_request status=%d code=%s remote=%s detail=%s", err.status, err.code,
-                  request.remote, exc.message)
-        resp = err.response()
-        resp.force_close()
-        return resp
+    # ------------------------------------------------------------ transport events
+
+    def connection_made(self, transport) -> None:
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = peer[0] if isinstance(peer, tuple) else ""
+        self._listener.connections.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self._closed = True
+        self._listener.connections.discard(self)
+        if self._task is not None:
+            self._task.cancel()
+        self._queue.clear()
+        drain = self._drain
+        if drain is not None and not drain.done():
+            drain.set_exception(ConnectionResetError("the client closed the connection"))
+        self._drain = None
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        drain = self._drain
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+        self._drain = None
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if not self._first:
+            self._first = data[:1]
+        if self._in_head or not self._url:
+            self._head_bytes += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # The request before the upgrade was delivered; the protocol it asks for is not served.
+            self._stop_reading()
+            if self._queue:
+                self._queue[-1].keep_alive = False
+            return
+        except httptools.HttpParserCallbackError as exc:
+            refused = exc.__context__
+            if isinstance(refused, _Refused):
+                self._refuse(refused.error)
+                return
+            raise
+        except httptools.HttpParserError as exc:
+            self._refuse(_malformed(exc, self._first))
+            return
+        if self._in_head and self._head_bytes > self._head_cap():
+            self._refuse(errors.ApiError(
+                431, f"The request head exceeds {self._head_cap()} bytes; send shorter headers",
+                code="request_header_fields_too_large"))
+
+    def _head_cap(self) -> int:
+        limits = self._limits
+        return limits.max_header_line_bytes * (limits.max_headers + 2)
+
+    # ------------------------------------------------------------ parser callbacks
+
+    def on_message_begin(self) -> None:
+        self._new_message()
+        self._in_head = True
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        if len(self._url) > self._limits.max_header_line_bytes:
+            raise _Refused(_line_too_long(self._limits))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        limits = self._limits
+        if len(name) + len(value) + 2 > limits.max_header_line_bytes:
+            raise _Refused(_line_too_long(limits))
+        if len(self._headers) >= limits.max_headers:
+            raise _Refused(errors.ApiError(
+                431, f"The request has more than {limits.max_headers} headers; send fewer",
+                code="request_header_fields_too_large"))
+        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_bytes = 0
+        self._headers = CIMultiDict(self._headers)  # type: ignore[assignment]
+        headers = self._headers
+        length = headers.get("Content-Length")  # type: ignore[attr-defined]
+        limit = self._listener.max_body_bytes
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise _Refused(errors.too_large(limit))
+        expect = headers.get("Expect")  # type: ignore[attr-defined]
+        if expect is not None and expect.lower() == "100-continue" and self._task is None and not self._queue:
+            self._transport.write(_CONTINUE)  # type: ignore[union-attr]
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        if self._body_bytes > self._listener.max_body_bytes:
+            raise _Refused(errors.too_large(self._listener.max_body_bytes))
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        parser = self._parser
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        headers = self._headers
+        if not isinstance(headers, CIMultiDict):
+            headers = CIMultiDict(headers)
+        request = Request(parser.get_method().decode("latin-1"), self._url.decode("latin-1"), headers, body,
+                          parser.get_http_version(), parser.should_keep_alive(), self)
+        self._new_message()
+        self._queue.append(request)
+        if self._task is None:
+            self._next()
+        elif len(self._queue) >= _MAX_QUEUED:
+            self._pause_reading()
+
+    # ------------------------------------------------------------ serving
+
+    def _next(self) -> None:
+        item = self._queue.popleft()
+        if self._reading_paused and len(self._queue) < _MAX_QUEUED // 2:
+            self._resume_reading()
+        if isinstance(item, errors.ApiError):
+            self._write_error(item)
+            return
+        self._task = self._listener.loop.create_task(self._serve(item))
+
+    async def _serve(self, request: Request) -> None:
+        listener = self._listener
+        keep_alive = request.keep_alive
+        try:
+            try:
+                resp = await listener.handler(request)
+            except Exception:
+                log.exception("event=handler_failed method=%s path=%s", request.method, request.path[:200])
+                resp = errors.ApiError(500, "The router failed on this request; retry", type_="server_error",
+                                       code="internal_error").response()
+                keep_alive = False
+            if isinstance(resp, StreamResponse):
+                if not resp.ended:
+                    if not resp.prepared:
+                        await resp.prepare(request)
+                    await resp.write_eof()
+                keep_alive = keep_alive and resp.keep_alive
+            elif not self._closed:
+                keep_alive = keep_alive and not listener.closing
+                self._transport.write(resp.encode(keep_alive=keep_alive,  # type: ignore[union-attr]
+                                                  head_only=request.method == "HEAD"))
+        except ConnectionError:
+            keep_alive = False
+        except asyncio.CancelledError:
+            return  # the connection was lost
+        finally:
+            self._task = None
+            self.streaming = None
+            self.idle_since = time.monotonic()
+        if self._closed:
+            return
+        if not keep_alive or listener.closing:
+            self._transport.close()  # type: ignore[union-attr]
+            self._closed = True
+        elif self._queue:
+            self._next()
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data``; wait while the client's socket is backed up. Raises ConnectionResetError
+        once the client has gone."""
+        if self._closed or self._transport.is_closing():  # type: ignore[union-attr]
+            raise ConnectionResetError("the client closed the connection")
+        self._transport.write(data)  # type: ignore[union-attr]
+        if self._write_paused:
+            if self._drain is None:
+                self._drain = self._listener.loop.create_future()
+            await self._drain
+
+    def _refuse(self, error: errors.ApiError) -> None:
+        """Stop reading this connection; answer ``error`` after what is being served, then close."""
+        self._refused = True
+        self._stop_reading()
+        self._listener.on_bad_request(error.status, error.code or "")
+        log.debug("event=bad_http_request status=%d code=%s remote=%s detail=%s", error.status, error.code,
+                  self.peer, error.message)
+        if self._task is None and not self._queue:
+            self._write_error(error)
+        else:
+            self._queue.append(error)
+
+    def _write_error(self, error: errors.ApiError) -> None:
+        if self._closed:
+            return
+        self._transport.write(error.response().encode(keep_alive=False))  # type: ignore[union-attr]
+        self._transport.close()  # type: ignore[union-attr]
+        self._closed = True
+
+    def _stop_reading(self) -> None:
+        self._pause_reading()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and not self._closed:
+            self._reading_paused = True
+            self._transport.pause_reading()  # type: ignore[union-attr]
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and not self._closed and not self._refused:
+            self._reading_paused = False
+            self._transport.resume_reading()  # type: ignore[union-attr]
+
+    @property
+    def closing(self) -> bool:
+        """The listener is stopping: this connection ends after the response being served."""
+        return self._listener.closing
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None or bool(self._queue)
+
+    def close(self) -> None:
+        if not self._closed and self._transport is not None:
+            self._transport.close()
+            self._closed = True
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+        self._closed = True
 
 
-async def listen(runner: web.AppRunner, host: str, port: int, *, limits: HeadLimits,
-                 on_bad_request: Callable[[int, str], None], ssl_context: ssl.SSLContext | None = None,
-                 reuse_port: bool = False, backlog: int = 2048) -> asyncio.AbstractServer:
-    """Serve ``runner``'s application on ``host:port`` (after ``runner.setup()``); close the returned
-    server before ``runner.cleanup()``."""
-    loop = asyncio.get_running_loop()
-    manager = runner.server
-    assert manager is not None, "runner.setup() first"
+class Listener:
+    """The listening sockets, their connections and the sweeper that closes idle ones."""
 
-    def protocol() -> _Protocol:
-        return _Protocol(manager, loop=loop, access_log=None, on_bad_request=on_bad_request, limits=limits)
+    def __init__(self, handler: Handler, *, limits: HeadLimits, max_body_bytes: int,
+                 on_bad_request: Callable[[int, str], None], keepalive_timeout_s: float):
+        self.handler = handler
+        self.limits = limits
+        self.max_body_bytes = max_body_bytes
+        self.on_bad_request = on_bad_request
+        self.keepalive_timeout_s = keepalive_timeout_s
+        self.connections: set[_Connection] = set()
+        self.closing = False
+        self.loop = asyncio.get_running_loop()
+        self._server: asyncio.AbstractServer | None = None
+        self._sweeper: asyncio.Task | None = None
 
-    server = await loop.create_server(protocol, host, port, ssl=ssl_context, backlog=backlog,
-                                      reuse_port=reuse_port or None)
-    for sock in server.sockets:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return server
+    @property
+    def sockets(self):
+        return self._server.sockets if self._server is not None else ()
+
+    async def start(self, host: str, port: int, *, ssl_context: ssl.SSLContext | None, reuse_port: bool,
+                    backlog: int) -> None:
+        self._server = await self.loop.create_server(lambda: _Connection(self), host, port, ssl=ssl_context,
+                                                     backlog=backlog, reuse_port=reuse_port or None)
+        for sock in self._server.sockets:
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sweeper = self.loop.create_task(self._sweep(), name="listener-idle-sweeper")
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(_SWEEP_S)
+            limit = time.monotonic() - self.keepalive_timeout_s
+            for conn in [c for c in self.connections if not c.busy and c.idle_since < limit]:
+                conn.close()
+
+    def close(self) -> None:
+        """Stop accepting; close the connections that are not serving a request."""
+        self.closing = True
+        if self._server is not None:
+            self._server.close()
+        for conn in [c for c in self.connections if not c.busy]:
+            conn.close()
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """After ``close``: wait up to ``timeout_s`` for the requests being served, then cut the rest."""
+        self.close()
+        deadline = time.monotonic() + timeout_s
+        while any(c.busy for c in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for conn in list(self.connections):
+            conn.abort()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except asyncio.CancelledError:
+                log.debug("event=listener_sweeper_stopped")
+            self._sweeper = None
+
+
+async def listen(handler: Handler, host: str, port: int, *, limits: HeadLimits, max_body_bytes: int,
+                 on_bad_request: Callable[[int, str], None], keepalive_timeout_s: float = 75.0,
+                 ssl_context: ssl.SSLContext | None = None, reuse_port: bool = False,
+                 backlog: int = 2048) -> Listener:
+    """Serve ``handler`` on ``host:port``; ``await listener.shutdown(...)`` to stop."""
+    listener = Listener(handler, limits=limits, max_body_bytes=max_body_bytes, on_bad_request=on_bad_request,
+                        keepalive_timeout_s=keepalive_timeout_s)
+    await listener.start(host, port, ssl_context=ssl_context, reuse_port=reuse_port, backlog=backlog)
+    return listener

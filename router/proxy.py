@@ -6,7 +6,7 @@ model's policy until one answers. A retry goes to a replica not yet tried, only 
 sent to the client, only under the retry budget, and only for connect failures, resets, 5xx and
 429. Streaming responses are relayed chunk by chunk as they arrive; the client's first byte is sent
 only after the replica produced its first body chunk, so a replica that fails before that is still
-retried. A client that disconnects cancels the handler (aiohttp ``handler_cancellation``), which
+retried. A client that disconnects cancels the handler (``router.listener``), which
 closes the upstream connection, which is how SGLang learns to abort the request."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import logging
 import os
 import time
 
-from aiohttp import web
-
 from router import errors, health, pertry, sse, upstream, validation
+from router.listener import Request
+from router.responses import Response, StreamResponse
 from router.validation import Kind
 
 log = logging.getLogger("meridian.router.proxy")
@@ -43,7 +43,7 @@ class _Outcome:
                  "timed_out")
 
     def __init__(self):
-        self.response: web.StreamResponse | None = None
+        self.response: StreamResponse | None = None
         self.timed_out = False
         self.replica = ""
         self.revision = ""
@@ -67,7 +67,6 @@ class Proxy:
         self.known_regions = known_regions
         self.region = config.region
         self.trusted_header = config.trusted_region_header
-        self.max_body_bytes = config.max_body_bytes
         self.timeout_s = config.request_timeout_s
         self.cold_start_wait_s = config.cold_start_wait_s
         self.max_attempts = config.retry.max_attempts
@@ -146,27 +145,22 @@ class Proxy:
                               prompt_tokens=parsed.prompt_tokens_estimate,
                               embedding=parsed.kind is Kind.EMBEDDING or entry.is_embedding)
 
-    def handler(self, kind: Kind):
-        async def handle(request: web.Request) -> web.StreamResponse:
-            return await self.serve(request, kind)
-        return handle
-
     # ------------------------------------------------------------ request entry
 
-    def _request_id(self, request: web.Request) -> str:
+    def _request_id(self, request: Request) -> str:
         given = request.headers.get("X-Request-Id")
         if given and len(given) <= 128 and given.isascii() and given.isprintable():
             return given
         return f"{self._id_prefix}{next(self._ids):x}"
 
-    def _client_region(self, request: web.Request) -> str:
+    def _client_region(self, request: Request) -> str:
         if self.trusted_header:
             value = request.headers.get(self.trusted_header)
             if value and value in self.known_regions:
                 return value
         return self.region
 
-    def _deadline_s(self, request: web.Request) -> float:
+    def _deadline_s(self, request: Request) -> float:
         value = request.headers.get(_DEADLINE_HEADER)
         if value is None:
             return self.timeout_s
@@ -180,7 +174,7 @@ class Proxy:
                                      param=_DEADLINE_HEADER)
         return min(asked, self.timeout_s)
 
-    async def serve(self, request: web.Request, kind: Kind) -> web.StreamResponse:
+    async def serve(self, request: Request, kind: Kind) -> Response | StreamResponse:
         started = time.monotonic()
         rid = self._request_id(request)
         region = self._client_region(request)
@@ -192,14 +186,8 @@ class Proxy:
             if self.keys is not None:
                 key = await self.keys.authenticate(headers.get("Authorization"), headers.get("X-Api-Key"))
             timeout_s = self._deadline_s(request) if _DEADLINE_HEADER in headers else self.timeout_s
-            length = request.content_length
-            if length is not None and length > self.max_body_bytes:
-                raise errors.too_large(self.max_body_bytes)
-            try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                raise errors.too_large(self.max_body_bytes) from None
-            parsed = validation.parse(kind, body, headers.get("Content-Type"), self.state.model_names)
+            # The listener refused bodies over max_body_bytes (413) before the request got here.
+            parsed = validation.parse(kind, request.body, headers.get("Content-Type"), self.state.model_names)
             entry = self.state.models.get(parsed.model)
             if entry is None:
                 # Not a served model: metrics label it "" (a client's made-up names must not grow
@@ -225,7 +213,7 @@ class Proxy:
             self.metrics.observe_request(model, region, "", err.status, time.monotonic() - started, None)
             return err.response(rid)
         parsed.client_region = region
-        parsed.path = request.raw_path.encode()
+        parsed.path = request.raw_path.encode("latin-1")
         outcome = _Outcome()
         flight_key = (model, region)
         in_flight = self.traffic.in_flight
@@ -415,7 +403,7 @@ class Proxy:
 
     # ------------------------------------------------------------ non-streaming
 
-    async def _unary(self, entry, parsed, rid: str, outcome: _Outcome) -> web.StreamResponse:
+    async def _unary(self, entry, parsed, rid: str, outcome: _Outcome) -> Response:
         self.budget.on_call()
         rid_b = rid.encode()
         path = parsed.path
@@ -452,7 +440,7 @@ class Proxy:
                     usage = sse.usage(body) if status == 200 else None
                     if usage is not None:
                         outcome.prompt_tokens, outcome.completion_tokens = usage
-                    return web.Response(body=body, status=status, headers={
+                    return Response(body=body, status=status, headers={
                         "Content-Type": self._content_type(conn.content_type), "X-Request-Id": rid})
                 reason = "status_429" if status == 429 else "status_5xx"
                 self._failed(entry, ep, reason)
@@ -468,12 +456,12 @@ class Proxy:
             tried += (ep,)
         return self._give_up(entry, last_response, last_error, rid, outcome)
 
-    def _give_up(self, entry, last_response, last_error, rid: str, outcome) -> web.Response:
+    def _give_up(self, entry, last_response, last_error, rid: str, outcome) -> Response:
         """No attempt succeeded: relay the last replica answer as it was, or say why there was none."""
         if last_response is not None:
             status, content_type, body = last_response
             outcome.status = status
-            return web.Response(body=body, status=status, headers={
+            return Response(body=body, status=status, headers={
                 "Content-Type": self._content_type(content_type), "X-Request-Id": rid})
         err = errors.no_replica(entry.name) if last_error is None else errors.upstream_failed(entry.name, str(last_error))
         outcome.status = err.status
@@ -481,8 +469,8 @@ class Proxy:
 
     # ------------------------------------------------------------ streaming
 
-    async def _stream(self, request: web.Request, entry, parsed, rid: str, started: float,
-                      outcome: _Outcome) -> web.StreamResponse:
+    async def _stream(self, request: Request, entry, parsed, rid: str, started: float,
+                      outcome: _Outcome) -> Response | StreamResponse:
         self.budget.on_call()
         rid_b = rid.encode()
         region_line = self._region_line(parsed.client_region)
@@ -510,7 +498,7 @@ class Proxy:
                     body = await conn.read_all()
                     if status < _RETRY_STATUS_MIN and status != 429:
                         outcome.status = status
-                        return web.Response(body=body, status=status, headers={
+                        return Response(body=body, status=status, headers={
                             "Content-Type": self._content_type(conn.content_type), "X-Request-Id": rid})
                     reason = "status_429" if status == 429 else "status_5xx"
                     self._failed(entry, ep, reason)
@@ -535,15 +523,13 @@ class Proxy:
             tried += (ep,)
         return self._give_up(entry, last_response, last_error, rid, outcome)
 
-    async def _relay(self, request: web.Request, entry, ep, conn: upstream.Connection, first: bytes, rid: str,
-                     started: float, outcome: _Outcome) -> web.StreamResponse:
+    async def _relay(self, request: Request, entry, ep, conn: upstream.Connection, first: bytes, rid: str,
+                     started: float, outcome: _Outcome) -> StreamResponse:
         """Relay an SSE body chunk by chunk; the replica is committed to (no retry past this point).
 
         A client that goes away is normal (mid-stream, or right after ``[DONE]`` before the end
-        of the response was written): it is counted, never raised, so aiohttp logs no error."""
-        resp = sse.Response(status=200)
-        resp.headers.extend(sse.HEADERS)
-        resp.headers["X-Request-Id"] = rid
+        of the response was written): it is counted, never raised, so nothing logs an error."""
+        resp = StreamResponse(status=200, headers=sse.HEADERS + (("X-Request-Id", rid),))
         outcome.status = 200
         outcome.response = resp
         tally = sse.Tally()

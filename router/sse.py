@@ -1,4 +1,4 @@
-"""The SSE streams the router relays: the response it writes them with, and what it reads from
+"""The SSE streams the router relays: the head it writes them with, and what it reads from
 them: how many events passed, and the usage object of the last event that has one, whatever the
 chunking.
 
@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import collections
 
-from aiohttp import web
-
-__all__ = ["HEADERS", "TAIL_BYTES", "Response", "Tally", "usage"]
+__all__ = ["HEADERS", "TAIL_BYTES", "Tally", "usage"]
 
 # A usage event (SGLang, OpenAI) is a few hundred bytes; the final chunks of a stream are the
 # finish event, the usage event and ``data: [DONE]``.
@@ -75,16 +73,3 @@ class Tally:
 
 # The response head of a relayed stream.
 HEADERS = (("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"))
-
-
-class Response(web.StreamResponse):
-    """A streaming response whose head goes out with its first body write instead of on its own.
-
-    aiohttp's StreamResponse writes the head at ``prepare`` (a send, a packet, of its own); its
-    Response buffers it until the body (``_send_headers_immediately``, aiohttp 3.11+, pinned). The
-    relay prepares only once the replica's first chunk is in hand and writes it at once, so the
-    head waits for nothing: a stream that arrived whole leaves in one send (head, body and the
-    chunked terminator) instead of three. Measured: about 10% of the router's CPU per streaming
-    request went to the head's own send (py-spy under ``bench.router``'s stream scenario)."""
-
-    _send_headers_immediately = False
