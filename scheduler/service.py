@@ -37,6 +37,16 @@ from scheduler.state import election, records
 log = logging.getLogger("meridian.scheduler.service")
 # The most each shutdown step after the lease's release may take (see SchedulerService.stop).
 STOP_STEP_S = 10.0
+# The grace the gRPC server gets on stop (streams close, in-flight calls finish).
+STOP_GRPC_GRACE_S = 2.0
+
+
+def stop_worst_case_s(grace_s: float = STOP_GRPC_GRACE_S) -> float:
+    """The longest ``SchedulerService.stop`` can take: each of its five steps overrunning to its
+    bound (the resign, the tasks, the gRPC server with ``grace_s``, the admin server, the store). A
+    pod's terminationGracePeriodSeconds must outlast it, or the kubelet kills a scheduler that is
+    still releasing its lease (deploy/kubernetes/base/scheduler/scheduler.yaml)."""
+    return 4 * STOP_STEP_S + grace_s + STOP_STEP_S
 
 
 class SchedulerService:
@@ -252,7 +262,7 @@ class SchedulerService:
                 self.metrics.set_bill(billing.by_cloud_tier_part(fleet_bill.reachable))
             await self.clock.sleep(self.config.tick_interval_s)
 
-    async def stop(self, grace_s: float = 2.0) -> bool:
+    async def stop(self, grace_s: float = STOP_GRPC_GRACE_S) -> bool:
         """Resign the lease (a standby takes over at once), then close everything. Idempotent.
 
         Each step (the resign; the service's tasks; the gRPC server, ``grace_s`` plus STOP_STEP_S;

@@ -17,6 +17,7 @@ import yaml
 from meridian import spec
 from meridian.spec import replicas as replicas_spec
 from router import config as router_config
+from scheduler import service as scheduler_service
 from tests.integration import tls_certs
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -301,6 +302,20 @@ def test_control_plane_configs_load(rendered, tmp_path):
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert (cfg.listen_host, cfg.listen_port, cfg.metrics_port) == ("0.0.0.0", ports["https"], ports["metrics"])
     assert cfg.scheduler_address.split(":")[0] in {s["metadata"]["name"] for s in by_kind(objects, "Service")}
+
+
+def test_grace_periods_outlast_the_programs_stop(rendered, tmp_path):
+    """The kubelet kills a pod terminationGracePeriodSeconds after SIGTERM: the scheduler must be
+    able to finish its stop (lease released, stores closed) and the router to drain the requests it
+    is serving (``shutdown_timeout_s``, with the few seconds its other steps take) before that."""
+    objects = rendered["control-plane"]
+    grace = {o["metadata"]["name"]: o["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+             for o in by_kind(objects, "Deployment")}
+    assert grace["meridian-scheduler"] >= scheduler_service.stop_worst_case_s(), grace
+    router_cm = next(o for o in objects if o["metadata"]["name"].startswith("meridian-router-config"))
+    settings = yaml.safe_load(router_cm["data"]["router.yaml"])
+    shutdown_s = settings.get("shutdown_timeout_s", router_config.RouterConfig().shutdown_timeout_s)
+    assert grace["meridian-router"] >= shutdown_s + 5, (grace, shutdown_s)
 
 
 def test_loadbalancer_overlay_exposes_routers_and_the_scheduler_grpc_only(rendered):
