@@ -103,6 +103,14 @@ def _malformed(exc: Exception, first: bytes) -> errors.ApiError:
     return errors.ApiError(400, f"Malformed HTTP request: {detail}", code="bad_http_request")
 
 
+# After an error response, how long the rest of what the client sends is read and dropped before
+# the connection closes: closing with unread data resets it (RST), which can destroy the answer
+# before the client or a load balancer has read it (RFC 9112, 9.6).
+_LINGER_S = 2.0
+# ... and at most this much of it: a flood past it is cut off at once.
+_LINGER_BYTES = 4 << 20
+
+
 class _Connection(asyncio.Protocol):
     """One client connection (see the module's docstring)."""
 
@@ -123,6 +131,8 @@ class _Connection(asyncio.Protocol):
         self.idle_since = time.monotonic()
         self._first = b""
         self._head_bytes = 0
+        self._final = False  # answer what was read, then close (an Upgrade request)
+        self._discarded = 0
         self._new_message()
 
     def _new_message(self) -> None:
@@ -130,6 +140,7 @@ class _Connection(asyncio.Protocol):
         self._headers: list[tuple[str, str]] = []
         self._body: list[bytes] = []
         self._body_bytes = 0
+        self._trailers = 0
         self._in_head = False
 
     # ------------------------------------------------------------ transport events
@@ -163,7 +174,12 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
+            # An error was answered: what follows is read and dropped (_LINGER_S, _LINGER_BYTES).
+            self._discarded += len(data)
+            if self._discarded > _LINGER_BYTES and self._transport is not None:
+                self._transport.close()
             return
+        self.idle_since = time.monotonic()
         if not self._first:
             self._first = data[:1]
         if self._in_head or not self._url:
@@ -171,10 +187,10 @@ class _Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            # The request before the upgrade was delivered; the protocol it asks for is not served.
+            # The request was delivered without the upgrade (a server may ignore Upgrade); the
+            # protocol it asks for is not served, so the connection ends after the answer.
+            self._final = True
             self._stop_reading()
-            if self._queue:
-                self._queue[-1].keep_alive = False
             return
         except httptools.HttpParserCallbackError as exc:
             refused = exc.__context__
@@ -209,6 +225,14 @@ class _Connection(asyncio.Protocol):
         limits = self._limits
         if len(name) + len(value) + 2 > limits.max_header_line_bytes:
             raise _Refused(_line_too_long(limits))
+        if not self._in_head:
+            # A trailer of a chunked body: counted against the limit, not kept.
+            self._trailers += 1
+            if self._trailers > limits.max_headers:
+                raise _Refused(errors.ApiError(
+                    431, f"The request has more than {limits.max_headers} trailers; send fewer",
+                    code="request_header_fields_too_large"))
+            return
         if len(self._headers) >= limits.max_headers:
             raise _Refused(errors.ApiError(
                 431, f"The request has more than {limits.max_headers} headers; send fewer",
@@ -224,8 +248,16 @@ class _Connection(asyncio.Protocol):
         limit = self._listener.max_body_bytes
         if length is not None and length.isdigit() and int(length) > limit:
             raise _Refused(errors.too_large(limit))
+        if self._parser.should_upgrade() and ((length is not None and length != "0")
+                                              or "Transfer-Encoding" in headers):
+            # The parser hands back the bytes after the head of an Upgrade request instead of its
+            # body: a request with one is refused rather than served without it.
+            raise _Refused(errors.ApiError(
+                400, "A request with a body cannot ask to upgrade the protocol; send it without "
+                     "the Upgrade header", code="bad_http_request"))
         expect = headers.get("Expect")  # type: ignore[attr-defined]
-        if expect is not None and expect.lower() == "100-continue" and self._task is None and not self._queue:
+        if (expect is not None and expect.lower() == "100-continue" and self._task is None and not self._queue
+                and self._parser.get_http_version() != "1.0"):
             self._transport.write(_CONTINUE)  # type: ignore[union-attr]
 
     def on_body(self, body: bytes) -> None:
@@ -266,21 +298,29 @@ class _Connection(asyncio.Protocol):
         try:
             try:
                 resp = await listener.handler(request)
+                if isinstance(resp, StreamResponse):
+                    if not resp.ended:
+                        if not resp.prepared:
+                            await resp.prepare(request)
+                        await resp.write_eof()
+                    keep_alive = keep_alive and resp.keep_alive
+                elif not self._closed:
+                    keep_alive = keep_alive and not self.closing
+                    self._transport.write(resp.encode(keep_alive=keep_alive,  # type: ignore[union-attr]
+                                                      head_only=request.method == "HEAD"))
+            except (ConnectionError, asyncio.CancelledError):
+                raise
             except Exception:
                 log.exception("event=handler_failed method=%s path=%s", request.method, request.path[:200])
-                resp = errors.ApiError(500, "The router failed on this request; retry", type_="server_error",
-                                       code="internal_error").response()
+                if self.streaming is not None and self.streaming.head_sent:
+                    # Mid-stream: no status can be sent any more; the cut tells the client.
+                    self.abort()
+                    return
+                if not self._closed:
+                    self._transport.write(errors.ApiError(  # type: ignore[union-attr]
+                        500, "The router failed on this request; retry", type_="server_error",
+                        code="internal_error").response().encode(keep_alive=False))
                 keep_alive = False
-            if isinstance(resp, StreamResponse):
-                if not resp.ended:
-                    if not resp.prepared:
-                        await resp.prepare(request)
-                    await resp.write_eof()
-                keep_alive = keep_alive and resp.keep_alive
-            elif not self._closed:
-                keep_alive = keep_alive and not listener.closing
-                self._transport.write(resp.encode(keep_alive=keep_alive,  # type: ignore[union-attr]
-                                                  head_only=request.method == "HEAD"))
         except ConnectionError:
             keep_alive = False
         except asyncio.CancelledError:
@@ -291,7 +331,7 @@ class _Connection(asyncio.Protocol):
             self.idle_since = time.monotonic()
         if self._closed:
             return
-        if not keep_alive or listener.closing:
+        if not keep_alive or self.closing:
             self._transport.close()  # type: ignore[union-attr]
             self._closed = True
         elif self._queue:
@@ -323,9 +363,17 @@ class _Connection(asyncio.Protocol):
     def _write_error(self, error: errors.ApiError) -> None:
         if self._closed:
             return
-        self._transport.write(error.response().encode(keep_alive=False))  # type: ignore[union-attr]
-        self._transport.close()  # type: ignore[union-attr]
+        transport = self._transport
+        transport.write(error.response().encode(keep_alive=False))  # type: ignore[union-attr]
         self._closed = True
+        if not transport.can_write_eof():  # type: ignore[union-attr]
+            transport.close()  # type: ignore[union-attr]
+            return
+        # Lingering close: end our side, read and drop what the client still sends, close once it
+        # has closed its side or after _LINGER_S.
+        transport.write_eof()  # type: ignore[union-attr]
+        transport.resume_reading()  # type: ignore[union-attr]
+        self._listener.loop.call_later(_LINGER_S, transport.close)  # type: ignore[union-attr]
 
     def _stop_reading(self) -> None:
         self._pause_reading()
@@ -342,12 +390,15 @@ class _Connection(asyncio.Protocol):
 
     @property
     def closing(self) -> bool:
-        """The listener is stopping: this connection ends after the response being served."""
-        return self._listener.closing
+        """The listener is stopping, or the client asked for a protocol upgrade: this connection
+        ends after the response being served."""
+        return self._listener.closing or self._final
 
     @property
     def busy(self) -> bool:
-        return self._task is not None or bool(self._queue)
+        """Serving a request, holding queued ones, or in the middle of receiving one."""
+        return self._task is not None or bool(self._queue) or (
+            not self._closed and not self._refused and (self._in_head or bool(self._url)))
 
     def close(self) -> None:
         if not self._closed and self._transport is not None:

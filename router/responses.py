@@ -119,6 +119,11 @@ class StreamResponse:
     def prepared(self) -> bool:
         return self._conn is not None
 
+    @property
+    def head_sent(self) -> bool:
+        """The status line has gone out: a failure from here on can only cut the stream."""
+        return self._conn is not None and self._head is None
+
     async def prepare(self, request) -> None:
         """Bind to ``request``'s connection; the head goes out with the first body write."""
         conn = request.connection

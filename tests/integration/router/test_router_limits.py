@@ -64,7 +64,7 @@ async def test_many_headers_are_a_431_and_do_not_grow_memory(make_router, caplog
     reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
     sent = 0
     try:
-        writer.write(_head())
+        writer.write(_head()[:-2])  # the head goes on: a flood of headers
         while sent < 64 << 20:
             writer.write(piece)
             await writer.drain()
@@ -72,8 +72,9 @@ async def test_many_headers_are_a_431_and_do_not_grow_memory(make_router, caplog
     except ConnectionError:
         pass
     try:
-        # The 431 is written, but the router closing with our flood unread may reset the
-        # connection before we read it: what matters here is that it stopped reading.
+        # The 431 is written and a few MiB more read and dropped (a lingering close), then the
+        # router cuts the flood off, which may reset the connection before we read the answer:
+        # what matters here is that it stopped reading.
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         assert b" 431 " in head.split(b"\r\n", 1)[0]
     except (ConnectionError, asyncio.IncompleteReadError):

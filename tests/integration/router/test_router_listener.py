@@ -173,3 +173,84 @@ async def test_stop_lets_a_request_being_served_finish_and_refuses_new_connectio
     except OSError:
         refused = True
     assert refused
+
+
+async def test_an_upgrade_request_is_answered_over_http_1_1_and_the_connection_then_closes(replicas, make_router):
+    """curl --http2 on http:// asks for h2c: the answer is HTTP/1.1 and the connection ends after
+    it (the parser stops at the upgrade; a kept-alive connection would hang the next request)."""
+    _, router = await _served(replicas, make_router)
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    try:
+        writer.write(b"GET /health HTTP/1.1\r\nHost: r\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                     b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n")
+        status, headers, body = await _read_response(reader)
+        assert status == 200 and orjson.loads(body)["status"] == "ok"
+        assert headers["connection"] == "close"
+        assert await asyncio.wait_for(reader.read(), 2) == b""
+    finally:
+        writer.close()
+    # With a body, the parser would hand the body over as upgraded bytes: refused, not served empty.
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    try:
+        writer.write(_post(b"/v1/chat/completions", CHAT, b"Connection: Upgrade\r\nUpgrade: h2c\r\n"))
+        status, _, body = await _read_response(reader)
+        assert status == 400 and "Upgrade" in orjson.loads(body)["error"]["message"]
+    finally:
+        writer.close()
+
+
+async def test_a_chunked_request_with_trailers_is_served(replicas, make_router):
+    rep, router = await _served(replicas, make_router)
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    try:
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n"
+                     + b"%x\r\n%b\r\n" % (len(CHAT), CHAT) + b"0\r\nX-Checksum: abc\r\n\r\n"
+                     + b"GET /health HTTP/1.1\r\nHost: r\r\n\r\n")
+        status, _, body = await _read_response(reader)
+        assert status == 200 and orjson.loads(body)["object"] == "chat.completion"
+        assert (await _read_response(reader))[0] == 200  # the connection goes on
+    finally:
+        writer.close()
+    assert rep.requests == 1
+
+
+async def test_a_too_large_body_gets_its_413_although_the_client_goes_on_sending(make_router):
+    """The 413 is written, our side ended, and what the client still sends read and dropped: a
+    reset would destroy the answer before the client read it."""
+    router = await make_router(None, max_body_bytes=64 * 1024)
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    size = 2 * 1024 * 1024
+    try:
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % size)
+        chunk = b"x" * 65536
+        for _ in range(size // len(chunk)):
+            writer.write(chunk)
+            await writer.drain()
+        status, headers, body = await _read_response(reader)
+        assert status == 413 and orjson.loads(body)["error"]["code"]
+        assert headers["connection"] == "close"
+    finally:
+        writer.close()
+
+
+async def test_stop_waits_for_a_request_still_arriving(replicas, make_router):
+    """A request half sent when stop begins is not cut: it is received, answered, then closed."""
+    rep, router = await _served(replicas, make_router)
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    try:
+        request = _post(b"/v1/chat/completions", CHAT)
+        writer.write(request[:40])
+        await asyncio.sleep(0.2)
+        stopping = asyncio.create_task(router.stop())
+        await asyncio.sleep(0.3)
+        assert not stopping.done()
+        writer.write(request[40:])
+        status, headers, body = await _read_response(reader)
+        assert status == 200 and orjson.loads(body)["choices"]
+        assert headers["connection"] == "close"
+        await asyncio.wait_for(stopping, 10)
+    finally:
+        writer.close()
+    assert rep.requests == 1
