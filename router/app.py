@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 import time
+import urllib.parse
 
 import aiohttp
 import orjson
@@ -89,7 +90,8 @@ class Router:
     async def _dispatch(self, request: Request) -> Response | StreamResponse:
         methods = self._routes.get(request.path)
         if methods is None and request.path.startswith("/v1/models/") and len(request.path) > 11:
-            request.match_info["model"] = request.path[11:]
+            # As a client library sends it: percent-encoded where the name needs it.
+            request.match_info["model"] = urllib.parse.unquote(request.path[11:])
             methods = {"GET": self._model, "HEAD": self._model}
         if methods is None:
             self.metrics.rejected[("", "not_found")] += 1

@@ -254,3 +254,16 @@ async def test_stop_waits_for_a_request_still_arriving(replicas, make_router):
     finally:
         writer.close()
     assert rep.requests == 1
+
+
+async def test_a_model_path_is_read_percent_decoded(replicas, make_router):
+    """Client libraries percent-encode a model name where it needs it (a slash, a colon)."""
+    (rep,) = await replicas(1)
+    router = await make_router(testing.table(1, {"org/m:v1": [testing.replica("a", rep.port)]}))
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    try:
+        writer.write(b"GET /v1/models/org%2Fm%3Av1 HTTP/1.1\r\nHost: r\r\n\r\n")
+        status, _, body = await _read_response(reader)
+        assert status == 200 and orjson.loads(body)["id"] == "org/m:v1"
+    finally:
+        writer.close()
