@@ -63,6 +63,7 @@ class Router:
         self.port = 0
         # Exact paths -> {method: handler}; /v1/models/<name> is matched apart.
         self._routes = self._build_routes()
+        self._model_methods = {"GET": self._model, "HEAD": self._model}
 
     # ------------------------------------------------------------ construction
 
@@ -92,7 +93,7 @@ class Router:
         if methods is None and request.path.startswith("/v1/models/") and len(request.path) > 11:
             # As a client library sends it: percent-encoded where the name needs it.
             request.match_info["model"] = urllib.parse.unquote(request.path[11:])
-            methods = {"GET": self._model, "HEAD": self._model}
+            methods = self._model_methods
         if methods is None:
             self.metrics.rejected[("", "not_found")] += 1
             return errors.ApiError(404, f"No such path {request.path[:200]!r}; the router serves "
@@ -259,7 +260,7 @@ class Router:
 
     async def _health(self, request: Request) -> Response:
         return Response(body=orjson.dumps({"status": "ok", "table_version": self.state.version}),
-                            content_type="application/json")
+                        content_type="application/json")
 
     async def _ready(self, request: Request) -> Response:
         ready = self.state.table is not None
@@ -268,7 +269,7 @@ class Router:
 
     async def _metrics(self, request: Request) -> Response:
         return Response(body=generate_latest(self.metrics.registry),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+                        headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _status(self, request: Request) -> Response:
         denied = await self._authorize(request)

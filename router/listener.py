@@ -52,6 +52,8 @@ _MAX_QUEUED = 8
 _SWEEP_S = 1.0
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
+_NO_HEADERS: CIMultiDict = CIMultiDict()
+
 Handler = Callable[["Request"], Awaitable["Response | StreamResponse"]]
 
 
@@ -78,7 +80,6 @@ class Request:
         self.keep_alive = keep_alive
         self.connection = connection
         self.match_info: dict[str, str] = {}
-
 
 
 class _Refused(Exception):
@@ -138,6 +139,7 @@ class _Connection(asyncio.Protocol):
     def _new_message(self) -> None:
         self._url = b""
         self._headers: list[tuple[str, str]] = []
+        self._parsed: CIMultiDict = _NO_HEADERS
         self._body: list[bytes] = []
         self._body_bytes = 0
         self._trailers = 0
@@ -190,7 +192,7 @@ class _Connection(asyncio.Protocol):
             # The request was delivered without the upgrade (a server may ignore Upgrade); the
             # protocol it asks for is not served, so the connection ends after the answer.
             self._final = True
-            self._stop_reading()
+            self._pause_reading()
             return
         except httptools.HttpParserCallbackError as exc:
             refused = exc.__context__
@@ -242,9 +244,8 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
-        self._headers = CIMultiDict(self._headers)  # type: ignore[assignment]
-        headers = self._headers
-        length = headers.get("Content-Length")  # type: ignore[attr-defined]
+        headers = self._parsed = CIMultiDict(self._headers)
+        length = headers.get("Content-Length")
         limit = self._listener.max_body_bytes
         if length is not None and length.isdigit() and int(length) > limit:
             raise _Refused(errors.too_large(limit))
@@ -255,7 +256,7 @@ class _Connection(asyncio.Protocol):
             raise _Refused(errors.ApiError(
                 400, "A request with a body cannot ask to upgrade the protocol; send it without "
                      "the Upgrade header", code="bad_http_request"))
-        expect = headers.get("Expect")  # type: ignore[attr-defined]
+        expect = headers.get("Expect")
         if (expect is not None and expect.lower() == "100-continue" and self._task is None and not self._queue
                 and self._parser.get_http_version() != "1.0"):
             self._transport.write(_CONTINUE)  # type: ignore[union-attr]
@@ -269,9 +270,7 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         parser = self._parser
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        headers = self._headers
-        if not isinstance(headers, CIMultiDict):
-            headers = CIMultiDict(headers)
+        headers = self._parsed
         request = Request(parser.get_method().decode("latin-1"), self._url.decode("latin-1"), headers, body,
                           parser.get_http_version(), parser.should_keep_alive(), self)
         self._new_message()
@@ -351,7 +350,7 @@ class _Connection(asyncio.Protocol):
     def _refuse(self, error: errors.ApiError) -> None:
         """Stop reading this connection; answer ``error`` after what is being served, then close."""
         self._refused = True
-        self._stop_reading()
+        self._pause_reading()
         self._listener.on_bad_request(error.status, error.code or "")
         log.debug("event=bad_http_request status=%d code=%s remote=%s detail=%s", error.status, error.code,
                   self.peer, error.message)
@@ -374,9 +373,6 @@ class _Connection(asyncio.Protocol):
         transport.write_eof()  # type: ignore[union-attr]
         transport.resume_reading()  # type: ignore[union-attr]
         self._listener.loop.call_later(_LINGER_S, transport.close)  # type: ignore[union-attr]
-
-    def _stop_reading(self) -> None:
-        self._pause_reading()
 
     def _pause_reading(self) -> None:
         if not self._reading_paused and not self._closed:

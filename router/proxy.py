@@ -401,6 +401,11 @@ class Proxy:
                 self._content_types[raw] = value
         return value
 
+    def _relayed(self, status: int, content_type: bytes, body: bytes, rid: str) -> Response:
+        """A replica's whole answer as the client gets it: its status, body and content type."""
+        return Response(body=body, status=status,
+                        headers=[("Content-Type", self._content_type(content_type)), ("X-Request-Id", rid)])
+
     # ------------------------------------------------------------ non-streaming
 
     async def _unary(self, entry, parsed, rid: str, outcome: _Outcome) -> Response:
@@ -440,8 +445,7 @@ class Proxy:
                     usage = sse.usage(body) if status == 200 else None
                     if usage is not None:
                         outcome.prompt_tokens, outcome.completion_tokens = usage
-                    return Response(body=body, status=status, headers={
-                        "Content-Type": self._content_type(conn.content_type), "X-Request-Id": rid})
+                    return self._relayed(status, conn.content_type, body, rid)
                 reason = "status_429" if status == 429 else "status_5xx"
                 self._failed(entry, ep, reason)
                 last_response = (status, conn.content_type, body)
@@ -461,8 +465,7 @@ class Proxy:
         if last_response is not None:
             status, content_type, body = last_response
             outcome.status = status
-            return Response(body=body, status=status, headers={
-                "Content-Type": self._content_type(content_type), "X-Request-Id": rid})
+            return self._relayed(status, content_type, body, rid)
         err = errors.no_replica(entry.name) if last_error is None else errors.upstream_failed(entry.name, str(last_error))
         outcome.status = err.status
         return err.response(rid)
@@ -498,8 +501,7 @@ class Proxy:
                     body = await conn.read_all()
                     if status < _RETRY_STATUS_MIN and status != 429:
                         outcome.status = status
-                        return Response(body=body, status=status, headers={
-                            "Content-Type": self._content_type(conn.content_type), "X-Request-Id": rid})
+                        return self._relayed(status, conn.content_type, body, rid)
                     reason = "status_429" if status == 429 else "status_5xx"
                     self._failed(entry, ep, reason)
                     last_response = (status, conn.content_type, body)

@@ -74,7 +74,19 @@ def _as_items(headers: Mapping[str, str] | Iterable[tuple[str, str]] | None,
     return items
 
 
-class Response:
+class _Headed:
+    """What both answers share: ``headers`` as (name, value) pairs, read by name."""
+
+    __slots__ = ()
+    headers: list[tuple[str, str]]
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (any case), or None."""
+        lower = name.lower()
+        return next((value for key, value in self.headers if key.lower() == lower), None)
+
+
+class Response(_Headed):
     """A whole answer: status, headers, body. ``headers`` is a mapping or (name, value) pairs;
     ``Content-Length``, ``Transfer-Encoding``, ``Connection`` and ``Date`` are the listener's."""
 
@@ -87,16 +99,12 @@ class Response:
         self.body = body
         self.headers = _as_items(headers, content_type)
 
-    def header(self, name: str) -> str | None:
-        lower = name.lower()
-        return next((value for key, value in self.headers if key.lower() == lower), None)
-
     def encode(self, *, keep_alive: bool, head_only: bool = False) -> bytes:
         first = head(self.status, _header_lines(self.headers), length=len(self.body), keep_alive=keep_alive)
         return first if head_only else first + self.body
 
 
-class StreamResponse:
+class StreamResponse(_Headed):
     """An answer written as it is produced: ``prepare(request)``, then ``write`` any number of
     times, then ``write_eof`` (which may carry the last bytes, sent with the terminator)."""
 
@@ -110,10 +118,6 @@ class StreamResponse:
         self._raw = False
         self._keep_alive = True
         self.ended = False
-
-    def header(self, name: str) -> str | None:
-        lower = name.lower()
-        return next((value for key, value in self.headers if key.lower() == lower), None)
 
     @property
     def prepared(self) -> bool:

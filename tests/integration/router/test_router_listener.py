@@ -5,6 +5,7 @@ connections, a stream to an HTTP/1.0 client, and a stop that lets a request bein
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import orjson
 
@@ -46,6 +47,16 @@ def _post(path: bytes, body: bytes, *extra: bytes, version: bytes = b"1.1") -> b
             b"Content-Length: %d\r\n" % len(body) + b"".join(extra) + b"\r\n" + body)
 
 
+@contextlib.asynccontextmanager
+async def _connected(router):
+    """A raw connection to the router, closed at the end."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+
+
 async def _served(replicas, make_router, **overrides):
     (rep,) = await replicas(1, tokens=4)
     router = await make_router(testing.table(1, {"m": [testing.replica("a", rep.port)]}), **overrides)
@@ -54,8 +65,7 @@ async def _served(replicas, make_router, **overrides):
 
 async def test_pipelined_requests_are_answered_in_order_on_one_kept_alive_connection(replicas, make_router):
     rep, router = await _served(replicas, make_router)
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    try:
+    async with _connected(router) as (reader, writer):
         writer.write(_post(b"/v1/chat/completions", CHAT, b"X-Request-Id: first\r\n")
                      + b"GET /health HTTP/1.1\r\nHost: r\r\n\r\n"
                      + _post(b"/v1/chat/completions", CHAT, b"X-Request-Id: third\r\n"))
@@ -70,8 +80,6 @@ async def test_pipelined_requests_are_answered_in_order_on_one_kept_alive_connec
         # Still open: one more request on the same connection.
         writer.write(b"GET /health HTTP/1.1\r\nHost: r\r\n\r\n")
         assert (await _read_response(reader))[0] == 200
-    finally:
-        writer.close()
     assert rep.requests == 2
 
 
@@ -79,25 +87,19 @@ async def test_http_1_0_and_connection_close_end_the_connection_after_the_answer
     _, router = await _served(replicas, make_router)
     for request in (_post(b"/v1/chat/completions", CHAT, version=b"1.0"),
                     _post(b"/v1/chat/completions", CHAT, b"Connection: close\r\n")):
-        reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-        try:
+        async with _connected(router) as (reader, writer):
             writer.write(request)
             status, headers, body = await _read_response(reader)
             assert status == 200 and headers["connection"] == "close"
             assert orjson.loads(body)["choices"]
             assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the router
-        finally:
-            writer.close()
 
 
 async def test_a_stream_to_an_http_1_0_client_is_its_plain_body_ended_by_closing(replicas, make_router):
     _, router = await _served(replicas, make_router)
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    try:
+    async with _connected(router) as (reader, writer):
         writer.write(_post(b"/v1/chat/completions", STREAM, version=b"1.0"))
         status, headers, body = await _read_response(reader)
-    finally:
-        writer.close()
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
     assert "transfer-encoding" not in headers and "content-length" not in headers
     events = [line for line in body.split(b"\n") if line.startswith(b"data: ")]
@@ -106,8 +108,7 @@ async def test_a_stream_to_an_http_1_0_client_is_its_plain_body_ended_by_closing
 
 async def test_expect_100_continue_is_answered_before_the_body_is_sent(replicas, make_router):
     _, router = await _served(replicas, make_router)
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    try:
+    async with _connected(router) as (reader, writer):
         head = _post(b"/v1/chat/completions", b"", b"Expect: 100-continue\r\n").replace(
             b"Content-Length: 0", b"Content-Length: %d" % len(CHAT))
         writer.write(head)
@@ -116,14 +117,11 @@ async def test_expect_100_continue_is_answered_before_the_body_is_sent(replicas,
         writer.write(CHAT)
         status, _, body = await _read_response(reader)
         assert status == 200 and orjson.loads(body)["choices"]
-    finally:
-        writer.close()
 
 
 async def test_head_unknown_paths_and_wrong_methods_get_json_answers(make_router):
     router = await make_router(None)
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    try:
+    async with _connected(router) as (reader, writer):
         writer.write(b"HEAD /health HTTP/1.1\r\nHost: r\r\n\r\nGET /nope HTTP/1.1\r\nHost: r\r\n\r\n"
                      b"PUT /health HTTP/1.1\r\nHost: r\r\nContent-Length: 0\r\n\r\n")
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
@@ -134,30 +132,24 @@ async def test_head_unknown_paths_and_wrong_methods_get_json_answers(make_router
         status, headers, body = await _read_response(reader)
         assert status == 405 and headers["allow"] == "GET, HEAD"
         assert orjson.loads(body)["error"]["code"] == "method_not_allowed"
-    finally:
-        writer.close()
     assert router.metrics.rejected[("", "not_found")] == 1
 
 
 async def test_an_idle_connection_is_closed_after_the_keepalive_timeout(make_router):
     router = await make_router(None, client_keepalive_timeout_s=1.0)
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    try:
+    async with _connected(router) as (reader, writer):
         writer.write(b"GET /health HTTP/1.1\r\nHost: r\r\n\r\n")
         assert (await _read_response(reader))[0] == 200
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         assert await asyncio.wait_for(reader.read(), 5) == b""
         assert 0.9 <= loop.time() - t0 < 4
-    finally:
-        writer.close()
 
 
 async def test_stop_lets_a_request_being_served_finish_and_refuses_new_connections(replicas, make_router):
     rep, router = await _served(replicas, make_router)
     rep.delay_s = 0.5
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    try:
+    async with _connected(router) as (reader, writer):
         writer.write(_post(b"/v1/chat/completions", CHAT))
         await asyncio.sleep(0.2)  # the request is with the replica
         stopping = asyncio.create_task(router.stop())
@@ -165,8 +157,6 @@ async def test_stop_lets_a_request_being_served_finish_and_refuses_new_connectio
         assert status == 200 and orjson.loads(body)["choices"]
         assert headers["connection"] == "close"
         await asyncio.wait_for(stopping, 10)
-    finally:
-        writer.close()
     try:
         await asyncio.open_connection("127.0.0.1", router.port)
         refused = False
@@ -179,30 +169,23 @@ async def test_an_upgrade_request_is_answered_over_http_1_1_and_the_connection_t
     """curl --http2 on http:// asks for h2c: the answer is HTTP/1.1 and the connection ends after
     it (the parser stops at the upgrade; a kept-alive connection would hang the next request)."""
     _, router = await _served(replicas, make_router)
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    try:
+    async with _connected(router) as (reader, writer):
         writer.write(b"GET /health HTTP/1.1\r\nHost: r\r\nConnection: Upgrade, HTTP2-Settings\r\n"
                      b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n")
         status, headers, body = await _read_response(reader)
         assert status == 200 and orjson.loads(body)["status"] == "ok"
         assert headers["connection"] == "close"
         assert await asyncio.wait_for(reader.read(), 2) == b""
-    finally:
-        writer.close()
     # With a body, the parser would hand the body over as upgraded bytes: refused, not served empty.
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    try:
+    async with _connected(router) as (reader, writer):
         writer.write(_post(b"/v1/chat/completions", CHAT, b"Connection: Upgrade\r\nUpgrade: h2c\r\n"))
         status, _, body = await _read_response(reader)
         assert status == 400 and "Upgrade" in orjson.loads(body)["error"]["message"]
-    finally:
-        writer.close()
 
 
 async def test_a_chunked_request_with_trailers_is_served(replicas, make_router):
     rep, router = await _served(replicas, make_router)
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    try:
+    async with _connected(router) as (reader, writer):
         writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
                      b"Transfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n"
                      + b"%x\r\n%b\r\n" % (len(CHAT), CHAT) + b"0\r\nX-Checksum: abc\r\n\r\n"
@@ -210,8 +193,6 @@ async def test_a_chunked_request_with_trailers_is_served(replicas, make_router):
         status, _, body = await _read_response(reader)
         assert status == 200 and orjson.loads(body)["object"] == "chat.completion"
         assert (await _read_response(reader))[0] == 200  # the connection goes on
-    finally:
-        writer.close()
     assert rep.requests == 1
 
 
@@ -219,9 +200,8 @@ async def test_a_too_large_body_gets_its_413_although_the_client_goes_on_sending
     """The 413 is written, our side ended, and what the client still sends read and dropped: a
     reset would destroy the answer before the client read it."""
     router = await make_router(None, max_body_bytes=64 * 1024)
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
     size = 2 * 1024 * 1024
-    try:
+    async with _connected(router) as (reader, writer):
         writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n" % size)
         chunk = b"x" * 65536
@@ -231,15 +211,12 @@ async def test_a_too_large_body_gets_its_413_although_the_client_goes_on_sending
         status, headers, body = await _read_response(reader)
         assert status == 413 and orjson.loads(body)["error"]["code"]
         assert headers["connection"] == "close"
-    finally:
-        writer.close()
 
 
 async def test_stop_waits_for_a_request_still_arriving(replicas, make_router):
     """A request half sent when stop begins is not cut: it is received, answered, then closed."""
     rep, router = await _served(replicas, make_router)
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    try:
+    async with _connected(router) as (reader, writer):
         request = _post(b"/v1/chat/completions", CHAT)
         writer.write(request[:40])
         await asyncio.sleep(0.2)
@@ -251,8 +228,6 @@ async def test_stop_waits_for_a_request_still_arriving(replicas, make_router):
         assert status == 200 and orjson.loads(body)["choices"]
         assert headers["connection"] == "close"
         await asyncio.wait_for(stopping, 10)
-    finally:
-        writer.close()
     assert rep.requests == 1
 
 
@@ -260,10 +235,7 @@ async def test_a_model_path_is_read_percent_decoded(replicas, make_router):
     """Client libraries percent-encode a model name where it needs it (a slash, a colon)."""
     (rep,) = await replicas(1)
     router = await make_router(testing.table(1, {"org/m:v1": [testing.replica("a", rep.port)]}))
-    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
-    try:
+    async with _connected(router) as (reader, writer):
         writer.write(b"GET /v1/models/org%2Fm%3Av1 HTTP/1.1\r\nHost: r\r\n\r\n")
         status, _, body = await _read_response(reader)
         assert status == 200 and orjson.loads(body)["id"] == "org/m:v1"
-    finally:
-        writer.close()
