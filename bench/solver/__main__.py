@@ -146,6 +146,8 @@ def _search(result: solver.PlacementResult) -> str:
     """What the search did, in a few characters: neighbourhood steps, CP-SAT, and HiGHS's part."""
     st = result.stats
     out = f"{int(st['neighbourhood_steps'])} steps" if "neighbourhood_steps" in st else "CP-SAT" if "sat_s" in st else ""
+    if "wide_step_s" in st:
+        out += f"+wide {st['wide_step_gain_usd']:.0f}"
     if "mip_s" in st:
         gained = st.get("mip_start", 0.0) - st.get("mip_objective", st.get("mip_start", 0.0))
         out = f"{out}+HiGHS {max(0.0, gained):.0f}" if out else "HiGHS"
@@ -199,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
           "the backends' own, Lagrangian = bench/solver/bound.py with --bound-s, reference = the --reference run's); "
           "gap: (objective - bound) / objective; sunk: $/h of the nodes every plan pays (reserved, nodes_min); gap chg: "
           "the gap on what a plan can change, (objective - bound) / (objective - sunk); vs known: the plan against the "
-          "best plan known for this fleet; search: neighbourhood steps or CP-SAT, +HiGHS and what it took off; unpl: "
-          "unserved reference replicas blocked by capacity, quotas or budgets; vs greedy: against the greedy "
+          "best plan known for this fleet; search: neighbourhood steps (+wide: what the wide step took off) or "
+          "CP-SAT, +HiGHS and what it took off; unpl: unserved reference replicas blocked by capacity, quotas or budgets; vs greedy: against the greedy "
           "cheapest-first baseline; re-solve: one deployment +2 replicas, warm-started from the plan; diff: "
           "(deployment, pool) entries changed.")
     print("\n".join(notes))

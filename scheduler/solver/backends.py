@@ -110,7 +110,7 @@ class Search:
                                          pairs=job.usable, lp_cost=job.lp_cost)
             return Found(found.solution, problem.SolveStatus.FEASIBLE, stats={
                 "neighbourhood_s": time.perf_counter() - t, "neighbourhood_steps": found.steps,
-                "neighbourhood_improved": found.improved, "neighbourhood_gain_usd": found.gain_usd})
+                "neighbourhood_improved": found.improved, "neighbourhood_gain_usd": found.gain_usd, **found.wide})
         built = job.model
         hint = starts.complete(c, built, job.begin)
         small = not job.restricted and len(built.x) <= settings.small_model_pairs

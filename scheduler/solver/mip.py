@@ -56,12 +56,14 @@ def _highs() -> highspy.Highs:
 
 def solve_mip(model: linear.LinearModel, *, time_limit_s: float, relative_gap: float,
               hint: Mapping[int, int] | None = None, seed: int = 0, threads: int = 1,
-              cuts: bool = True) -> linear.SatOutcome:
+              cuts: bool = True, stall_s: float | None = None) -> linear.SatOutcome:
     """``model`` with HiGHS within ``time_limit_s`` (seconds), stopping once its own proven bound
     is within ``relative_gap``. ``hint``: variable -> value of a feasible point (every variable:
     ``starts.complete``), given to HiGHS as its first incumbent; ``cuts``: add the model's LP-only
-    cuts as rows. Same outcome type as ``linear.solve_sat``: status optimal | feasible |
-    infeasible | unknown, integer values, the objective at them, the proven bound, wall seconds."""
+    cuts as rows; ``stall_s``: also stop once a plan better than the hint was found and no better
+    one followed for this long (HiGHS's first gains come after its root cut loop, the later ones
+    slowly). Same outcome type as ``linear.solve_sat``: status optimal | feasible | infeasible |
+    unknown, integer values, the objective at them, the proven bound, wall seconds."""
     started = time.perf_counter()
     h = _highs()
     h.setOptionValue("time_limit", max(0.05, float(time_limit_s)))
@@ -99,13 +101,22 @@ def solve_mip(model: linear.LinearModel, *, time_limit_s: float, relative_gap: f
     # HiGHS checks its time limit between phases; some (a root cut round on a large model) run
     # for seconds past it, so the deadline is also enforced from its interrupt callbacks.
     deadline = started + float(time_limit_s)
+    start_value = model.value(hint) if hint else math.inf
+    improved_at = [math.inf]  # when the last plan better than the hint came
 
     def stop(event: highspy.highs.HighsCallbackEvent) -> None:
-        if time.perf_counter() > deadline:
+        now = time.perf_counter()
+        if now > deadline or (stall_s is not None and now - improved_at[0] > stall_s):
             event.interrupt()
+
+    def improving(event: highspy.highs.HighsCallbackEvent) -> None:
+        if event.data_out.objective_function_value < start_value - 1e-6:
+            improved_at[0] = time.perf_counter()
 
     h.cbMipInterrupt.subscribe(stop)
     h.cbSimplexInterrupt.subscribe(stop)
+    if stall_s is not None:
+        h.cbMipImprovingSolution.subscribe(improving)
     h.run()
     status = h.getModelStatus()
     info = h.getInfo()

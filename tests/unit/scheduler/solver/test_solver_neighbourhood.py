@@ -93,6 +93,49 @@ def test_an_expensive_node_filled_by_more_deployments_than_a_step_frees_is_close
         assert out.improved == 0
 
 
+@pytest.mark.parametrize("wide", [True, False])
+def test_the_wide_step_moves_multi_gpu_deployments_together(monkeypatch, wide):
+    """Eight deployments with 2-GPU replicas fill two 8-GPU nodes at $100/h beside a pool of 8-GPU
+    nodes at $60/h: one of them moving alone opens a cheap node and closes nothing, so no step of
+    one deployment gains (emptying steps off); the wide step re-solves all eight at once with HiGHS
+    and moves them, $200/h -> $120/h. Without it the plan stays where it started."""
+    monkeypatch.setattr(neighbourhood, "EMPTY_SHARE", 0.0)
+    names = [f"big{i}" for i in range(8)]
+    prob = sc.problem([sc.dep(n, regions={"na-east": 1}, gpus=2) for n in names],
+                      [sc.pool("c1", "aws", "us-east-1", "L4", 100.0, gpus_per_node=8, nodes_max=2, pool_id="dear"),
+                       sc.pool("c1", "aws", "us-east-1", "L4", 60.0, gpus_per_node=8, nodes_max=2, pool_id="cheap")])
+    settings = solver.SolverSettings(neighbourhood_size=1, wide_step_share=0.5 if wide else 0.0)
+    c, active = setup(prob, settings)
+    assert neighbourhood.multi_gpu(c, active, None) == active
+    start = greedy.Solution({pair_of(c, d, "dear"): 1 for d in active}, {})
+    assert objective(prob, c, settings, active, starts.with_flows(c, start, active)) > 200.0
+    out = neighbourhood.search(prob, c, settings, start, active, time.perf_counter() + 20.0)
+    if wide:
+        assert out.solution.counts == {pair_of(c, d, "cheap"): 1 for d in active}
+        assert out.wide["wide_step_deployments"] == 8
+        assert out.wide["wide_step_gain_usd"] == pytest.approx(80.0, abs=0.5)
+        assert not valid(prob, c, settings, out.solution)
+    else:
+        assert out.solution.counts == start.counts
+        assert out.improved == 0 and out.wide == {}
+
+
+def test_only_deployments_whose_every_replica_takes_several_gpus_are_in_the_wide_step():
+    """A deployment with 1-GPU replicas, or one that may run on one GPU of some type, is left to the
+    ordinary steps; one that takes two GPUs wherever it runs is in."""
+    prob = sc.problem([sc.dep("two", regions={"na-east": 1}, gpus=2, gpu_types=("L4", "H100")),
+                       sc.dep("one", regions={"na-east": 1}),
+                       sc.dep("either", regions={"na-east": 1}, gpus=2, gpu_types=("L4", "H100"),
+                              gpus_by_type={"H100": 1})],
+                      [sc.pool("c1", "aws", "us-east-1", "L4", 8.0, gpus_per_node=8, pool_id="l4"),
+                       sc.pool("c1", "aws", "us-east-1", "H100", 80.0, gpus_per_node=8, pool_id="h100")])
+    c, active = setup(prob, solver.SolverSettings())
+    assert [c.views[d].name for d in neighbourhood.multi_gpu(c, active, None)] == ["two"]
+    # On the pairs a step may use only: "either" without its 1-GPU H100 pair is multi-GPU there.
+    usable = {p for p in range(len(c.pairs)) if c.groups[c.pairs[p].g].offer.gpu_type == "L4"}
+    assert [c.views[d].name for d in neighbourhood.multi_gpu(c, active, usable)] == ["two", "either"]
+
+
 def test_an_emptying_step_is_drawn_only_where_freeing_its_deployments_can_close_a_node():
     """Three deployments with one 1-GPU replica each on an 8-GPU node: an emptying step frees all
     three. Not where the node is within the pool's nodes_min (paid anyway), nor where replicas
