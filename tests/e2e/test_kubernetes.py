@@ -69,6 +69,16 @@ def sdk(fleet) -> openai.AsyncOpenAI:
                               default_headers={fleet_mod.REGION_HEADER: "na-east"})
 
 
+def router_trouble(fleet, limit: int = 60) -> str:
+    """The router log's warnings, errors and tracebacks (a failed request's cause, for the message)."""
+    path = fleet.workdir / "logs" / "router.log"
+    if not path.exists():
+        return "(no router log)"
+    lines = [line for line in path.read_text(errors="replace").splitlines()
+             if "level=INFO" not in line and "level=DEBUG" not in line]
+    return "\n".join(lines[-limit:])
+
+
 async def routed(fleet, session, endpoints: set[str], timeout_s: float = 60.0) -> None:
     """Until the router lists every endpoint as a ready replica of the model."""
     deadline = time.monotonic() + timeout_s
@@ -143,7 +153,7 @@ async def test_a_pod_killed_under_load_fails_no_request_and_is_replaced(fleet, c
             await asyncio.gather(*workers)
             await c.close()
         failed = [r for r in results if not r[0]]
-        assert len(results) > 20 and not failed, (len(results), failed[:3])
+        assert len(results) > 20 and not failed, (len(results), failed[:3], router_trouble(fleet))
         status = await fleet.wait_for(
             session, lambda s: len(ready_chat(s)) >= 3 and victim["replica_id"] not in {r["replica_id"] for r in ready_chat(s)},
             120, "the killed replica replaced")
