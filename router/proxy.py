@@ -366,10 +366,10 @@ class Proxy:
         pool = ep.pool
         conn = pool.take_idle()
         if conn is not None:
-            conn.send(data)
-            if try_info is not None:
-                self._tries[conn] = try_info
             try:
+                conn.send(data)
+                if try_info is not None:
+                    self._tries[conn] = try_info
                 await conn.read_head()
                 return conn
             except upstream.UpstreamError as exc:
@@ -382,10 +382,10 @@ class Proxy:
                 self._tries.pop(conn, None)
                 raise
         conn = await pool.connect()
-        conn.send(data)
-        if try_info is not None:
-            self._tries[conn] = try_info
         try:
+            conn.send(data)
+            if try_info is not None:
+                self._tries[conn] = try_info
             await conn.read_head()
         except BaseException:
             conn.close()

@@ -227,11 +227,19 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------ request API
 
     def send(self, data: bytes) -> None:
-        """Write one complete request (head and body) to the replica."""
+        """Write one complete request (head and body) to the replica. Raises UpstreamError("reset")
+        when the transport already lost the connection (uvloop raises RuntimeError on a write to a
+        closed handle)."""
         self._clear()
         self._state = _HEAD
-        assert self.transport is not None
-        self.transport.write(data)
+        transport = self.transport
+        if transport is None or self.closed:
+            raise UpstreamError("reset", f"connection to {self.pool.authority} is closed")
+        try:
+            transport.write(data)
+        except RuntimeError as exc:
+            self.close()
+            raise UpstreamError("reset", f"connection to {self.pool.authority} lost: {exc}") from None
 
     async def read_head(self) -> int:
         """Wait for the final response's status and headers; return the status."""
@@ -320,7 +328,9 @@ class Pool:
         limit = time.monotonic() - self.idle_timeout_s
         while idle:
             conn = idle.pop()
-            if not conn.closed and conn.idle_since > limit:
+            # A transport closing (the replica ended the connection; connection_lost is still to
+            # come) would drop the request: never handed out.
+            if not conn.closed and conn.idle_since > limit and not conn.transport.is_closing():  # type: ignore[union-attr]
                 return conn
             conn.close()
         return None

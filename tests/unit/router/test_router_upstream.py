@@ -16,12 +16,18 @@ class Transport:
         self.written = b""
         self.closed = False
         self.paused = False
+        self.handle_closed = False  # as uvloop's after its handle is closed: writes raise
 
     def write(self, data: bytes) -> None:
+        if self.handle_closed:
+            raise RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed")
         self.written += data
 
     def close(self) -> None:
         self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
 
     def pause_reading(self) -> None:
         self.paused = True
@@ -281,3 +287,27 @@ async def test_pool_reuses_only_complete_keepalive_connections():
     pool.release(half)
     assert pool.idle_count == 1 and half.closed
     assert pool.take_idle() is done and pool.take_idle() is None
+
+
+async def test_a_pooled_connection_whose_transport_is_closing_is_not_handed_out():
+    """The replica ended an idle connection and the transport is closing, its connection_lost not
+    delivered yet: take_idle() skips it (a request written there would be dropped) and closes it."""
+    pool = new_pool()
+    conn = await connection(pool)
+    conn.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+    pool.release(conn)
+    conn.transport.close()  # the transport's own close, as on the replica's FIN; conn.closed still False
+    assert not conn.closed
+    assert pool.take_idle() is None and conn.closed
+
+
+async def test_a_write_the_transport_refuses_is_a_reset_not_a_crash():
+    """A transport whose handle is closed raises RuntimeError on write (uvloop): send() turns it into
+    UpstreamError("reset"), which the proxy retries, and closes the connection."""
+    conn = upstream.Connection(new_pool())
+    transport = Transport()
+    conn.connection_made(transport)
+    transport.handle_closed = True
+    with pytest.raises(upstream.UpstreamError) as err:
+        conn.send(b"POST / HTTP/1.1\r\n\r\n")
+    assert err.value.kind == "reset" and conn.closed
