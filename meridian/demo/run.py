@@ -328,7 +328,9 @@ def _windows(colds: list[stats.ColdStart], phases: Phases, started_wall: float, 
     start per model and client region (until a replica within the region's reach is ready, and for a
     model scaled to zero its first answer; the end of traffic if its model never answered), the
     spike, the lost region until each model's capacity is re-placed (the end of traffic if never),
-    the preemption wave until the plan is carried out again."""
+    the preemption wave until the plan is carried out again; and for either fault, a client region that
+    lost its last replica within reach stays in the window until one is ready within reach again (the
+    plan can be carried out while the region is still served from afar: a replacement placed after it)."""
     out = []
     first_answer = {c.model: c.first_answer_s if c.first_answer_s is not None else end_wall for c in colds}
     for model, regions in sorted(model_regions.items()):
@@ -346,7 +348,13 @@ def _windows(colds: list[stats.ColdStart], phases: Phases, started_wall: float, 
             continue
         name = f"region lost ({lost['cluster']})" if event == "lost" else "spot preemption wave"
         for model in sorted(settled.get(f"{event}:models", ())):
-            out.append(sla.Window(name, start, settled.get(f"{event}:{model}", end_wall), frozenset({model})))
+            end = settled.get(f"{event}:{model}", end_wall)
+            out.append(sla.Window(name, start, end, frozenset({model})))
+            for region in sorted(model_regions.get(model, ()) if model in targets else ()):
+                back = reach.back_within(model, region, targets[model], start, end)
+                if back is None or back > end:
+                    out.append(sla.Window(name, start, end_wall if back is None else back, frozenset({model}),
+                                          frozenset({region})))
     return out
 
 

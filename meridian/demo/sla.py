@@ -125,6 +125,26 @@ class ReachLog:
         return None
 
 
+    def back_within(self, model: str, region: str, target: Target, since: float, until: float) -> float | None:
+        """After a fault at ``since``: ``since`` when the region kept a ready replica within its reach
+        at every poll up to ``until`` (nothing to wait for); else the first later poll at which one was
+        within reach again, or None when none came back."""
+        lapsed = False
+        for t, nearest in zip(self._times, self._nearest, strict=True):
+            if t < since:
+                continue
+            ok = within_reach(nearest.get((model, region)), target)
+            if not lapsed:
+                if ok:
+                    if t > until:
+                        return since
+                    continue
+                lapsed = True
+            elif ok:
+                return t
+        return None if lapsed else since
+
+
 def within_reach(nearest: Nearest | None, target: Target) -> bool:
     """Whether that replica is within the SLA's reach, as the placement judges it."""
     if nearest is None:

@@ -264,3 +264,39 @@ def test_cold_start_lasts_per_region_until_a_replica_within_reach_is_ready():
     assert cold == [(["ap-south"], 105.0)]
     lost = [w for w in windows if w.name.startswith("region lost")]
     assert [(w.start_s, w.end_s, set(w.models)) for w in lost] == [(150.0, 160.0, {"chat"})]
+
+
+def test_a_fault_window_lasts_for_a_region_until_a_replica_within_its_reach_is_back():
+    """The preemption wave takes Tokyo's replica: the model's capacity is back (its plan carried out)
+    at 170 while ap-northeast is still served from Europe; the window lasts for ap-northeast until a
+    replica within its reach is ready again (190), and eu-west, which never lost its replica, ends with
+    the model (170)."""
+    from meridian.demo import run  # noqa: PLC0415
+
+    log = sla.ReachLog(latency.default())
+
+    def status(*regions: str) -> dict:
+        return {"clusters": [{"cluster_id": f"c{i}", "region": r, "pool_details": [{"pool_id": "p", "gpu_type": "L4"}],
+                              "replica_details": [{"deployment": "chat", "served_model_name": "chat", "state": "ready",
+                                                   "pool_id": "p"}]} for i, r in enumerate(regions)]}
+
+    clients = {"chat": ["eu-west", "ap-northeast"]}
+    for t, regions in ((100.0, ("eu-west-1", "ap-northeast-1")), (150.0, ("eu-west-1", "ap-northeast-1")),
+                       (160.0, ("eu-west-1",)), (170.0, ("eu-west-1",)), (190.0, ("eu-west-1", "ap-northeast-1"))):
+        log.add(t, status(*regions), clients)
+    targets = {"chat": sla.Target(ttft_ms=800, tpot_ms=100, max_rtt_ms=90, prefill_ms={"L4": 159.0}, headroom_ms=40)}
+    phases = run.Phases(run.DemoOptions(duration_s=100))
+    windows = run._windows([], phases, 100.0, {}, 155.0, {"preempted:models": {"chat"}, "preempted:chat": 170.0},
+                           250.0, log, targets, {"chat": {"eu-west", "ap-northeast"}})
+    wave = [(sorted(w.regions), w.end_s) for w in windows if w.name == "spot preemption wave"]
+    assert wave == [([], 170.0), (["ap-northeast"], 190.0)]
+    assert sla.window_of(rec(at=180.0, region="ap-northeast"), windows) == "spot preemption wave"
+    assert sla.window_of(rec(at=180.0), windows) == "steady"
+    assert log.back_within("chat", "eu-west", targets["chat"], 155.0, 170.0) == 155.0
+    # Never back within reach: None, and the region's window lasts to the end of traffic.
+    log.add(200.0, status("eu-west-1"), clients)
+    assert log.back_within("chat", "ap-northeast", targets["chat"], 195.0, 210.0) is None
+    windows = run._windows([], phases, 100.0, {}, 195.0, {"preempted:models": {"chat"}, "preempted:chat": 210.0},
+                           250.0, log, targets, {"chat": {"eu-west", "ap-northeast"}})
+    assert [(sorted(w.regions), w.end_s) for w in windows if w.name == "spot preemption wave"] == [
+        ([], 210.0), (["ap-northeast"], 250.0)]
