@@ -26,6 +26,8 @@ import numpy as np
 from scheduler.solver import linear
 
 _INF = highspy.kHighsInf
+# stall_s counts from plans better than the hint by at least this share of its value.
+_STALL_GAIN = 1e-3
 _FIRST = threading.Lock()
 _banner_done = False
 
@@ -110,7 +112,9 @@ def solve_mip(model: linear.LinearModel, *, time_limit_s: float, relative_gap: f
             event.interrupt()
 
     def improving(event: highspy.highs.HighsCallbackEvent) -> None:
-        if event.data_out.objective_function_value < start_value - 1e-6:
+        # HiGHS's first incumbent is the hint as it repairs it, a few cents off the hint's value:
+        # that starts no stall clock.
+        if event.data_out.objective_function_value < start_value - max(1e-6, _STALL_GAIN * abs(start_value)):
             improved_at[0] = time.perf_counter()
 
     h.cbMipInterrupt.subscribe(stop)

@@ -12,9 +12,9 @@ served (flows recomputed as the returned plan's are) costs less, so the plan nev
 the model's measure; the search stops at the deadline, or at a local optimum on a small fleet.
 Measured on the same fleet: 7060-7120 in the same 7 s (docs/scheduler-decisions.md).
 
-First, on a fleet with many deployments whose replicas take several GPUs each, one wide step
-re-solves all of those at once with HiGHS (``_wide_step``): they compete for the few multi-GPU
-nodes, and a step of five frees too few of them to trade places."""
+First, one wide step re-solves with HiGHS every deployment whose replicas take several GPUs each,
+together with those whose replicas now sit on the groups those may use (``_wide_step``): they
+compete for the few multi-GPU nodes, and a step of five frees too few of them to trade places."""
 
 from __future__ import annotations
 
@@ -43,12 +43,11 @@ EMPTY_SHARE = 0.3
 # At most this many deployments in an emptying step (those with the fewest GPUs there first, as
 # they are the cheapest to move; the rest are held).
 EMPTY_MAX = 10
-# The wide step (``SolverSettings.wide_step_share``, ``_wide_step``): only with at least
-# WIDE_MIN_PER_STEP x neighbourhood_size multi-GPU deployments (with fewer, the ordinary steps reach
-# them about as well: at 100 x 120 with 12 of them and 200 x 200 with 22 the wide step measured no
-# better, +0.3-0.4 pp worse over six search seeds) and WIDE_MIN_S seconds for HiGHS (its root LP and
-# cuts come before any better plan: 1.7-1.8 s at 500 x 300 on this machine).
-WIDE_MIN_PER_STEP = 6
+# The wide step (``SolverSettings.wide_step_share``, ``_wide_step``): only when its deployments are
+# more than WIDE_MIN_PER_STEP ordinary steps hold (fewer is what those steps do), and with at least
+# WIDE_MIN_S seconds for HiGHS (its root LP and cuts come before any better plan: 1.0-1.8 s at
+# 100 x 120 to 500 x 300 on this machine).
+WIDE_MIN_PER_STEP = 2
 WIDE_MIN_S = 0.5
 # ... and it ends once HiGHS found a better plan and no better one followed for this long.
 WIDE_STALL_S = 0.5
@@ -106,15 +105,14 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
 
     regret = [regret_of(d) for d in pool] if lp_cost is not None else None
 
-    def model_of(hood: list[int], lp_cuts: bool = False) -> tuple[formulation.Built, dict[int, int]]:
-        """The step model for ``hood`` next to the plan as it is now, and the plan's values in it
-        (``lp_cuts``: with the LP-only cuts, for HiGHS)."""
+    def model_of(hood: list[int]) -> tuple[formulation.Built, dict[int, int]]:
+        """The step model for ``hood`` next to the plan as it is now, and the plan's values in it."""
         held = {d: list(e) for d, e in (fixed or {}).items()}
         for d, mine in by_d.items():
             if d not in hood and mine:
                 held[d] = [(c.pairs[p].g, n) for p, n in mine.items()]
         usable = None if pairs is None else pairs | {p for d in hood for p in by_d.get(d, {})}
-        sub = formulation.build(c, prob, settings, current, held, hood, usable, lp_cuts=lp_cuts,
+        sub = formulation.build(c, prob, settings, current, held, hood, usable, lp_cuts=False,
                                 protect_weight=weights)
         now = greedy.Solution({p: n for d in hood for p, n in by_d.get(d, {}).items()}, {})
         return sub, starts.complete(c, sub, starts.with_flows(c, now, hood))
@@ -130,7 +128,7 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
                 regret[at[d]] = regret_of(d)
 
     wide: dict[str, float] = {}
-    wide_hood = multi_gpu(c, pool, pairs)
+    wide_hood = wide_deployments(c, pool, pairs, by_d)
     wide_s = settings.wide_step_share * (deadline - time.perf_counter())
     if len(wide_hood) >= WIDE_MIN_PER_STEP * settings.neighbourhood_size and wide_s >= WIDE_MIN_S:
         gained, wide = _wide_step(wide_hood, wide_s, model_of, keep, c, settings)
@@ -191,13 +189,15 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
 
 def _wide_step(hood: list[int], time_s: float, model_of, keep, c: cand_mod.Candidates,
                settings: problem.SolverSettings) -> tuple[float, dict[str, float]]:
-    """HiGHS on ``hood`` (every multi-GPU deployment) next to the plan, for at most ``time_s``;
+    """HiGHS on ``hood`` (``wide_deployments``) next to the plan, for at most ``time_s``;
     its plan is kept when it holds every row exactly (HiGHS's values are rounded floats) and gains.
     Runs alone: HiGHS has one thread and measured better so (500 x 300, six search seeds: +3.8%
     above the best known plan, against +4.2% with one ordinary step beside it, whose moves on the
     shared groups the wide plan then often no longer fit). Returns the gain ($/h) and its figures."""
     t = time.perf_counter()
-    sub, hint = model_of(hood, lp_cuts=True)
+    # Without the model's LP-only cuts: HiGHS's own are enough, and its first better plan came
+    # 0.2-0.5 s sooner without them (100 x 120 to 500 x 300).
+    sub, hint = model_of(hood)
     before = after = _value(sub, hint)
     out = mip.solve_mip(sub.model, time_limit_s=time_s - (time.perf_counter() - t), relative_gap=0.0,
                         hint=hint, seed=settings.seed, stall_s=WIDE_STALL_S)
@@ -209,6 +209,23 @@ def _wide_step(hood: list[int], time_s: float, model_of, keep, c: cand_mod.Candi
             keep(hood, found)
     return before - after, {"wide_step_s": time.perf_counter() - t, "wide_step_deployments": float(len(hood)),
                             "wide_step_gain_usd": before - after}
+
+
+def wide_deployments(c: cand_mod.Candidates, pool: Sequence[int], pairs: set[int] | None,
+                     by_d: Mapping[int, Mapping[int, int]]) -> list[int]:
+    """The wide step's deployments: the multi-GPU ones (``multi_gpu``) and those whose replicas now
+    hold GPUs on a group one of them may use: what competes for the multi-GPU nodes (a 1-GPU replica
+    on an 8 x H100 node holds a place a 70B replica may need). [] without a multi-GPU deployment.
+    Measured (six search seeds, 10-s plans against the best known): the multi-GPU ones alone gave
+    500 x 300 +4.1-4.4% and nothing at 100 x 120 and 200 x 200; with those sharing their groups,
+    +1.2% (100 x 120, 30 deployments), +2.3% (200 x 200, 35) and +3.4% (500 x 300, 77), against
+    +2.5%, +4.8% and +5.2% without a wide step."""
+    heavy = multi_gpu(c, pool, pairs)
+    if not heavy:
+        return []
+    groups = {c.pairs[p].g for d in heavy for p in c.pairs_by_d[d] if pairs is None or p in pairs}
+    sharing = {d for d in pool if any(n > 0 and c.pairs[p].g in groups for p, n in by_d.get(d, {}).items())}
+    return sorted(set(heavy) | sharing)
 
 
 def multi_gpu(c: cand_mod.Candidates, pool: Sequence[int], pairs: set[int] | None) -> list[int]:

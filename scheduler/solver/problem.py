@@ -376,10 +376,11 @@ class SolverSettings(pydantic.BaseModel):
     wide_step_share: float = pydantic.Field(
         default=0.3, ge=0, lt=1,
         description="Neighbourhood search: at most this share of its time goes first to one HiGHS step that "
-                    "re-solves every deployment whose replicas all take several GPUs, when there are at least "
-                    "6 x neighbourhood_size of them (0: no such step). They compete for the few multi-GPU nodes, "
-                    "which a step of neighbourhood_size rarely frees together (measured at 500 x 300: +5.2% -> "
-                    "+4.1% above the best known plan; 0.2 often ended before HiGHS's first better plan).")
+                    "re-solves every deployment whose replicas all take several GPUs, with those whose replicas "
+                    "sit on the groups they may use (when more than two ordinary steps hold; 0: no such step). "
+                    "They compete for the few multi-GPU nodes, which a step of neighbourhood_size rarely frees "
+                    "together (measured, 10-s plans above the best known: 100 x 120 +2.5% -> +1.2%, 200 x 200 "
+                    "+4.8% -> +2.3%, 500 x 300 +5.2% -> +3.4%; 0.2 often ended before HiGHS's first better plan).")
     backend: str = pydantic.Field(
         default="portfolio", pattern=r"^[a-z][a-z0-9_-]*$",
         description="Search backend by registry name (scheduler.solver.backends): search (CP-SAT, or the "

@@ -136,6 +136,22 @@ def test_only_deployments_whose_every_replica_takes_several_gpus_are_in_the_wide
     assert [c.views[d].name for d in neighbourhood.multi_gpu(c, active, usable)] == ["two", "either"]
 
 
+def test_the_wide_step_also_frees_the_deployments_that_hold_places_on_the_multi_gpu_nodes():
+    """A 1-GPU deployment with its replica on the H100 group a 2-GPU deployment may use is in the
+    wide step (it holds a place the other may need); one on the L4 group alone, or with no replica,
+    is not; without a multi-GPU deployment there is no wide step."""
+    prob = sc.problem([sc.dep("big", regions={"na-east": 1}, gpus=2, gpu_types=("H100",)),
+                       sc.dep("on_h100", regions={"na-east": 1}, gpu_types=("L4", "H100")),
+                       sc.dep("on_l4", regions={"na-east": 1}, gpu_types=("L4", "H100")),
+                       sc.dep("idle", regions={"na-east": 1}, gpu_types=("L4", "H100"))],
+                      [sc.pool("c1", "aws", "us-east-1", "L4", 8.0, gpus_per_node=8, pool_id="l4"),
+                       sc.pool("c1", "aws", "us-east-1", "H100", 80.0, gpus_per_node=8, pool_id="h100")])
+    c, active = setup(prob, solver.SolverSettings())
+    by_d = {1: {pair_of(c, 1, "h100"): 1}, 2: {pair_of(c, 2, "l4"): 1}}
+    assert [c.views[d].name for d in neighbourhood.wide_deployments(c, active, None, by_d)] == ["big", "on_h100"]
+    assert neighbourhood.wide_deployments(c, [1, 2, 3], None, by_d) == []
+
+
 def test_an_emptying_step_is_drawn_only_where_freeing_its_deployments_can_close_a_node():
     """Three deployments with one 1-GPU replica each on an 8-GPU node: an emptying step frees all
     three. Not where the node is within the pool's nodes_min (paid anyway), nor where replicas
