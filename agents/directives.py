@@ -137,10 +137,19 @@ def plan_resize(a: models.ResizePool, view: View) -> ResizePlan | Refuse:
     if not lo <= a.target_nodes <= hi:
         return Refuse(f"target_nodes {a.target_nodes} is outside pool {a.pool_id}'s bounds [{lo}, {hi}]")
     busy = sorted({h.node_id for h in view.holdings if h.pool_id == a.pool_id})
-    if a.target_nodes < len(busy):
-        return Refuse(f"{len(busy)} node(s) of pool {a.pool_id} host replicas; drain them before shrinking "
-                      f"to {a.target_nodes}")
+    refusal = shrink_refusal(a.pool_id, a.target_nodes, len(busy))
+    if refusal is not None:
+        return Refuse(refusal)
     return ResizePlan(keep_nodes=frozenset(view.cloud_ids.get(n, n) for n in busy))
+
+
+def shrink_refusal(pool_id: str, target_nodes: int, busy_nodes: int) -> str | None:
+    """Why a resize to ``target_nodes`` must be refused: it would take a node that hosts a replica
+    (the cloud picks which nodes go once the pool is below its busy ones); None when it may go."""
+    if target_nodes < busy_nodes:
+        return (f"{busy_nodes} node(s) of pool {pool_id} host replicas; drain them before shrinking "
+                f"to {target_nodes}")
+    return None
 
 
 class DirectiveExecutor:
@@ -307,5 +316,5 @@ class DirectiveExecutor:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-__all__ = ["AlreadyDone", "DirectiveExecutor", "Refuse", "ResizePlan", "StartPlan", "View",
+__all__ = ["AlreadyDone", "DirectiveExecutor", "Refuse", "ResizePlan", "StartPlan", "View", "shrink_refusal",
            "action_name", "plan_drain", "plan_resize", "plan_start"]

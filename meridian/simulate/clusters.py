@@ -21,7 +21,7 @@ from meridian import catalog, cost, spec
 from meridian.fleet import models as fm
 from meridian.simulate import perf
 from meridian.spec import policy as policy_spec
-from agents import allocation
+from agents import allocation, directives
 from agents.providers import sim as sim_provider
 from agents.providers.errors import CloudError, CloudErrorKind
 from scheduler.solver import problem
@@ -237,6 +237,9 @@ class SimCluster:
 
     def _resize(self, directive_id: str, a: fm.ResizePool) -> tuple[fm.DirectiveAck, list[fm.Event]]:
         keep = frozenset(r.node_id for r in self.replicas.values() if r.pool_id == a.pool_id)
+        refusal = directives.shrink_refusal(a.pool_id, a.target_nodes, len(keep))
+        if refusal is not None:  # the agent's rule: a shrink never takes a node that hosts a replica
+            return fm.DirectiveAck(directive_id, fm.DirectiveOutcome.REFUSED, refusal), []
         try:
             self.cloud.resize(a.pool_id, a.target_nodes, keep)
         except CloudError as exc:
