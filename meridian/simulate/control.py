@@ -61,6 +61,7 @@ class SimScheduler:
             drain_deadline_s=self.config.drain_deadline_s, directives_per_min=self.config.cluster_directives_per_min,
             burst=self.config.cluster_directive_burst, pool_scale_down_delay_s=self.config.pool_scale_down_delay_s)
         self.rstate = reconciler.ReconcileState()
+        self._reach = reconciler.reach.ReachCache()
         self.placer = placer
         self.plan: _Plan | None = None
         self.stats = ControlStats()
@@ -128,7 +129,10 @@ class SimScheduler:
                    for c in snapshot.live() for p in c.pools.values()},
             replicas=tuple(reconciler.ReplicaInfo(c.cluster_id, r, self.events.doomed_at(r.replica_id))
                            for c, r in snapshot.replicas()),
-            open_directives=(), no_growth=no_growth)
+            open_directives=(), no_growth=no_growth,
+            reach=self._reach.of(self.infos, {problem.pool_key(c.cluster_id, p.pool_id): c.identity.region
+                                              for c in snapshot.live() for p in c.pools.values()},
+                                 self.specs.latency_map.rtt_ms))
         result = reconciler.reconcile(inp, self.rstate, self.settings, id_prefix="sim")
         self.rstate = result.state
         self.stats.directives += len(result.directives)

@@ -107,6 +107,7 @@ class ControlLoop:
         self._infos: dict[str, reconciler.DeploymentInfo] = {}
         self.plan: PlanRecord | None = None
         self.rstate = reconciler.ReconcileState()
+        self._reach = reconciler.reach.ReachCache()
         self.adopt_until_s = 0.0
         self.last_tick: TickReport | None = None
         self._wake = asyncio.Event()
@@ -262,7 +263,10 @@ class ControlLoop:
             replicas=tuple(reconciler.ReplicaInfo(c.cluster_id, r, self.events.doomed_at(r.replica_id))
                            for c, r in snapshot.replicas()),
             open_directives=open_dirs, no_growth=no_growth,
-            unplaced=reconciler.unplaced_deployments(self.plan.result, self._infos), rollouts=splits)
+            unplaced=reconciler.unplaced_deployments(self.plan.result, self._infos), rollouts=splits,
+            reach=self._reach.of(self._infos, {problem.pool_key(c.cluster_id, p.pool_id): c.identity.region
+                                               for c in snapshot.live() for p in c.pools.values()},
+                                 self.specs.latency_map.rtt_ms))
         result = reconciler.reconcile(inp, self.rstate, self.settings, id_prefix=f"t{fence}")
         self.rstate = result.state
         for held in result.held:

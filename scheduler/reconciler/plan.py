@@ -9,7 +9,10 @@ Rules (all pure; the executor sends what this returns):
   ``nodes_max``, never while in stock-out backoff) and the start waits for the nodes.
 - Make-before-break: a READY replica is drained only while the deployment keeps at least its target
   of READY replicas without it; replicas that serve nothing (STARTING, FAILED) are drained freely.
-  Order: doomed spot replicas, outdated revisions, then surplus (least loaded first).
+  Order: doomed spot replicas, outdated revisions, then surplus (least loaded first). Nor is one
+  drained that is the last READY replica within reach (``max_rtt_ms``) of a client region the plan
+  covers while a replica of the deployment within reach of that region is on its way (``reach``):
+  the region stays served within its SLA until the replacement is READY.
 - A deployment under rollout (``inp.rollouts``, see ``types.RevisionSplit``) splits each pool's
   target between its new revision and its old side (``revisions.pool_targets``); each side starts
   its own deficits (old-side starts run the old spec) and retires its own surplus, the old side's
@@ -42,7 +45,7 @@ from collections.abc import Iterable, Mapping
 
 from meridian.fleet import models as fm
 from meridian.fleet import runtime
-from scheduler.reconciler import ratelimit, revisions
+from scheduler.reconciler import ratelimit, reach, revisions
 from scheduler.reconciler import types as t
 from scheduler.solver import problem
 
@@ -169,6 +172,11 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
     # Starts for deficits; replacements of doomed replicas go first and are urgent.
     urgent_left = len(doomed)
     no_room: set[str] = set()  # pools where a start waits for GPUs the pool cannot grow to give
+    guard = reach.Guard(name, inp, [r for r in active if r.report.state is fm.ReplicaState.READY
+                                    and r.doomed_at_s is None and r.replica_id not in hidden])
+    guard.coming.update(r.pool_key for r in active if r.report.state is fm.ReplicaState.STARTING
+                        and r.doomed_at_s is None and r.replica_id not in hidden)
+    guard.coming.update(key for (d, key), starts in pending_starts.items() if d == name and starts)
     for side, side_info, wants in sides:
         for pool_key, want in sorted(wants.items()):
             pool = inp.pools[pool_key]
@@ -184,6 +192,8 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
                 if free[pool_key] < gpus:
                     if _cannot_grow(pool_key, inp):
                         no_room.add(pool_key)
+                    else:
+                        guard.coming.add(pool_key)  # on its way once the pool has grown
                     waiting[pool_key] = waiting.get(pool_key, 0) + gpus
                     if urgent:
                         waiting[_URGENT_KEY + pool_key] = 1  # the resize serves a spot replacement
@@ -198,6 +208,7 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
                 why = ("replace a replica under spot interruption" if urgent
                        else f"plan wants {want}{of_revision} on {pool_key}")
                 candidates.append(_Candidate(_URGENT if urgent else _START, pool.cluster_id, action, why, urgent))
+                guard.coming.add(pool_key)
             if side == revisions.OLD:  # the old side's other revisions give way first
                 surplus = sorted(have, key=lambda r: (r.report.revision == split.old.revision, _drain_rank(r)))
                 why = f"rollout: revision {info.revision} takes the place of an old-revision replica on {pool_key}"
@@ -242,6 +253,7 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
             if may_drain_ready <= 0 and make_room and r.pool_key in no_room and not kept:
                 make_room = False
                 why = f"{why}; no room to start its replacement first (the pool cannot grow): it goes first"
+                guard.drained(r)
                 candidates.append(_Candidate(_DRAIN_READY, r.cluster_id, fm.DrainReplica(r.replica_id, deadline), why))
                 continue
             if may_drain_ready <= 0:
@@ -253,7 +265,12 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
                               "replacements to be ready")
                 held.append(t.Held(r.cluster_id, f"drain {r.replica_id}", reason))
                 continue
+            blocked = guard.blocks(r) if r.doomed_at_s is None else None
+            if blocked:
+                held.append(t.Held(r.cluster_id, f"drain {r.replica_id}", blocked))
+                continue
             may_drain_ready -= 1
+            guard.drained(r)
             order = _DRAIN_READY
             if kept:  # drained by us with a READY replica in its place: the floor stays where it is
                 floor = t.ServingFloor(floor.replica_ids - {r.replica_id}, floor.drained + 1)

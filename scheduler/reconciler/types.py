@@ -146,7 +146,9 @@ class ReconcileInput:
     shortfall (``plan.unplaced_deployments`` builds it from a solver result); their serving capacity
     is kept (see ``ServingFloor``). ``rollouts``: deployments whose replicas are split between two
     revisions (see ``RevisionSplit``); any other deployment replaces a replica of another revision
-    than its spec's as soon as a replacement is READY."""
+    than its spec's as soon as a replacement is READY. ``reach``: (deployment, pool key) -> the
+    client regions that pool serves within the deployment's ``max_rtt_ms`` (``reach.reach_map``;
+    absent: no region is guarded, the count rule alone applies)."""
 
     now_s: float
     target: problem.Placement
@@ -157,6 +159,7 @@ class ReconcileInput:
     no_growth: Mapping[str, str] = dataclasses.field(default_factory=dict)
     unplaced: Mapping[str, Shortfall] = dataclasses.field(default_factory=dict)
     rollouts: Mapping[str, RevisionSplit] = dataclasses.field(default_factory=dict)
+    reach: Mapping[tuple[str, str], frozenset[str]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
