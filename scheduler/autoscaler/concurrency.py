@@ -22,11 +22,7 @@ Rules, in order (all times from ``ctx.now_s``):
    replicas on top of a non-zero demand. Every client region with traffic gets at least one replica.
 7. Split: the replicas are apportioned over client regions by their share of the request rate over
    the stable window (by requests in flight only while no rate is known), since they are counted in
-   replicas of the reference GPU type, whose capacity is a request rate. The split is sticky: while
-   the total and the regions with traffic are unchanged and the last split is still a rounding of
-   each region's exact share (within one replica of it, below or above), it stays; otherwise the
-   split is made afresh. Two regions whose shares both sit near a half do not trade a replica every
-   round (each trade is a replica started in one place and drained in another).
+   replicas of the reference GPU type, whose capacity is a request rate.
 8. Coverage: the SLA's client regions that sent traffic (rate or requests in flight) within the last
    ``max(stable_window_s, scale_down_delay_s)`` are ``covered_regions``: the solver keeps a replica
    within reach of each (held as long as a scale-down would wait, so an intermittent region does
@@ -131,7 +127,7 @@ class ConcurrencyPolicy:
         if how:
             reasons.append(how)
         demand_replicas = max(0, min(decided, demand) if decided > 0 else 0)
-        by_region = _sticky(state.split, decided, _region_weights(samples), ctx.spec.sla.client_regions)
+        by_region = _apportion(decided, _region_weights(samples), ctx.spec.sla.client_regions)
         hold_s = max(cfg.stable_window_s, scaling.scale_down_delay_s)
         seen = {r: t for r, t in state.region_seen_s.items() if t > now - hold_s}
         seen.update({r: now for r, w in sample.region_weight.items() if w > 0})
@@ -147,8 +143,7 @@ class ConcurrencyPolicy:
             covered_regions=covered,
         )
         last_change_s = now if decided != current else state.last_change_s
-        return decision, types.AutoscaleState(samples, history, last_traffic_s, panic_until_s, last_change_s, seen,
-                                              by_region)
+        return decision, types.AutoscaleState(samples, history, last_traffic_s, panic_until_s, last_change_s, seen)
 
 
 def _observe(ctx: types.AutoscaleContext) -> types.Sample:
@@ -274,43 +269,26 @@ def _region_weights(samples: Sequence[types.Sample]) -> dict[str, float]:
     return totals
 
 
-def _sticky(last: Mapping[str, int], total: int, weights: Mapping[str, float],
-            client_regions: Sequence[str]) -> dict[str, int]:
-    """``last`` while it still splits ``total`` as rule 7 would up to rounding (the same total, the
-    same regions with traffic, each region within one replica of its exact share); else afresh."""
-    fresh, shares = _apportion(total, weights, client_regions)
-    if (set(last) != set(fresh) or sum(last.values()) != total
-            or any((last[r] > 0) != (fresh[r] > 0) for r in fresh)):
-        return fresh
-    if all(math.floor(shares[r] + 1e-9) <= last[r] <= math.ceil(shares[r] - 1e-9) for r in fresh):
-        return dict(last)
-    return fresh
-
-
-def _apportion(total: int, weights: Mapping[str, float],
-               client_regions: Sequence[str]) -> tuple[dict[str, int], dict[str, float]]:
+def _apportion(total: int, weights: Mapping[str, float], client_regions: Sequence[str]) -> dict[str, int]:
     """Split ``total`` replicas over regions: one for each region with demand (largest first), the
-    rest by largest remainder of demand share. Without demand, round-robin over the SLA's regions.
-    Also each region's exact share (what the split rounds)."""
+    rest by largest remainder of demand share. Without demand, round-robin over the SLA's regions."""
     out = {region: 0 for region in client_regions}
     if total <= 0:
-        return out, {r: 0.0 for r in out}
+        return out
     active = sorted((r for r, w in weights.items() if w > 0), key=lambda r: (-weights[r], r))
     if not active:
         for i in range(total):
             out[client_regions[i % len(client_regions)]] += 1
-        return out, {r: float(n) for r, n in out.items()}
+        return out
     for region in active[:total]:
         out[region] += 1
-    shares = {r: float(n) for r, n in out.items()}
     rest = total - min(total, len(active))
     if rest:
         norm = sum(weights[r] for r in active)
         quotas = {r: rest * weights[r] / norm for r in active}
         for r in active:
             out[r] += int(quotas[r])
-            shares[r] += quotas[r]
         left = rest - sum(int(q) for q in quotas.values())
         for r in sorted(active, key=lambda r: (-(quotas[r] - int(quotas[r])), r))[:left]:
             out[r] += 1
-    return out, shares
+    return out

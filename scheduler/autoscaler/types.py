@@ -108,8 +108,6 @@ class AutoscaleState:
     last_change_s: float | None = None
     # client region (of the SLA's) -> the last time it sent traffic: coverage holds that long.
     region_seen_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    # The last split of the replicas over client regions (kept while it still rounds the shares).
-    split: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
