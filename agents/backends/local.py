@@ -127,7 +127,8 @@ class LocalBackend(base.ReplicaBackend):
         out = []
         for m in self._replicas.values():
             p = m.placement
-            report = m.handle.report(p.deployment, p.revision, p.pool_id, p.gpu_count)
+            report = dataclasses.replace(m.handle.report(p.deployment, p.revision, p.pool_id, p.gpu_count),
+                                         node_id=p.node_id)
             if m.note and report.state in (models.ReplicaState.FAILED, models.ReplicaState.STOPPED):
                 report = dataclasses.replace(report, message=m.note + (f"; {report.message}" if report.message else ""))
             out.append(report)

@@ -134,6 +134,7 @@ class ReplicaReport:
     message: str = ""
     served_model_name: str = ""
     started_at: float = 0.0
+    node_id: str = ""  # the node its GPUs are on, within its pool ("" when unknown)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -171,7 +171,7 @@ def report_to_pb(r: m.ReplicaReport) -> cap.ReplicaReport:
         replica_id=r.replica_id, deployment=r.deployment, revision=r.revision, endpoint=r.endpoint,
         state=state_to_pb(r.state), load=load_to_pb(r.load), pool_id=r.pool_id, gpu_count=r.gpu_count,
         time_to_ready_s=r.time_to_ready_s, restarts=r.restarts, message=r.message,
-        served_model_name=r.served_model_name, started_at=ts(r.started_at),
+        served_model_name=r.served_model_name, started_at=ts(r.started_at), node_id=r.node_id,
     )
 
 
@@ -180,7 +180,7 @@ def report_from_pb(p: cap.ReplicaReport) -> m.ReplicaReport:
         replica_id=p.replica_id, deployment=p.deployment, revision=p.revision, endpoint=p.endpoint,
         state=state_from_pb(p.state), load=load_from_pb(p.load), pool_id=p.pool_id, gpu_count=p.gpu_count,
         time_to_ready_s=_number(p.time_to_ready_s, "time_to_ready_s"), restarts=p.restarts, message=p.message,
-        served_model_name=p.served_model_name, started_at=from_ts(p.started_at),
+        served_model_name=p.served_model_name, started_at=from_ts(p.started_at), node_id=p.node_id,
     )
 
 

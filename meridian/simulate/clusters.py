@@ -197,7 +197,7 @@ class SimCluster:
             replica_id=r.replica_id, deployment=r.deployment, revision=r.revision,
             endpoint=f"http://{self.cluster_id}.sim:{31000 + i}", state=r.state, load=r.load, pool_id=r.pool_id,
             gpu_count=len(r.gpu_ids), time_to_ready_s=max(0.0, r.ready_at - r.started_at),
-            served_model_name=r.served_name, started_at=r.started_at)
+            served_model_name=r.served_name, started_at=r.started_at, node_id=r.node_id)
             for i, r in enumerate(sorted(self.replicas.values(), key=lambda x: x.replica_id))]
 
     # ------------------------------------------------------------------ directives

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from meridian.v1 import common_pb2 as meridian_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ameridian/v1/capacity.proto\x12\x0bmeridian.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18meridian/v1/common.proto\"\xd7\x02\n\x0c\x41gentMessage\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12+\n\x07sent_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12#\n\x05hello\x18\n \x01(\x0b\x32\x12.meridian.v1.HelloH\x00\x12+\n\tinventory\x18\x0b \x01(\x0b\x32\x16.meridian.v1.InventoryH\x00\x12/\n\x08replicas\x18\x0c \x01(\x0b\x32\x1b.meridian.v1.ReplicaReportsH\x00\x12(\n\x03\x61\x63k\x18\r \x01(\x0b\x32\x19.meridian.v1.DirectiveAckH\x00\x12#\n\x05\x65vent\x18\x0e \x01(\x0b\x32\x12.meridian.v1.EventH\x00\x12+\n\theartbeat\x18\x0f \x01(\x0b\x32\x16.meridian.v1.HeartbeatH\x00\x42\t\n\x07payload\"\xaf\x01\n\x05Hello\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12!\n\x05\x63loud\x18\x02 \x01(\x0e\x32\x12.meridian.v1.Cloud\x12\x0e\n\x06region\x18\x03 \x01(\t\x12\x0c\n\x04zone\x18\x04 \x01(\t\x12\x15\n\ragent_version\x18\x05 \x01(\t\x12\x19\n\x11\x63redentials_token\x18\x06 \x01(\t\x12\x1f\n\x17\x63ompleted_directive_ids\x18\x07 \x03(\t\"\x8a\x03\n\x07GpuPool\x12\x0f\n\x07pool_id\x18\x01 \x01(\t\x12\x10\n\x08gpu_type\x18\x02 \x01(\t\x12\x16\n\x0egpu_memory_gib\x18\x03 \x01(\r\x12\x15\n\rgpus_per_node\x18\x04 \x01(\r\x12\x15\n\rinstance_type\x18\x05 \x01(\t\x12\x15\n\rnodes_current\x18\x06 \x01(\r\x12\x11\n\tnodes_min\x18\x07 \x01(\r\x12\x11\n\tnodes_max\x18\x08 \x01(\r\x12\x11\n\tgpus_free\x18\t \x01(\r\x12\'\n\x04tier\x18\n \x01(\x0e\x32\x19.meridian.v1.CapacityTier\x12\x1f\n\x17price_per_node_hour_usd\x18\x0b \x01(\x01\x12\x1b\n\x13quota_headroom_gpus\x18\x0c \x01(\r\x12:\n\x12provisioning_state\x18\r \x01(\x0e\x32\x1e.meridian.v1.ProvisioningState\x12\x0c\n\x04zone\x18\x0e \x01(\t\x12\x15\n\rnodes_pending\x18\x0f \x01(\r\"B\n\tInventory\x12#\n\x05pools\x18\x01 \x03(\x0b\x32\x14.meridian.v1.GpuPool\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\"\xd8\x02\n\rReplicaReport\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\x12\x10\n\x08revision\x18\x03 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x04 \x01(\t\x12(\n\x05state\x18\x05 \x01(\x0e\x32\x19.meridian.v1.ReplicaState\x12&\n\x04load\x18\x06 \x01(\x0b\x32\x18.meridian.v1.ReplicaLoad\x12\x0f\n\x07pool_id\x18\x07 \x01(\t\x12\x11\n\tgpu_count\x18\x08 \x01(\r\x12\x17\n\x0ftime_to_ready_s\x18\t \x01(\x01\x12\x10\n\x08restarts\x18\n \x01(\r\x12\x0f\n\x07message\x18\x0b \x01(\t\x12\x19\n\x11served_model_name\x18\x0c \x01(\t\x12.\n\nstarted_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"P\n\x0eReplicaReports\x12,\n\x08replicas\x18\x01 \x03(\x0b\x32\x1a.meridian.v1.ReplicaReport\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\"d\n\x0c\x44irectiveAck\x12\x14\n\x0c\x64irective_id\x18\x01 \x01(\t\x12.\n\x07outcome\x18\x02 \x01(\x0e\x32\x1d.meridian.v1.DirectiveOutcome\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xa7\x01\n\x05\x45vent\x12$\n\x04kind\x18\x01 \x01(\x0e\x32\x16.meridian.v1.EventKind\x12\x0f\n\x07pool_id\x18\x02 \x01(\t\x12\x12\n\nreplica_id\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x64irective_id\x18\x06 \x01(\t\"\x0b\n\tHeartbeat\"s\n\x10SchedulerMessage\x12\'\n\x07welcome\x18\n \x01(\x0b\x32\x14.meridian.v1.WelcomeH\x00\x12+\n\tdirective\x18\x0b \x01(\x0b\x32\x16.meridian.v1.DirectiveH\x00\x42\t\n\x07payload\"T\n\x07Welcome\x12\x14\n\x0cscheduler_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\x1c\n\x14heartbeat_interval_s\x18\x03 \x01(\r\"\xda\x01\n\tDirective\x12\x14\n\x0c\x64irective_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\x32\n\rstart_replica\x18\n \x01(\x0b\x32\x19.meridian.v1.StartReplicaH\x00\x12\x32\n\rdrain_replica\x18\x0b \x01(\x0b\x32\x19.meridian.v1.DrainReplicaH\x00\x12.\n\x0bresize_pool\x18\x0c \x01(\x0b\x32\x17.meridian.v1.ResizePoolH\x00\x42\x08\n\x06\x61\x63tion\"\x81\x03\n\x0bRuntimeSpec\x12\x0e\n\x06\x65ngine\x18\x01 \x01(\t\x12\x12\n\nmodel_path\x18\x02 \x01(\t\x12\x16\n\x0emodel_revision\x18\x03 \x01(\t\x12\x19\n\x11served_model_name\x18\x04 \x01(\t\x12\x0f\n\x07tp_size\x18\x05 \x01(\r\x12\x16\n\x0e\x63ontext_length\x18\x06 \x01(\r\x12\x1b\n\x13mem_fraction_static\x18\x07 \x01(\x01\x12\x14\n\x0cquantization\x18\x08 \x01(\t\x12\x12\n\nextra_args\x18\t \x03(\t\x12\x1c\n\x14max_running_requests\x18\n \x01(\r\x12\x1b\n\x13max_queued_requests\x18\x0b \x01(\r\x12\x14\n\x0cis_embedding\x18\x0c \x01(\x08\x12.\n\x03\x65nv\x18\r \x03(\x0b\x32!.meridian.v1.RuntimeSpec.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb5\x01\n\x0cStartReplica\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\x12\x10\n\x08revision\x18\x03 \x01(\t\x12)\n\x07runtime\x18\x04 \x01(\x0b\x32\x18.meridian.v1.RuntimeSpec\x12\x0f\n\x07pool_id\x18\x05 \x01(\t\x12\x11\n\tgpu_count\x18\x06 \x01(\r\x12\x1c\n\x14\x64\x65ployment_spec_json\x18\x07 \x01(\t\"6\n\x0c\x44rainReplica\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x12\n\ndeadline_s\x18\x02 \x01(\r\"3\n\nResizePool\x12\x0f\n\x07pool_id\x18\x01 \x01(\t\x12\x14\n\x0ctarget_nodes\x18\x02 \x01(\r*\xe0\x01\n\x11ProvisioningState\x12\"\n\x1ePROVISIONING_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19PROVISIONING_STATE_STEADY\x10\x01\x12!\n\x1dPROVISIONING_STATE_SCALING_UP\x10\x02\x12#\n\x1fPROVISIONING_STATE_SCALING_DOWN\x10\x03\x12\"\n\x1ePROVISIONING_STATE_STOCKED_OUT\x10\x04\x12\x1c\n\x18PROVISIONING_STATE_ERROR\x10\x05*\xd4\x01\n\x10\x44irectiveOutcome\x12!\n\x1d\x44IRECTIVE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44IRECTIVE_OUTCOME_ACCEPTED\x10\x01\x12\x1f\n\x1b\x44IRECTIVE_OUTCOME_SUCCEEDED\x10\x02\x12\x1d\n\x19\x44IRECTIVE_OUTCOME_REFUSED\x10\x03\x12\x1c\n\x18\x44IRECTIVE_OUTCOME_FAILED\x10\x04\x12\x1f\n\x1b\x44IRECTIVE_OUTCOME_DUPLICATE\x10\x05*\xd7\x01\n\tEventKind\x12\x1a\n\x16\x45VENT_KIND_UNSPECIFIED\x10\x00\x12 \n\x1c\x45VENT_KIND_SPOT_INTERRUPTION\x10\x01\x12\x18\n\x14\x45VENT_KIND_STOCK_OUT\x10\x02\x12\x1c\n\x18\x45VENT_KIND_REPLICA_CRASH\x10\x03\x12\x1d\n\x19\x45VENT_KIND_QUOTA_EXCEEDED\x10\x04\x12\x1b\n\x17\x45VENT_KIND_AUTH_FAILURE\x10\x05\x12\x18\n\x14\x45VENT_KIND_THROTTLED\x10\x06\x32Z\n\x0f\x43\x61pacityService\x12G\n\x07\x43onnect\x12\x19.meridian.v1.AgentMessage\x1a\x1d.meridian.v1.SchedulerMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ameridian/v1/capacity.proto\x12\x0bmeridian.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18meridian/v1/common.proto\"\xd7\x02\n\x0c\x41gentMessage\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12+\n\x07sent_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12#\n\x05hello\x18\n \x01(\x0b\x32\x12.meridian.v1.HelloH\x00\x12+\n\tinventory\x18\x0b \x01(\x0b\x32\x16.meridian.v1.InventoryH\x00\x12/\n\x08replicas\x18\x0c \x01(\x0b\x32\x1b.meridian.v1.ReplicaReportsH\x00\x12(\n\x03\x61\x63k\x18\r \x01(\x0b\x32\x19.meridian.v1.DirectiveAckH\x00\x12#\n\x05\x65vent\x18\x0e \x01(\x0b\x32\x12.meridian.v1.EventH\x00\x12+\n\theartbeat\x18\x0f \x01(\x0b\x32\x16.meridian.v1.HeartbeatH\x00\x42\t\n\x07payload\"\xaf\x01\n\x05Hello\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12!\n\x05\x63loud\x18\x02 \x01(\x0e\x32\x12.meridian.v1.Cloud\x12\x0e\n\x06region\x18\x03 \x01(\t\x12\x0c\n\x04zone\x18\x04 \x01(\t\x12\x15\n\ragent_version\x18\x05 \x01(\t\x12\x19\n\x11\x63redentials_token\x18\x06 \x01(\t\x12\x1f\n\x17\x63ompleted_directive_ids\x18\x07 \x03(\t\"\x8a\x03\n\x07GpuPool\x12\x0f\n\x07pool_id\x18\x01 \x01(\t\x12\x10\n\x08gpu_type\x18\x02 \x01(\t\x12\x16\n\x0egpu_memory_gib\x18\x03 \x01(\r\x12\x15\n\rgpus_per_node\x18\x04 \x01(\r\x12\x15\n\rinstance_type\x18\x05 \x01(\t\x12\x15\n\rnodes_current\x18\x06 \x01(\r\x12\x11\n\tnodes_min\x18\x07 \x01(\r\x12\x11\n\tnodes_max\x18\x08 \x01(\r\x12\x11\n\tgpus_free\x18\t \x01(\r\x12\'\n\x04tier\x18\n \x01(\x0e\x32\x19.meridian.v1.CapacityTier\x12\x1f\n\x17price_per_node_hour_usd\x18\x0b \x01(\x01\x12\x1b\n\x13quota_headroom_gpus\x18\x0c \x01(\r\x12:\n\x12provisioning_state\x18\r \x01(\x0e\x32\x1e.meridian.v1.ProvisioningState\x12\x0c\n\x04zone\x18\x0e \x01(\t\x12\x15\n\rnodes_pending\x18\x0f \x01(\r\"B\n\tInventory\x12#\n\x05pools\x18\x01 \x03(\x0b\x32\x14.meridian.v1.GpuPool\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\"\xe9\x02\n\rReplicaReport\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\x12\x10\n\x08revision\x18\x03 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x04 \x01(\t\x12(\n\x05state\x18\x05 \x01(\x0e\x32\x19.meridian.v1.ReplicaState\x12&\n\x04load\x18\x06 \x01(\x0b\x32\x18.meridian.v1.ReplicaLoad\x12\x0f\n\x07pool_id\x18\x07 \x01(\t\x12\x11\n\tgpu_count\x18\x08 \x01(\r\x12\x17\n\x0ftime_to_ready_s\x18\t \x01(\x01\x12\x10\n\x08restarts\x18\n \x01(\r\x12\x0f\n\x07message\x18\x0b \x01(\t\x12\x19\n\x11served_model_name\x18\x0c \x01(\t\x12.\n\nstarted_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07node_id\x18\x0e \x01(\t\"P\n\x0eReplicaReports\x12,\n\x08replicas\x18\x01 \x03(\x0b\x32\x1a.meridian.v1.ReplicaReport\x12\x10\n\x08\x63omplete\x18\x02 \x01(\x08\"d\n\x0c\x44irectiveAck\x12\x14\n\x0c\x64irective_id\x18\x01 \x01(\t\x12.\n\x07outcome\x18\x02 \x01(\x0e\x32\x1d.meridian.v1.DirectiveOutcome\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xa7\x01\n\x05\x45vent\x12$\n\x04kind\x18\x01 \x01(\x0e\x32\x16.meridian.v1.EventKind\x12\x0f\n\x07pool_id\x18\x02 \x01(\t\x12\x12\n\nreplica_id\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x64irective_id\x18\x06 \x01(\t\"\x0b\n\tHeartbeat\"s\n\x10SchedulerMessage\x12\'\n\x07welcome\x18\n \x01(\x0b\x32\x14.meridian.v1.WelcomeH\x00\x12+\n\tdirective\x18\x0b \x01(\x0b\x32\x16.meridian.v1.DirectiveH\x00\x42\t\n\x07payload\"T\n\x07Welcome\x12\x14\n\x0cscheduler_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\x1c\n\x14heartbeat_interval_s\x18\x03 \x01(\r\"\xda\x01\n\tDirective\x12\x14\n\x0c\x64irective_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\x32\n\rstart_replica\x18\n \x01(\x0b\x32\x19.meridian.v1.StartReplicaH\x00\x12\x32\n\rdrain_replica\x18\x0b \x01(\x0b\x32\x19.meridian.v1.DrainReplicaH\x00\x12.\n\x0bresize_pool\x18\x0c \x01(\x0b\x32\x17.meridian.v1.ResizePoolH\x00\x42\x08\n\x06\x61\x63tion\"\x81\x03\n\x0bRuntimeSpec\x12\x0e\n\x06\x65ngine\x18\x01 \x01(\t\x12\x12\n\nmodel_path\x18\x02 \x01(\t\x12\x16\n\x0emodel_revision\x18\x03 \x01(\t\x12\x19\n\x11served_model_name\x18\x04 \x01(\t\x12\x0f\n\x07tp_size\x18\x05 \x01(\r\x12\x16\n\x0e\x63ontext_length\x18\x06 \x01(\r\x12\x1b\n\x13mem_fraction_static\x18\x07 \x01(\x01\x12\x14\n\x0cquantization\x18\x08 \x01(\t\x12\x12\n\nextra_args\x18\t \x03(\t\x12\x1c\n\x14max_running_requests\x18\n \x01(\r\x12\x1b\n\x13max_queued_requests\x18\x0b \x01(\r\x12\x14\n\x0cis_embedding\x18\x0c \x01(\x08\x12.\n\x03\x65nv\x18\r \x03(\x0b\x32!.meridian.v1.RuntimeSpec.EnvEntry\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb5\x01\n\x0cStartReplica\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x12\n\ndeployment\x18\x02 \x01(\t\x12\x10\n\x08revision\x18\x03 \x01(\t\x12)\n\x07runtime\x18\x04 \x01(\x0b\x32\x18.meridian.v1.RuntimeSpec\x12\x0f\n\x07pool_id\x18\x05 \x01(\t\x12\x11\n\tgpu_count\x18\x06 \x01(\r\x12\x1c\n\x14\x64\x65ployment_spec_json\x18\x07 \x01(\t\"6\n\x0c\x44rainReplica\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x12\n\ndeadline_s\x18\x02 \x01(\r\"3\n\nResizePool\x12\x0f\n\x07pool_id\x18\x01 \x01(\t\x12\x14\n\x0ctarget_nodes\x18\x02 \x01(\r*\xe0\x01\n\x11ProvisioningState\x12\"\n\x1ePROVISIONING_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19PROVISIONING_STATE_STEADY\x10\x01\x12!\n\x1dPROVISIONING_STATE_SCALING_UP\x10\x02\x12#\n\x1fPROVISIONING_STATE_SCALING_DOWN\x10\x03\x12\"\n\x1ePROVISIONING_STATE_STOCKED_OUT\x10\x04\x12\x1c\n\x18PROVISIONING_STATE_ERROR\x10\x05*\xd4\x01\n\x10\x44irectiveOutcome\x12!\n\x1d\x44IRECTIVE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44IRECTIVE_OUTCOME_ACCEPTED\x10\x01\x12\x1f\n\x1b\x44IRECTIVE_OUTCOME_SUCCEEDED\x10\x02\x12\x1d\n\x19\x44IRECTIVE_OUTCOME_REFUSED\x10\x03\x12\x1c\n\x18\x44IRECTIVE_OUTCOME_FAILED\x10\x04\x12\x1f\n\x1b\x44IRECTIVE_OUTCOME_DUPLICATE\x10\x05*\xd7\x01\n\tEventKind\x12\x1a\n\x16\x45VENT_KIND_UNSPECIFIED\x10\x00\x12 \n\x1c\x45VENT_KIND_SPOT_INTERRUPTION\x10\x01\x12\x18\n\x14\x45VENT_KIND_STOCK_OUT\x10\x02\x12\x1c\n\x18\x45VENT_KIND_REPLICA_CRASH\x10\x03\x12\x1d\n\x19\x45VENT_KIND_QUOTA_EXCEEDED\x10\x04\x12\x1b\n\x17\x45VENT_KIND_AUTH_FAILURE\x10\x05\x12\x18\n\x14\x45VENT_KIND_THROTTLED\x10\x06\x32Z\n\x0f\x43\x61pacityService\x12G\n\x07\x43onnect\x12\x19.meridian.v1.AgentMessage\x1a\x1d.meridian.v1.SchedulerMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,12 +35,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_RUNTIMESPEC_ENVENTRY']._loaded_options = None
   _globals['_RUNTIMESPEC_ENVENTRY']._serialized_options = b'8\001'
-  _globals['_PROVISIONINGSTATE']._serialized_start=2911
-  _globals['_PROVISIONINGSTATE']._serialized_end=3135
-  _globals['_DIRECTIVEOUTCOME']._serialized_start=3138
-  _globals['_DIRECTIVEOUTCOME']._serialized_end=3350
-  _globals['_EVENTKIND']._serialized_start=3353
-  _globals['_EVENTKIND']._serialized_end=3568
+  _globals['_PROVISIONINGSTATE']._serialized_start=2928
+  _globals['_PROVISIONINGSTATE']._serialized_end=3152
+  _globals['_DIRECTIVEOUTCOME']._serialized_start=3155
+  _globals['_DIRECTIVEOUTCOME']._serialized_end=3367
+  _globals['_EVENTKIND']._serialized_start=3370
+  _globals['_EVENTKIND']._serialized_end=3585
   _globals['_AGENTMESSAGE']._serialized_start=103
   _globals['_AGENTMESSAGE']._serialized_end=446
   _globals['_HELLO']._serialized_start=449
@@ -50,31 +50,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INVENTORY']._serialized_start=1023
   _globals['_INVENTORY']._serialized_end=1089
   _globals['_REPLICAREPORT']._serialized_start=1092
-  _globals['_REPLICAREPORT']._serialized_end=1436
-  _globals['_REPLICAREPORTS']._serialized_start=1438
-  _globals['_REPLICAREPORTS']._serialized_end=1518
-  _globals['_DIRECTIVEACK']._serialized_start=1520
-  _globals['_DIRECTIVEACK']._serialized_end=1620
-  _globals['_EVENT']._serialized_start=1623
-  _globals['_EVENT']._serialized_end=1790
-  _globals['_HEARTBEAT']._serialized_start=1792
-  _globals['_HEARTBEAT']._serialized_end=1803
-  _globals['_SCHEDULERMESSAGE']._serialized_start=1805
-  _globals['_SCHEDULERMESSAGE']._serialized_end=1920
-  _globals['_WELCOME']._serialized_start=1922
-  _globals['_WELCOME']._serialized_end=2006
-  _globals['_DIRECTIVE']._serialized_start=2009
-  _globals['_DIRECTIVE']._serialized_end=2227
-  _globals['_RUNTIMESPEC']._serialized_start=2230
-  _globals['_RUNTIMESPEC']._serialized_end=2615
-  _globals['_RUNTIMESPEC_ENVENTRY']._serialized_start=2573
-  _globals['_RUNTIMESPEC_ENVENTRY']._serialized_end=2615
-  _globals['_STARTREPLICA']._serialized_start=2618
-  _globals['_STARTREPLICA']._serialized_end=2799
-  _globals['_DRAINREPLICA']._serialized_start=2801
-  _globals['_DRAINREPLICA']._serialized_end=2855
-  _globals['_RESIZEPOOL']._serialized_start=2857
-  _globals['_RESIZEPOOL']._serialized_end=2908
-  _globals['_CAPACITYSERVICE']._serialized_start=3570
-  _globals['_CAPACITYSERVICE']._serialized_end=3660
+  _globals['_REPLICAREPORT']._serialized_end=1453
+  _globals['_REPLICAREPORTS']._serialized_start=1455
+  _globals['_REPLICAREPORTS']._serialized_end=1535
+  _globals['_DIRECTIVEACK']._serialized_start=1537
+  _globals['_DIRECTIVEACK']._serialized_end=1637
+  _globals['_EVENT']._serialized_start=1640
+  _globals['_EVENT']._serialized_end=1807
+  _globals['_HEARTBEAT']._serialized_start=1809
+  _globals['_HEARTBEAT']._serialized_end=1820
+  _globals['_SCHEDULERMESSAGE']._serialized_start=1822
+  _globals['_SCHEDULERMESSAGE']._serialized_end=1937
+  _globals['_WELCOME']._serialized_start=1939
+  _globals['_WELCOME']._serialized_end=2023
+  _globals['_DIRECTIVE']._serialized_start=2026
+  _globals['_DIRECTIVE']._serialized_end=2244
+  _globals['_RUNTIMESPEC']._serialized_start=2247
+  _globals['_RUNTIMESPEC']._serialized_end=2632
+  _globals['_RUNTIMESPEC_ENVENTRY']._serialized_start=2590
+  _globals['_RUNTIMESPEC_ENVENTRY']._serialized_end=2632
+  _globals['_STARTREPLICA']._serialized_start=2635
+  _globals['_STARTREPLICA']._serialized_end=2816
+  _globals['_DRAINREPLICA']._serialized_start=2818
+  _globals['_DRAINREPLICA']._serialized_end=2872
+  _globals['_RESIZEPOOL']._serialized_start=2874
+  _globals['_RESIZEPOOL']._serialized_end=2925
+  _globals['_CAPACITYSERVICE']._serialized_start=3587
+  _globals['_CAPACITYSERVICE']._serialized_end=3677
 # @@protoc_insertion_point(module_scope)

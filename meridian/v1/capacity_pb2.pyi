@@ -139,7 +139,7 @@ class Inventory(_message.Message):
     def __init__(self, pools: _Optional[_Iterable[_Union[GpuPool, _Mapping]]] = ..., complete: _Optional[bool] = ...) -> None: ...
 
 class ReplicaReport(_message.Message):
-    __slots__ = ("replica_id", "deployment", "revision", "endpoint", "state", "load", "pool_id", "gpu_count", "time_to_ready_s", "restarts", "message", "served_model_name", "started_at")
+    __slots__ = ("replica_id", "deployment", "revision", "endpoint", "state", "load", "pool_id", "gpu_count", "time_to_ready_s", "restarts", "message", "served_model_name", "started_at", "node_id")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -153,6 +153,7 @@ class ReplicaReport(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SERVED_MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     deployment: str
     revision: str
@@ -166,7 +167,8 @@ class ReplicaReport(_message.Message):
     message: str
     served_model_name: str
     started_at: _timestamp_pb2.Timestamp
-    def __init__(self, replica_id: _Optional[str] = ..., deployment: _Optional[str] = ..., revision: _Optional[str] = ..., endpoint: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.ReplicaState, str]] = ..., load: _Optional[_Union[_common_pb2.ReplicaLoad, _Mapping]] = ..., pool_id: _Optional[str] = ..., gpu_count: _Optional[int] = ..., time_to_ready_s: _Optional[float] = ..., restarts: _Optional[int] = ..., message: _Optional[str] = ..., served_model_name: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    node_id: str
+    def __init__(self, replica_id: _Optional[str] = ..., deployment: _Optional[str] = ..., revision: _Optional[str] = ..., endpoint: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.ReplicaState, str]] = ..., load: _Optional[_Union[_common_pb2.ReplicaLoad, _Mapping]] = ..., pool_id: _Optional[str] = ..., gpu_count: _Optional[int] = ..., time_to_ready_s: _Optional[float] = ..., restarts: _Optional[int] = ..., message: _Optional[str] = ..., served_model_name: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., node_id: _Optional[str] = ...) -> None: ...
 
 class ReplicaReports(_message.Message):
     __slots__ = ("replicas", "complete")

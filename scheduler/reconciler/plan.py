@@ -34,8 +34,11 @@ Rules (all pure; the executor sends what this returns):
   waits for the next round (``held``).
 - Idle nodes (beyond what replicas use, starts on their way take and the plan needs; running or
   still provisioning with no start waiting for them) are released after ``pool_scale_down_delay_s``
-  of being idle, down to the pool's ``nodes_min``; a start or resize under way in the pool
-  postpones the resize, not the delay."""
+  of being idle, down to the pool's ``nodes_min`` and never below the nodes that host a replica
+  (``nodes``: the agent refuses such a shrink); a start or resize under way in the pool postpones
+  the resize, not the delay. A pool whose replicas stay spread over more nodes than they need is
+  consolidated (``nodes.moves``): one node's replicas move to its fuller nodes, make-before-break,
+  and the emptied node is then idle."""
 
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ from collections.abc import Iterable, Mapping
 
 from meridian.fleet import models as fm
 from meridian.fleet import runtime
+from scheduler.reconciler import nodes as nodes_mod
 from scheduler.reconciler import ratelimit, reach, revisions
 from scheduler.reconciler import types as t
 from scheduler.solver import problem
@@ -97,16 +101,28 @@ def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.Reconc
     for (name, pool_key), n in inp.target.replicas.items():
         if n > 0 and pool_key in inp.pools:
             targets.setdefault(name, {})[pool_key] = n
+    planned_gpus = {key: 0 for key in inp.pools}
+    for name, want in targets.items():
+        info = inp.deployments.get(name)
+        for key, n in want.items():
+            planned_gpus[key] += n * (info.gpus_on(inp.pools[key].pool.gpu_type) if info is not None else 0)
+    under_way = resizing | {key for (_d, key), starts in pending_starts.items() if starts}
+    under_way |= {r.pool_key for r in inp.replicas if r.replica_id in draining
+                  or r.report.state in (fm.ReplicaState.STARTING, fm.ReplicaState.DRAINING)}
+    occupied = nodes_mod.by_pool(inp.replicas)
+    moving, emptying, spread_since = nodes_mod.moves(inp, state, settings, occupied_by_pool=occupied,
+                                                     busy_pools=under_way, wanted_gpus=planned_gpus)
     for name in sorted(set(inp.deployments) | set(by_deployment) | set(targets)):
         _deployment(name, inp, by_deployment.get(name, []), targets.get(name, {}), pending_starts, draining, free,
-                    wanted_gpus, waiting, candidates, held, settings, state.floors, floors)
+                    wanted_gpus, waiting, candidates, held, settings, state.floors, floors, moving)
 
     idle_since = dict(state.pool_idle_since)
     pending_gpus: dict[str, int] = {}
     for (_d, pool_key), starts in pending_starts.items():
         pending_gpus[pool_key] = pending_gpus.get(pool_key, 0) + sum(s.gpu_count for s in starts)
     for key, info in sorted(inp.pools.items()):
-        _pool(key, info, inp, pending_gpus, resizing, wanted_gpus, waiting, idle_since, candidates, held, settings)
+        _pool(key, info, inp, pending_gpus, resizing, wanted_gpus, waiting, idle_since, candidates, held, settings,
+              occupied.get(key, {}))
 
     candidates.sort(key=lambda c: (c.order, c.cluster_id, _describe(c.action)))
     buckets = dict(state.buckets)
@@ -125,14 +141,15 @@ def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.Reconc
         if isinstance(action, fm.StartReplica) and not action.replica_id:
             action = dataclasses.replace(action, replica_id=f"{action.deployment}-{id_prefix}-{serial}")
         out.append(t.PlannedDirective(c.cluster_id, fm.Directive(directive_id, action), c.reason, c.urgent))
-    return t.ReconcileResult(tuple(out), tuple(held), t.ReconcileState(buckets, idle_since, serial, floors))
+    return t.ReconcileResult(tuple(out), tuple(held), t.ReconcileState(buckets, idle_since, serial, floors, emptying,
+                                                                       spread_since))
 
 
 def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], target: dict[str, int],
                 pending_starts: dict, draining: set[str], free: dict[str, int], wanted_gpus: dict[str, int],
                 waiting: dict[str, int], candidates: list[_Candidate], held: list[t.Held],
                 settings: t.ReconcileSettings, floors_in: Mapping[str, t.ServingFloor],
-                floors_out: dict[str, t.ServingFloor]) -> None:
+                floors_out: dict[str, t.ServingFloor], moving: Mapping[str, str]) -> None:
     now = inp.now_s
     info = inp.deployments.get(name)
     if info is None:
@@ -157,6 +174,8 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
             retiring.append((1, r, f"outdated revision {r.report.revision} (now {_serving(split, info)})"))
         elif r.pool_key not in target:
             retiring.append((2, r, "not in the plan for this pool"))
+        elif r.replica_id in moving:
+            retiring.append((2, r, moving[r.replica_id]))
         else:
             counted[side].setdefault(r.pool_key, []).append(r)
 
@@ -331,7 +350,9 @@ def _floor(name: str, info: t.DeploymentInfo | None, inp: t.ReconcileInput, acti
 
 def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[str, int], resizing: set[str],
           wanted_gpus: dict[str, int], waiting: dict[str, int], idle_since: dict[str, float],
-          candidates: list[_Candidate], held: list[t.Held], settings: t.ReconcileSettings) -> None:
+          candidates: list[_Candidate], held: list[t.Held], settings: t.ReconcileSettings,
+          occupied: Mapping[str, int] | None) -> None:
+    """``occupied``: node id -> GPUs held there (``nodes.by_pool``; None when a node is unknown)."""
     p = info.pool
     gpn = p.gpus_per_node
     if gpn <= 0:
@@ -358,6 +379,8 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[
         return
     steady = max(in_use + pending, wanted_gpus.get(key, 0))
     nodes = min(hi, max(lo, math.ceil(steady / gpn)))
+    if occupied is not None:
+        nodes = max(nodes, len(occupied))  # never below the nodes that host a replica: the agent refuses that
     if have_nodes <= nodes:
         idle_since.pop(key, None)
         return

@@ -199,13 +199,17 @@ class ServingFloor:
 @dataclasses.dataclass(frozen=True)
 class ReconcileState:
     """Carried between rounds: per-cluster token buckets (tokens, at_s), when each pool started
-    having idle nodes, the serial that makes directive and replica ids unique within a term, and the
-    serving floor of each deployment the plan does not fully place."""
+    having idle nodes, the serial that makes directive and replica ids unique within a term, the
+    serving floor of each deployment the plan does not fully place, and the consolidation under way."""
 
     buckets: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     pool_idle_since: Mapping[str, float] = dataclasses.field(default_factory=dict)
     serial: int = 0
     floors: Mapping[str, ServingFloor] = dataclasses.field(default_factory=dict)
+    # Consolidation (``nodes``): pool key -> the node whose replicas are moving off it, and pool key
+    # -> since when its replicas are spread over more nodes than they need.
+    emptying: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    spread_since: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

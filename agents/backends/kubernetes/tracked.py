@@ -89,7 +89,7 @@ class PodReplica:
             replica_id=p.replica_id, deployment=p.deployment, revision=p.revision, endpoint=endpoint,
             state=self.state, load=self.load, pool_id=p.pool_id, gpu_count=p.gpu_count,
             time_to_ready_s=round(max(0.0, ttr), 3), restarts=self.view.restarts, message=message,
-            served_model_name=self.served_model_name, started_at=self.created_at)
+            served_model_name=self.served_model_name, started_at=self.created_at, node_id=p.node_id)
 
 
 def created_at(pod: Mapping, default: float | None = None) -> float:

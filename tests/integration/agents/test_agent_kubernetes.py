@@ -209,6 +209,8 @@ async def test_agent_restart_readopts_removes_orphans_and_never_starts_twice(env
                 assert agent.adopted == ["r1"]
                 await h.wait_for(lambda: len(s.rec.hellos) == 2 and s.rec.replica("r1") is not None, what="re-reported")
                 assert s.rec.replica("r1").state == R.READY and s.rec.replica("r1").endpoint == before.endpoint
+                # Its node (the pod's) is reported before and after adoption: pools are sized by busy nodes.
+                assert before.node_id and s.rec.replica("r1").node_id == before.node_id
                 await h.wait_for(lambda: k.pod_of(fake, "r1") and not [p for p in fake.pods(k.NAMESPACE)
                                                                       if p["metadata"]["name"] == "mr-stray"],
                                  timeout_s=30, what="orphan removed")

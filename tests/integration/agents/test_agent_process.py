@@ -151,6 +151,8 @@ async def test_agent_restart_readopts_running_replicas(setup):
             # Re-adopted replicas are probed before the agent connects: its first report says READY.
             first = rec.reports[reports_before]
             assert [(r.replica_id, r.state) for r in first] == [("r1", R.READY)]
+            # The node its GPUs are on (the scheduler sizes pools by busy nodes) survives the restart.
+            assert report.node_id and first[0].node_id == report.node_id
         assert poller.failures == [], poller.failures
         assert h.engine_pids(state_dir) == {"r1": pid} and h.alive(pid)
         assert h.processes_listening_on(engine_port) == [pid]

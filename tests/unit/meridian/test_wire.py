@@ -34,7 +34,7 @@ def test_directives_round_trip():
 def test_reports_pools_events_round_trip():
     """Replica reports, GPU pools, acks and events keep every field."""
     report = fleet.ReplicaReport("r1", "chat", "abc", "http://127.0.0.1:1", fleet.ReplicaState.READY, LOAD,
-                                 "l4", 1, 12.5, 1, "", "llama", 1_764_000_000.0)
+                                 "l4", 1, 12.5, 1, "", "llama", 1_764_000_000.0, "node-3")
     assert wire.report_from_pb(wire.report_to_pb(report)) == report
     pool = fleet.GpuPool("l4", "L4", 24, 1, "g6.xlarge", 2, 0, 8, 1, fleet.Tier.SPOT, 0.34, 6,
                          fleet.ProvisioningState.SCALING_UP, "us-east-1a", 1)

@@ -1,0 +1,126 @@
+"""A pool's nodes as its replicas' reports place them (``ReplicaReport.node_id``).
+
+Two rules use them:
+- A shrink never goes below the nodes that host a replica (STARTING, READY or DRAINING): the
+  agent would refuse it (``agents.directives.shrink_refusal``), and a pool whose replicas are spread
+  over more nodes than their GPUs need would be asked to shrink, refused, and asked again.
+- Consolidation: when a pool's replicas have stayed spread over more nodes than their GPUs (and
+  the plan's) need for ``pool_scale_down_delay_s``, the replicas of one node move to the pool's
+  other busy nodes, make-before-break: they stop counting toward the plan, so replacements start in
+  the same pool (the agent's allocator is best fit: they land on the fullest node with room), and
+  each drains once its replacement is READY. The node is then idle and released as any idle node.
+  The node chosen is the one with the fewest GPUs held whose replicas all fit, largest first, into
+  the other busy nodes' free GPUs. One move per pool at a time; a pool that must grow, a start,
+  drain or resize under way (other than the move's own), or a replica whose node is unknown, puts
+  it off. A half-empty 8-GPU node otherwise bills its idle GPUs for as long as one replica stays.
+
+Pure functions of the reconciler's input; the move in progress is carried in ``ReconcileState``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from meridian.fleet import models as fm
+from scheduler.reconciler import types as t
+
+_HOLDING = (fm.ReplicaState.STARTING, fm.ReplicaState.READY, fm.ReplicaState.DRAINING)
+
+
+def occupancy(pool_key: str, replicas: Iterable[t.ReplicaInfo]) -> dict[str, int] | None:
+    """Node id -> GPUs held there by the pool's replicas that hold GPUs; None when one of them does
+    not say which node it is on (an agent that does not report it)."""
+    return by_pool(r for r in replicas if r.pool_key == pool_key).get(pool_key, {})
+
+
+def by_pool(replicas: Iterable[t.ReplicaInfo]) -> dict[str, dict[str, int] | None]:
+    """``occupancy`` of every pool with a replica holding GPUs, in one pass."""
+    out: dict[str, dict[str, int] | None] = {}
+    for r in replicas:
+        if r.report.state not in _HOLDING:
+            continue
+        key = r.pool_key
+        nodes = out.setdefault(key, {})
+        if nodes is None:
+            continue
+        if not r.report.node_id:
+            out[key] = None
+            continue
+        nodes[r.report.node_id] = nodes.get(r.report.node_id, 0) + r.report.gpu_count
+    return out
+
+
+def pick(occupied: Mapping[str, int], gpus_per_node: int, replicas: Iterable[t.ReplicaInfo],
+         pool_key: str) -> str | None:
+    """The node to empty: the least used one whose replicas all fit into the other busy nodes'
+    free GPUs (largest first, each on the fullest node with room, as the agent places them)."""
+    on: dict[str, list[int]] = {}
+    for r in replicas:
+        if r.pool_key == pool_key and r.report.state in _HOLDING:
+            on.setdefault(r.report.node_id, []).append(r.report.gpu_count)
+    for node in sorted(occupied, key=lambda n: (occupied[n], n)):
+        free = sorted(gpus_per_node - used for other, used in occupied.items() if other != node)
+        fits = True
+        for need in sorted(on.get(node, []), reverse=True):
+            room = [i for i, f in enumerate(free) if f >= need]
+            if not room:
+                fits = False
+                break
+            i = min(room, key=lambda j: free[j])
+            free[i] -= need
+        if fits:
+            return node
+    return None
+
+
+def needed_nodes(pool: fm.GpuPool, gpus: int) -> int:
+    """Nodes ``gpus`` GPUs need, within the pool's bounds."""
+    return min(max(pool.nodes_max, pool.nodes_min), max(pool.nodes_min, math.ceil(gpus / pool.gpus_per_node)))
+
+
+def moves(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.ReconcileSettings, *,
+          occupied_by_pool: Mapping[str, dict[str, int] | None], busy_pools: set[str],
+          wanted_gpus: Mapping[str, int]) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
+    """(replica id -> why it moves, pool key -> node being emptied, pool key -> since when the pool
+    is spread) for this round. ``occupied_by_pool``: ``by_pool`` of the replicas; ``busy_pools``:
+    pools with a start, drain or resize under way; ``wanted_gpus``: the GPUs the plan wants in each
+    pool."""
+    moving: dict[str, str] = {}
+    emptying: dict[str, str] = {}
+    since_out: dict[str, float] = {}
+    on_pool: dict[str, list[t.ReplicaInfo]] = {}
+    for r in inp.replicas:
+        on_pool.setdefault(r.pool_key, []).append(r)
+    for key, occupied in sorted(occupied_by_pool.items()):
+        info = inp.pools.get(key)
+        if info is None or not occupied or info.pool.gpus_per_node <= 0:
+            continue
+        p = info.pool
+        here = on_pool.get(key, [])
+        node = state.emptying.get(key)
+        in_use = sum(occupied.values())
+        spread = len(occupied) > needed_nodes(p, max(in_use, wanted_gpus.get(key, 0)))
+        if node is None:
+            if not spread:
+                continue
+            since = since_out[key] = state.spread_since.get(key, inp.now_s)
+            if inp.now_s - since < settings.pool_scale_down_delay_s or key in busy_pools:
+                continue
+            node = pick(occupied, p.gpus_per_node, here, key)
+            if node is None:
+                continue
+            since_out.pop(key, None)
+        if node not in occupied:
+            continue  # emptied: released as an idle node
+        if wanted_gpus.get(key, 0) > (len(occupied) - 1) * p.gpus_per_node:
+            continue  # the plan needs the node after all
+        on_node = [r for r in here if r.report.node_id == node]
+        if any(r.report.state is fm.ReplicaState.STARTING for r in on_node):
+            continue  # a replica started there (no room elsewhere after all): the move is given up
+        emptying[key] = node
+        for r in on_node:
+            if r.report.state is fm.ReplicaState.READY and r.doomed_at_s is None:
+                moving[r.replica_id] = (f"consolidation: node {node} of {key} holds {occupied[node]} of "
+                                        f"{p.gpus_per_node} GPUs; its replicas move to the pool's fuller nodes "
+                                        "so it can be released")
+    return moving, emptying, since_out

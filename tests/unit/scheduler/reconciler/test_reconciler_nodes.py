@@ -1,0 +1,95 @@
+"""Pools sized by the nodes their replicas occupy: no shrink below the busy nodes (the agent would
+refuse it), and a pool whose replicas are spread over more nodes than they need is consolidated,
+make-before-break, so the emptied node can be released."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from meridian.fleet import models as fm
+from scheduler.reconciler import nodes, plan
+from scheduler.reconciler import types as t
+
+from reconciler_helpers import deployment, of_kind, pool, replica, target
+
+S = t.ReconcileSettings(drain_deadline_s=90, directives_per_min=60, burst=10, pool_scale_down_delay_s=300)
+KEY = "c1/h100"
+
+
+def on(r: t.ReplicaInfo, node: str, gpus: int) -> t.ReplicaInfo:
+    return dataclasses.replace(r, report=dataclasses.replace(r.report, node_id=node, gpu_count=gpus))
+
+
+def h100(free: int, nodes_current: int = 2) -> dict[str, t.PoolInfo]:
+    return {KEY: pool("c1", "h100", free=free, nodes=nodes_current, nodes_max=3, gpus_per_node=8, gpu_type="H100")}
+
+
+def run(now: float, reps, state: t.ReconcileState, free: int, nodes_current: int = 2,
+        goal: tuple = (("chat-8b", KEY, 1), ("reasoning-70b", KEY, 1))) -> t.ReconcileResult:
+    chat, big = deployment("chat-8b"), deployment("reasoning-70b")
+    return plan.reconcile(t.ReconcileInput(now, target(*goal), {"chat-8b": chat, "reasoning-70b": big},
+                                           h100(free, nodes_current), tuple(reps)), state, S, id_prefix="t1")
+
+
+def test_a_pool_spread_over_two_nodes_is_consolidated_then_shrunk():
+    """A 1-GPU chat replica alone on node n1 and a 4-GPU replica on n2: 5 GPUs fit one 8-GPU node by
+    count, but a shrink to one node would take a replica (the agent refuses it). So: no shrink while
+    both nodes are busy; after the scale-down delay the chat replica moves (a replacement starts in
+    the pool, which the agent's best fit puts on n2), drains once the replacement is READY, and the
+    emptied node is released after the delay."""
+    chat, big = deployment("chat-8b"), deployment("reasoning-70b")
+    stay = on(replica("c1", "h100", "big", big), "n2", 4)
+    old = on(replica("c1", "h100", "chat-old", chat), "n1", 1)
+    state = t.ReconcileState()
+
+    r0 = run(1000.0, [old, stay], state, free=11)
+    assert r0.directives == ()  # before: a shrink to 1 node, refused by the agent every 5 minutes
+    r1 = run(1200.0, [old, stay], r0.state, free=11)
+    assert r1.directives == ()  # the delay runs
+    r2 = run(1320.0, [old, stay], r1.state, free=11)
+    starts = of_kind(r2, fm.StartReplica)
+    assert [(p.directive.action.deployment, p.directive.action.pool_id) for p in starts] == [("chat-8b", "h100")]
+    assert of_kind(r2, fm.DrainReplica) == [] and of_kind(r2, fm.ResizePool) == []
+    assert r2.state.emptying == {KEY: "n1"}
+    new_id = starts[0].directive.action.replica_id
+
+    starting = on(replica("c1", "h100", new_id, chat, state=fm.ReplicaState.STARTING), "n2", 1)
+    r3 = run(1340.0, [old, stay, starting], r2.state, free=10)
+    assert r3.directives == ()
+    assert any("drain chat-old" == h.what and "make-before-break" in h.reason for h in r3.held)
+
+    ready = on(replica("c1", "h100", new_id, chat), "n2", 1)
+    r4 = run(1400.0, [old, stay, ready], r3.state, free=10)
+    drains = of_kind(r4, fm.DrainReplica)
+    assert [p.directive.action.replica_id for p in drains] == ["chat-old"]
+    assert "consolidation: node n1" in drains[0].reason
+
+    r5 = run(1500.0, [stay, ready], r4.state, free=11)
+    assert r5.state.emptying == {} and of_kind(r5, fm.ResizePool) == []  # n1 idle: its delay starts
+    r6 = run(1810.0, [stay, ready], r5.state, free=11)
+    assert [p.directive.action.target_nodes for p in of_kind(r6, fm.ResizePool)] == [1]
+
+
+def test_no_move_where_the_other_nodes_have_no_room_or_the_node_is_unknown():
+    """Three 5-GPU replicas on three 8-GPU nodes: 15 GPUs fit two nodes by count, but no node has
+    room for another's replica: nothing moves and nothing shrinks. A replica that does not report
+    its node (an older agent) leaves the pool to the GPU count."""
+    big = deployment("reasoning-70b")
+    a, b, c = (on(replica("c1", "h100", x, big), f"n{i}", 5) for i, x in enumerate("abc", 1))
+    assert nodes.pick({"n1": 5, "n2": 5, "n3": 5}, 8, [a, b, c], KEY) is None
+    state = t.ReconcileState()
+    for now in (1000.0, 1400.0, 1800.0):
+        out = run(now, [a, b, c], state, free=9, nodes_current=3, goal=(("reasoning-70b", KEY, 3),))
+        assert of_kind(out, fm.StartReplica) == [] and of_kind(out, fm.DrainReplica) == []
+        assert of_kind(out, fm.ResizePool) == []
+        state = out.state
+    unknown = dataclasses.replace(a, report=dataclasses.replace(a.report, node_id=""))
+    assert nodes.occupancy(KEY, [unknown, b]) is None
+
+
+def test_pick_takes_the_least_used_node_whose_replicas_fit_elsewhere_best_fit():
+    """n1 holds 1 GPU, n2 2, n3 6: n1's replica goes (it fits on n3's 2 free GPUs or n2's 6)."""
+    chat = deployment("chat-8b")
+    reps = [on(replica("c1", "h100", "x", chat), "n1", 1), on(replica("c1", "h100", "y", chat), "n2", 2),
+            on(replica("c1", "h100", "z", chat), "n3", 6)]
+    assert nodes.pick({"n1": 1, "n2": 2, "n3": 6}, 8, reps, KEY) == "n1"
