@@ -112,7 +112,8 @@ def plan_start(a: models.StartReplica, view: View) -> StartPlan | AlreadyDone | 
         return status
     nodes = view.node_sets.get(a.pool_id) or allocation.NodeSet(a.pool_id, status.pool.gpus_per_node, status.nodes,
                                                                 instance_type=status.pool.instance_type)
-    choice = allocation.choose_gpus(nodes, view.holdings, a.gpu_count, avoid_nodes=view.noticed_nodes)
+    choice = allocation.choose_gpus(nodes, view.holdings, a.gpu_count,
+                                    avoid_nodes=view.noticed_nodes | frozenset(a.avoid_nodes))
     if isinstance(choice, str):
         return Refuse(choice)
     return StartPlan(node_id=choice[0], gpu_ids=choice[1], gpu_type=status.pool.gpu_type)

@@ -165,6 +165,7 @@ class StartReplica:
     pool_id: str
     gpu_count: int
     deployment_spec_json: str = ""
+    avoid_nodes: tuple[str, ...] = ()  # nodes of the pool not to place it on (being emptied)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -234,7 +234,8 @@ def directive_to_pb(d: m.Directive) -> cap.Directive:
     if isinstance(a, m.StartReplica):
         out.start_replica.CopyFrom(cap.StartReplica(
             replica_id=a.replica_id, deployment=a.deployment, revision=a.revision, runtime=runtime_to_pb(a.runtime),
-            pool_id=a.pool_id, gpu_count=a.gpu_count, deployment_spec_json=a.deployment_spec_json))
+            pool_id=a.pool_id, gpu_count=a.gpu_count, deployment_spec_json=a.deployment_spec_json,
+            avoid_nodes=list(a.avoid_nodes)))
     elif isinstance(a, m.DrainReplica):
         out.drain_replica.CopyFrom(cap.DrainReplica(replica_id=a.replica_id, deadline_s=a.deadline_s))
     elif isinstance(a, m.ResizePool):
@@ -249,7 +250,7 @@ def directive_from_pb(p: cap.Directive) -> m.Directive:
     if which == "start_replica":
         s = p.start_replica
         action: m.Action = m.StartReplica(s.replica_id, s.deployment, s.revision, runtime_from_pb(s.runtime),
-                                          s.pool_id, s.gpu_count, s.deployment_spec_json)
+                                          s.pool_id, s.gpu_count, s.deployment_spec_json, tuple(s.avoid_nodes))
     elif which == "drain_replica":
         action = m.DrainReplica(p.drain_replica.replica_id, p.drain_replica.deadline_s)
     elif which == "resize_pool":

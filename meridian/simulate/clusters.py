@@ -226,7 +226,7 @@ class SimCluster:
             return fm.DirectiveAck(directive_id, fm.DirectiveOutcome.REFUSED, f"no pool {a.pool_id}")
         nodeset = allocation.NodeSet(a.pool_id, pool.gpus_per_node, self._nodes.get(a.pool_id, ()))
         choice = allocation.choose_gpus(nodeset, [r.holding() for r in self.replicas.values()], a.gpu_count,
-                                        avoid_nodes=self._notice_nodes)
+                                        avoid_nodes=set(self._notice_nodes) | set(a.avoid_nodes))
         if isinstance(choice, str):
             return fm.DirectiveAck(directive_id, fm.DirectiveOutcome.REFUSED, choice)
         node_id, gpu_ids = choice

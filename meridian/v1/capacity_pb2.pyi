@@ -278,7 +278,7 @@ class RuntimeSpec(_message.Message):
     def __init__(self, engine: _Optional[str] = ..., model_path: _Optional[str] = ..., model_revision: _Optional[str] = ..., served_model_name: _Optional[str] = ..., tp_size: _Optional[int] = ..., context_length: _Optional[int] = ..., mem_fraction_static: _Optional[float] = ..., quantization: _Optional[str] = ..., extra_args: _Optional[_Iterable[str]] = ..., max_running_requests: _Optional[int] = ..., max_queued_requests: _Optional[int] = ..., is_embedding: _Optional[bool] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class StartReplica(_message.Message):
-    __slots__ = ("replica_id", "deployment", "revision", "runtime", "pool_id", "gpu_count", "deployment_spec_json")
+    __slots__ = ("replica_id", "deployment", "revision", "runtime", "pool_id", "gpu_count", "deployment_spec_json", "avoid_nodes")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -286,6 +286,7 @@ class StartReplica(_message.Message):
     POOL_ID_FIELD_NUMBER: _ClassVar[int]
     GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENT_SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    AVOID_NODES_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     deployment: str
     revision: str
@@ -293,7 +294,8 @@ class StartReplica(_message.Message):
     pool_id: str
     gpu_count: int
     deployment_spec_json: str
-    def __init__(self, replica_id: _Optional[str] = ..., deployment: _Optional[str] = ..., revision: _Optional[str] = ..., runtime: _Optional[_Union[RuntimeSpec, _Mapping]] = ..., pool_id: _Optional[str] = ..., gpu_count: _Optional[int] = ..., deployment_spec_json: _Optional[str] = ...) -> None: ...
+    avoid_nodes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, replica_id: _Optional[str] = ..., deployment: _Optional[str] = ..., revision: _Optional[str] = ..., runtime: _Optional[_Union[RuntimeSpec, _Mapping]] = ..., pool_id: _Optional[str] = ..., gpu_count: _Optional[int] = ..., deployment_spec_json: _Optional[str] = ..., avoid_nodes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DrainReplica(_message.Message):
     __slots__ = ("replica_id", "deadline_s")

@@ -10,7 +10,9 @@ Two rules use them:
   the same pool (the agent's allocator is best fit: they land on the fullest node with room), and
   each drains once its replacement is READY. The node is then idle and released as any idle node.
   The node chosen is the one with the fewest GPUs held whose replicas all fit, largest first, into
-  the other busy nodes' free GPUs. One move per pool at a time; a pool that must grow, a start,
+  the other busy nodes' free GPUs; the replacements' starts name it in ``StartReplica.avoid_nodes``
+  (with two nodes equally free, best fit could pick it again). One move per pool at a time; a pool
+  that must grow, a start,
   drain or resize under way (other than the move's own), or a replica whose node is unknown, puts
   it off. A half-empty 8-GPU node otherwise bills its idle GPUs for as long as one replica stays.
 

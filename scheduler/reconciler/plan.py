@@ -114,7 +114,7 @@ def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.Reconc
                                                      busy_pools=under_way, wanted_gpus=planned_gpus)
     for name in sorted(set(inp.deployments) | set(by_deployment) | set(targets)):
         _deployment(name, inp, by_deployment.get(name, []), targets.get(name, {}), pending_starts, draining, free,
-                    wanted_gpus, waiting, candidates, held, settings, state.floors, floors, moving)
+                    wanted_gpus, waiting, candidates, held, settings, state.floors, floors, moving, emptying)
 
     idle_since = dict(state.pool_idle_since)
     pending_gpus: dict[str, int] = {}
@@ -149,7 +149,8 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
                 pending_starts: dict, draining: set[str], free: dict[str, int], wanted_gpus: dict[str, int],
                 waiting: dict[str, int], candidates: list[_Candidate], held: list[t.Held],
                 settings: t.ReconcileSettings, floors_in: Mapping[str, t.ServingFloor],
-                floors_out: dict[str, t.ServingFloor], moving: Mapping[str, str]) -> None:
+                floors_out: dict[str, t.ServingFloor], moving: Mapping[str, str],
+                emptying: Mapping[str, str]) -> None:
     now = inp.now_s
     info = inp.deployments.get(name)
     if info is None:
@@ -223,7 +224,8 @@ def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], tar
                 action = fm.StartReplica(
                     replica_id="", deployment=name, revision=side_info.revision,
                     runtime=runtime.runtime_spec(side_info.doc, pool.pool.gpu_type), pool_id=pool.pool.pool_id,
-                    gpu_count=gpus, deployment_spec_json=side_info.spec_json)
+                    gpu_count=gpus, deployment_spec_json=side_info.spec_json,
+                    avoid_nodes=(emptying[pool_key],) if pool_key in emptying else ())
                 why = ("replace a replica under spot interruption" if urgent
                        else f"plan wants {want}{of_revision} on {pool_key}")
                 candidates.append(_Candidate(_URGENT if urgent else _START, pool.cluster_id, action, why, urgent))

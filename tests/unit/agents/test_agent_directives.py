@@ -5,6 +5,7 @@ the cloud."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 
 import pytest
@@ -39,6 +40,19 @@ def test_start_is_placed_on_a_node(view):
     plan = directives.plan_start(start(), view)
     assert isinstance(plan, directives.StartPlan)
     assert plan.gpu_ids == (0, 1) and plan.gpu_type == "L4" and plan.node_id in view.pools["l4x4"].nodes
+
+
+def test_start_avoids_the_nodes_the_scheduler_is_emptying(view):
+    """``avoid_nodes`` (a node the scheduler consolidates away) keeps the replica off that node; with
+    every node avoided the start is refused, saying there is no room."""
+    nodes = list(view.pools["l4-spot"].nodes)
+    assert len(nodes) == 2
+    one = start(pool="l4-spot", gpus=1)
+    first = directives.plan_start(one, view)
+    avoided = directives.plan_start(dataclasses.replace(one, avoid_nodes=(first.node_id,)), view)
+    assert isinstance(avoided, directives.StartPlan) and avoided.node_id != first.node_id
+    everywhere = directives.plan_start(dataclasses.replace(one, avoid_nodes=tuple(nodes)), view)
+    assert isinstance(everywhere, directives.Refuse) and "not enough free GPUs" in everywhere.reason
 
 
 @pytest.mark.parametrize("action, reason", [

@@ -25,7 +25,7 @@ def test_directives_round_trip():
     """Every directive action keeps its fields, ids and fencing token through the wire."""
     runtime = fleet.RuntimeSpec("meta-llama/Llama-3.1-8B-Instruct", "llama", tp_size=2, extra_args=("--x", "1"),
                                 env={"A": "b"}, max_running_requests=64)
-    for action in (fleet.StartReplica("r1", "chat", "abc", runtime, "l4", 2, "{}"),
+    for action in (fleet.StartReplica("r1", "chat", "abc", runtime, "l4", 2, "{}", ("node-2",)),
                    fleet.DrainReplica("r1", 30), fleet.ResizePool("l4", 5)):
         d = fleet.Directive("d-1", action, fencing_token=7)
         assert wire.directive_from_pb(wire.directive_to_pb(d)) == d

@@ -49,6 +49,7 @@ def test_a_pool_spread_over_two_nodes_is_consolidated_then_shrunk():
     r2 = run(1320.0, [old, stay], r1.state, free=11)
     starts = of_kind(r2, fm.StartReplica)
     assert [(p.directive.action.deployment, p.directive.action.pool_id) for p in starts] == [("chat-8b", "h100")]
+    assert starts[0].directive.action.avoid_nodes == ("n1",)  # not back onto the node being emptied
     assert of_kind(r2, fm.DrainReplica) == [] and of_kind(r2, fm.ResizePool) == []
     assert r2.state.emptying == {KEY: "n1"}
     new_id = starts[0].directive.action.replica_id
