@@ -130,9 +130,7 @@ class SimScheduler:
             replicas=tuple(reconciler.ReplicaInfo(c.cluster_id, r, self.events.doomed_at(r.replica_id))
                            for c, r in snapshot.replicas()),
             open_directives=(), no_growth=no_growth,
-            reach=self._reach.of(self.infos, {problem.pool_key(c.cluster_id, p.pool_id): c.identity.region
-                                              for c in snapshot.live() for p in c.pools.values()},
-                                 self.specs.latency_map.rtt_ms))
+            reach=self._reach.of(self.infos, snapshot.pool_regions(), self.specs.latency_map))
         result = reconciler.reconcile(inp, self.rstate, self.settings, id_prefix="sim")
         self.rstate = result.state
         self.stats.directives += len(result.directives)

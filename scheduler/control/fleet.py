@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from meridian.fleet import models as fm
 from scheduler.control import journal as journal_mod
+from scheduler.solver import problem
 
 log = logging.getLogger("meridian.scheduler.fleet")
 
@@ -51,6 +52,11 @@ class FleetSnapshot:
     def replicas(self) -> list[tuple[ClusterView, fm.ReplicaReport]]:
         """(cluster, replica) for every replica of a live cluster."""
         return [(c, r) for c in self.live() for _, r in sorted(c.replicas.items())]
+
+    def pool_regions(self) -> dict[str, str]:
+        """Pool key (``cluster/pool``) -> its cluster's cloud region, for every pool of a live cluster."""
+        return {problem.pool_key(c.cluster_id, p.pool_id): c.identity.region
+                for c in self.live() for p in c.pools.values()}
 
 
 @dataclasses.dataclass

@@ -264,9 +264,7 @@ class ControlLoop:
                            for c, r in snapshot.replicas()),
             open_directives=open_dirs, no_growth=no_growth,
             unplaced=reconciler.unplaced_deployments(self.plan.result, self._infos), rollouts=splits,
-            reach=self._reach.of(self._infos, {problem.pool_key(c.cluster_id, p.pool_id): c.identity.region
-                                               for c in snapshot.live() for p in c.pools.values()},
-                                 self.specs.latency_map.rtt_ms))
+            reach=self._reach.of(self._infos, snapshot.pool_regions(), self.specs.latency_map))
         result = reconciler.reconcile(inp, self.rstate, self.settings, id_prefix=f"t{fence}")
         self.rstate = result.state
         for held in result.held:

@@ -361,12 +361,11 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[
         return
     in_use = max(0, p.nodes_current * gpn - p.gpus_free)
     pending = pending_gpus.get(key, 0)
-    lo, hi = p.nodes_min, max(p.nodes_max, p.nodes_min)
     have_nodes = p.nodes_current + p.nodes_pending
     need = waiting.get(key, 0)
     if need:
         idle_since.pop(key, None)
-        nodes = min(hi, max(lo, math.ceil((in_use + pending + need) / gpn)))
+        nodes = nodes_mod.needed_nodes(p, in_use + pending + need)
         if key in inp.no_growth:
             held.append(t.Held(info.cluster_id, f"grow {key}", inp.no_growth[key]))
         elif key in resizing or p.nodes_pending > 0:
@@ -380,7 +379,7 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[
             held.append(t.Held(info.cluster_id, f"grow {key}", f"pool is at nodes_max ({p.nodes_max})"))
         return
     steady = max(in_use + pending, wanted_gpus.get(key, 0))
-    nodes = min(hi, max(lo, math.ceil(steady / gpn)))
+    nodes = nodes_mod.needed_nodes(p, steady)
     if occupied is not None:
         nodes = max(nodes, len(occupied))  # never below the nodes that host a replica: the agent refuses that
     if have_nodes <= nodes:

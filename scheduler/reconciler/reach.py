@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from meridian import latency
 from scheduler.reconciler import types as t
 
 
@@ -32,22 +33,21 @@ def reach_map(deployments: Mapping[str, t.DeploymentInfo], pool_regions: Mapping
 
 class ReachCache:
     """``reach_map`` of the last round, recomputed only when the deployments' reach rules, the pools
-    or the RTT source change (a round of a large fleet would otherwise spend its time on lookups)."""
+    or the latency map change (a round of a large fleet would otherwise spend its time on lookups)."""
 
     def __init__(self) -> None:
         self._key: tuple = ()
-        self._source: object = None
+        self._map: latency.LatencyMap | None = None
         self._value: dict[tuple[str, str], frozenset[str]] = {}
 
     def of(self, deployments: Mapping[str, t.DeploymentInfo], pool_regions: Mapping[str, str],
-           rtt_ms: Callable[[str, str], float]) -> dict[tuple[str, str], frozenset[str]]:
+           latency_map: latency.LatencyMap) -> dict[tuple[str, str], frozenset[str]]:
         rules = tuple(sorted((name, info.doc.spec.sla.max_rtt_ms, tuple(info.doc.spec.sla.client_regions))
                              for name, info in deployments.items() if info.doc.spec.sla.max_rtt_ms is not None))
         key = (rules, tuple(sorted(pool_regions.items())))
-        source = getattr(rtt_ms, "__self__", rtt_ms)  # a bound method is new at every access: its object
-        if key != self._key or source is not self._source:
-            self._key, self._source = key, source
-            self._value = reach_map(deployments, pool_regions, rtt_ms)
+        if key != self._key or latency_map is not self._map:
+            self._key, self._map = key, latency_map
+            self._value = reach_map(deployments, pool_regions, latency_map.rtt_ms)
         return self._value
 
 
