@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(BENCHES), help=f"comma list of: {', '.join(BENCHES)}")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/out/report.md"))
-    parser.add_argument("--timeout-s", type=float, default=1800, help="per benchmark")
+    parser.add_argument("--timeout-s", type=float, default=3600,
+                        help="per benchmark (bench.simulate runs 12 simulated days: 15-40 min on 2 cores)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in names if n not in BENCHES]

@@ -8,17 +8,21 @@ run: each policy's cost, SLO attainment over all requests and in its worst clien
 against the demand-following bound (target: within 10% at >= 99.5% SLO attainment in every client
 region), against ``skyserve`` (target: cheaper at equal or higher attainment) and its saving against
 ``od-multi-region`` judged against SkyServe's published 43% (``report.headline_verdict``).
-``--full`` adds ``meridian simulate``'s whole report per run; ``--seeds N`` repeats each run with N
-seeds."""
+Each run is repeated over ``--seeds`` days (default 3: the scenario's seed and the next two), and
+each scenario and traffic gets a line over its seeds (mean, range, on how many seeds each target
+held): one seed's day can sit far from the others (the SkyServe-like fleet's seed 7 was $13/h
+cheaper than seeds 8 and 9). ``--full`` adds ``meridian simulate``'s whole report per run."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 
 from meridian import cost, progress
 from meridian.simulate import attainable, defaults, policies, report, runner, scenario
@@ -113,6 +117,66 @@ def lines(s: dict) -> list[str]:
     return out
 
 
+def _span(values: list[float], fmt: Callable[[float], str]) -> str:
+    """Mean and range of ``values`` in ``fmt``: 'mean (lo..hi)', or the one value."""
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(sum(values) / len(values))} ({fmt(min(values))}..{fmt(max(values))})"
+
+
+def over_seeds(runs: list[dict]) -> dict:
+    """One scenario and traffic over its seeds' summaries: Meridian's mean $/h, its distance to the
+    bound, its worst client region and on how many seeds each target held."""
+    mer = [next(r for r in s["rows"] if r["policy"] == "meridian") for s in runs
+           if any(r["policy"] == "meridian" for r in s["rows"])]
+    out: dict = {"scenario": runs[0]["scenario"], "traffic": runs[0]["traffic"],
+                 "seeds": [s["seed"] for s in runs]}
+    if mer:
+        out["meridian_usd_per_hour"] = [r["usd_per_hour"] for r in mer]
+        out["meridian_slo"] = [r["slo"] for r in mer]
+        out["meridian_min_region_slo"] = [r["min_region_slo"] for r in mer]
+    for key in ("bound_usd_per_hour", "meridian_above_bound", "saving_vs_skyserve", "saving_vs_od_multi_region"):
+        vals = [s[key] for s in runs if key in s]
+        if vals:
+            out[key] = vals
+    for key in ("bound_target_met", "bound_target_met_vs_attainable", "skyserve_target_met"):
+        vals = [s[key] for s in runs if key in s]
+        if vals:
+            out[key] = f"{sum(vals)}/{len(vals)}"
+    heads = [s["skyserve_headline"]["met"] for s in runs if "skyserve_headline" in s]
+    if heads:
+        out["skyserve_headline_met"] = f"{sum(heads)}/{len(heads)}"
+    return out
+
+
+def _usd(v: float) -> str:
+    return f"${v:,.2f}"
+
+
+def seed_lines(a: dict) -> list[str]:
+    seeds = a["seeds"]
+    out = [f"{a['scenario']} / {a['traffic']}, over seeds {seeds[0]}-{seeds[-1]} (mean (range)):"]
+    if "meridian_usd_per_hour" in a:
+        out.append(f"  meridian {_span(a['meridian_usd_per_hour'], _usd)}/h; SLO met (all) "
+                   f"{_span(a['meridian_slo'], report.attainment_text)}; worst client region "
+                   f"{_span(a['meridian_min_region_slo'], report.attainment_text)}")
+    if "bound_usd_per_hour" in a:
+        out.append(f"  demand-following bound {_span(a['bound_usd_per_hour'], _usd)}/h; meridian "
+                   f"vs the bound {_span(a['meridian_above_bound'], lambda v: f'{100 * v:+.1f}%')}")
+    held = [f"{label} {a[key]}" for key, label in (
+        ("bound_target_met", "within 10% of the bound at >= 99.5% per region"),
+        ("bound_target_met_vs_attainable", "the same against the attainable share"),
+        ("skyserve_target_met", "cheaper than skyserve at equal or higher SLO attainment"),
+        ("skyserve_headline_met", "SkyServe's 43% headline")) if key in a]
+    if "saving_vs_skyserve" in a:
+        out.append(f"  saves {_span(a['saving_vs_skyserve'], lambda v: f'{100 * v:+.1f}%')} against skyserve, "
+                   f"{_span(a.get('saving_vs_od_multi_region', [math.nan]), lambda v: f'{100 * v:+.1f}%')} against "
+                   "od-multi-region (SkyServe's published saving: 43%)")
+    if held:
+        out.append(f"  seeds on which each target held: {'; '.join(held)}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", action="append", default=None, metavar="default|FILE",
@@ -121,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                                                         "'none': synthetic only)")
     parser.add_argument("--no-synthetic", action="store_true", help="run the trace replay only")
     parser.add_argument("--hours", type=float, default=None)
-    parser.add_argument("--seeds", type=int, default=1, help="days to simulate with seeds seed..seed+N-1")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="days to simulate per scenario and traffic, with seeds seed..seed+N-1 (default 3)")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--policies", default=",".join(policies.DEFAULT))
     parser.add_argument("--full", action="store_true", help="print meridian simulate's whole report per run")
@@ -129,13 +194,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runner.quiet_components()
     names = [n for n in args.policies.split(",") if n]
+    if args.seeds < 1:
+        parser.error(f"--seeds must be at least 1, got {args.seeds}")
     results = []
+    groups = []
     for name in args.scenario or SCENARIOS:
         kinds = (*(() if args.no_synthetic else ("synthetic",)), *(() if args.trace == "none" else (args.trace,)))
         for traffic in kinds:
             base = scenario.load(name).with_overrides(hours=args.hours,
                                                       trace=None if traffic == "synthetic" else traffic)
-            for i in progress.track(range(max(1, args.seeds)), f"bench.simulate: {name} / {traffic}", unit="seeds"):
+            group = []
+            for i in progress.track(range(args.seeds), f"bench.simulate: {name} / {traffic}", unit="seeds"):
                 sc = base.with_overrides(seed=base.seed + i)
                 print(f"running {sc.name} / {traffic} seed {sc.seed} ...", file=sys.stderr, flush=True)
                 wall, cpu = time.perf_counter(), _cpu_s()
@@ -145,14 +214,20 @@ def main(argv: list[str] | None = None) -> int:
                          load_avg=[round(x, 2) for x in os.getloadavg()],
                          bound_solve_s=round(cmp.bound.solve_s, 1) if cmp.bound else None)
                 results.append((cmp, s))
+                group.append(s)
                 if not args.json:
                     if args.full:
                         print(report.text(cmp), end="\n\n")
                     print("\n".join(lines(s)))
                     print(f"  time: {s['wall_s']:.1f} s wall, {s['cpu_s']:.1f} s CPU (bound: {s['bound_solve_s']} s), "
                           f"load average {' '.join(map(str, s['load_avg']))}, on {report._machine()}\n", flush=True)
+            groups.append(over_seeds(group))
+    if not args.json and args.seeds > 1:
+        print("Over the seeds (each scenario and traffic):\n")
+        for a in groups:
+            print("\n".join(seed_lines(a)) + "\n", flush=True)
     if args.json:
-        json.dump({"runs": [s for _, s in results]}, sys.stdout)
+        json.dump({"runs": [s for _, s in results], "over_seeds": groups}, sys.stdout)
         print()
     return 0
 

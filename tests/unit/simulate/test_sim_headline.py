@@ -44,3 +44,36 @@ def test_the_bench_prints_the_reports_headline_line():
     s = {"scenario": "skyserve-like", "traffic": "synthetic", "seed": 7, "requests": 10, "rows": [],
          "skyserve_headline": head}
     assert f"  {report.headline_text(head)}" in bench.lines(s)
+
+
+def _run(seed: int, usd: float, bound: float, worst: float, met: bool) -> dict:
+    return {"scenario": "skyserve-like", "traffic": "synthetic", "seed": seed, "requests": 10,
+            "rows": [{"policy": "meridian", "usd_per_hour": usd, "slo": 0.999, "min_region_slo": worst,
+                      "min_region": "ap-south", "failed": 0}],
+            "bound_usd_per_hour": bound, "meridian_above_bound": usd / bound - 1, "bound_target_met": met,
+            "saving_vs_skyserve": 0.2, "skyserve_target_met": True,
+            "skyserve_headline": {"baseline": "od-multi-region", "saving": 0.45, "attainment_delta": 0.0,
+                                  "met": met}}
+
+
+def test_the_bench_says_over_its_seeds_how_often_each_target_held():
+    """Three days of one scenario: the line over the seeds gives the mean and range of Meridian's
+    cost and distance to the bound, and counts the seeds on which each target held, so one lucky
+    seed cannot stand for the scenario."""
+    agg = bench.over_seeds([_run(7, 66.0, 60.0, 0.996, True), _run(8, 80.0, 60.0, 0.97, False),
+                            _run(9, 78.0, 60.0, 0.99, False)])
+    assert agg["seeds"] == [7, 8, 9]
+    assert agg["bound_target_met"] == "1/3" and agg["skyserve_target_met"] == "3/3"
+    assert agg["skyserve_headline_met"] == "1/3"
+    text = "\n".join(bench.seed_lines(agg))
+    assert "over seeds 7-9" in text
+    assert "meridian $74.67 ($66.00..$80.00)/h" in text
+    assert "vs the bound +24.4% (+10.0%..+33.3%)" in text
+    assert "within 10% of the bound at >= 99.5% per region 1/3" in text
+
+
+def test_the_bench_refuses_a_seed_count_below_one(capsys):
+    import pytest
+    with pytest.raises(SystemExit):
+        bench.main(["--seeds", "0"])
+    assert "--seeds must be at least 1, got 0" in capsys.readouterr().err
