@@ -121,7 +121,12 @@ class Sla(base.StrictModel):
 
 class Scaling(base.StrictModel):
     min_replicas: int = pydantic.Field(default=1, ge=0, le=10_000)
-    max_replicas: int = pydantic.Field(default=10, ge=1, le=10_000)
+    max_replicas: int = pydantic.Field(
+        default=10, ge=1, le=10_000,
+        description="Most replicas (SGLang servers) the deployment runs, whatever their GPU type. The autoscaler "
+                    "counts demand in replicas of the reference GPU type and stops at what max_replicas replicas "
+                    "of the largest allowed type can serve; the solver holds the replica count to max_replicas "
+                    "and names it when demand goes unplaced.")
     target_concurrency_per_replica: float = pydantic.Field(default=16, gt=0, le=10_000)
     target_utilization: float = pydantic.Field(default=0.7, gt=0, le=1)
     scale_up_delay_s: float = pydantic.Field(default=30, ge=0, le=3600)

@@ -18,8 +18,11 @@ Rules, in order (all times from ``ctx.now_s``):
    the largest of them). A noisy signal therefore never flaps.
 5. Scale to zero (``scale_to_zero``): after ``scale_to_zero_after_s`` without a request, 0 replicas;
    from 0, the first request (router traffic or in-flight) brings it back to at least 1 at once.
-6. Bounds: ``min_replicas`` (at least 1 without scale to zero), ``max_replicas``; ``warm_pool`` spare
-   replicas on top of a non-zero demand. Every client region with traffic gets at least one replica.
+6. Bounds: ``min_replicas`` (at least 1 without scale to zero), and at most what ``max_replicas``
+   replicas can be in reference replicas (``ctx.max_reference_replicas``: max_replicas replicas of
+   the largest allowed GPU type; the solver holds the replica count itself to max_replicas);
+   ``warm_pool`` spare replicas on top of a non-zero demand. Every client region with traffic gets
+   at least one replica.
 7. Split: the replicas are apportioned over client regions by their share of the request rate over
    the stable window (by requests in flight only while no rate is known), since they are counted in
    replicas of the reference GPU type, whose capacity is a request rate.
@@ -111,8 +114,13 @@ class ConcurrencyPolicy:
             keep_one = 1 if (active or current > 0) else 0
             demand = max(want, floor, keep_one, active_regions)
             floor_note = ""
-        demand = min(demand, scaling.max_replicas)
-        target = min(demand + scaling.warm_pool, scaling.max_replicas) if demand > 0 else 0
+        cap = max(scaling.max_replicas, ctx.max_reference_replicas or 0)
+        if demand > cap:
+            reasons.append(f"capped at {cap} (max_replicas {scaling.max_replicas}"
+                           + (" of the largest GPU type allowed, in reference replicas)" if cap > scaling.max_replicas
+                              else ")"))
+        demand = min(demand, cap)
+        target = min(demand + scaling.warm_pool, cap) if demand > 0 else 0
         if abs(target - current) <= cfg.tolerance * current and target != 0 and current != 0:
             target = current
 

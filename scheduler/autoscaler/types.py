@@ -65,7 +65,11 @@ class AutoscaleContext:
     entry per *ready* replica; ``traffic`` has one entry per client region the routers saw.
     ``replica_capacity_rps`` is what one replica of the deployment's reference GPU type serves
     within the SLA (``scheduler.solver.throughput.capacity_rps``); when given, request rate is a
-    second demand signal beside concurrency."""
+    second demand signal beside concurrency. ``max_reference_replicas``: the most reference replicas
+    ``scaling.max_replicas`` replicas can be, max_replicas x what one replica on the deployment's
+    largest allowed GPU type counts for (``throughput.units_by_type``); the decision is capped there,
+    not at max_replicas, since it counts reference replicas while max_replicas counts replicas
+    (the solver holds that one). None: max_replicas."""
 
     deployment: str
     spec: deployment_spec.ModelDeploymentSpec
@@ -74,12 +78,15 @@ class AutoscaleContext:
     loads: tuple[fleet.ReplicaLoad, ...] = ()
     traffic: tuple[RegionTraffic, ...] = ()
     replica_capacity_rps: float | None = None
+    max_reference_replicas: int | None = None
 
     def __post_init__(self) -> None:
         if self.current_replicas < 0:
             raise ValueError(f"current_replicas must be >= 0, got {self.current_replicas}")
         if self.replica_capacity_rps is not None and self.replica_capacity_rps <= 0:
             raise ValueError(f"replica_capacity_rps must be > 0 when given, got {self.replica_capacity_rps}")
+        if self.max_reference_replicas is not None and self.max_reference_replicas < 1:
+            raise ValueError(f"max_reference_replicas must be >= 1 when given, got {self.max_reference_replicas}")
 
 
 @dataclasses.dataclass(frozen=True)

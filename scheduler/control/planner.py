@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 from collections.abc import Collection, Iterable, Mapping
 
 from meridian import catalog, cost, latency, spec
@@ -86,7 +87,8 @@ class Autoscaler:
             cap = throughput.capacity_rps(dep.spec)
             try:
                 ctx = autoscaler.AutoscaleContext(name, dep.spec, now_s, last.replicas if last else live,
-                                                  tuple(ready), traffic, cap if cap and cap > 0 else None)
+                                                  tuple(ready), traffic, cap if cap and cap > 0 else None,
+                                                  max_reference_replicas(dep.spec))
                 decision, state = self.policy.decide(ctx, self.states.get(name, autoscaler.AutoscaleState()))
             except ValueError as exc:
                 log.error("event=autoscale_error deployment=%s error=%r", name, str(exc))
@@ -102,6 +104,14 @@ class Autoscaler:
                 self.states.pop(gone, None)
                 self.decisions.pop(gone, None)
         return out
+
+
+def max_reference_replicas(spec: deployment_spec.ModelDeploymentSpec) -> int:
+    """The most reference replicas ``scaling.max_replicas`` replicas can be: max_replicas x what one
+    replica on the largest allowed, fitting GPU type counts for. A deployment whose reference is an
+    L4 and which may run on H100s (29 L4s' worth each) is not held to max_replicas L4s."""
+    units = throughput.units_by_type(spec, throughput.reference_gpu_type(spec))
+    return max(1, math.floor(spec.scaling.max_replicas * max(units.values(), default=1.0) + 1e-9))
 
 
 def counted_replicas(snapshot: fleet_mod.FleetSnapshot, draining: Collection[str],

@@ -30,8 +30,10 @@ class Driver:
     """Steps a policy the way the scheduler does: the decided count becomes the current count,
     and every current replica reports the load the test sets."""
 
-    def __init__(self, spec: deployment_spec.ModelDeploymentSpec, replicas: int = 1, **settings: object):
+    def __init__(self, spec: deployment_spec.ModelDeploymentSpec, replicas: int = 1,
+                 max_reference_replicas: int | None = None, **settings: object):
         self.spec = spec
+        self.max_reference_replicas = max_reference_replicas
         self.policy = autoscaler.get("concurrency", **settings)
         self.state = autoscaler.AutoscaleState()
         self.replicas = replicas
@@ -51,7 +53,8 @@ class Driver:
                                         ttft=fleet.LatencyPercentiles(p99_ms=ttft_p99_ms), queue_time=queue)
                       for _ in range(self.replicas))
         traffic = tuple(autoscaler.RegionTraffic(r, requests_per_s=n / 2.0, in_flight=n) for r, n in in_flight.items())
-        ctx = autoscaler.AutoscaleContext("chat", self.spec, self.now, self.replicas, loads, traffic)
+        ctx = autoscaler.AutoscaleContext("chat", self.spec, self.now, self.replicas, loads, traffic,
+                                          max_reference_replicas=self.max_reference_replicas)
         decision, self.state = self.policy.decide(ctx, self.state)
         self.replicas = decision.replicas
         self.history.append(decision.replicas)
@@ -236,6 +239,26 @@ def test_min_max_and_warm_pool_bound_the_count():
     for _ in range(10):
         low = drv2.step(5, {"na-east": 1})
     assert low.replicas == 3 and low.demand_replicas == 2
+
+
+def test_the_cap_is_what_max_replicas_replicas_can_be_in_reference_replicas():
+    """The decision counts reference replicas (say L4s) while max_replicas counts replicas, which
+    may be H100s worth 29 L4s each: a spike that needs 100 L4s' worth is not held to 6 (the solver
+    holds the replica count to 6), and the reason says where the cap is when it binds."""
+    drv = Driver(make_spec(max_replicas=6, warm_pool=2), replicas=1, max_reference_replicas=174)
+    for _ in range(20):
+        decision = drv.step(5, {"na-east": 1000})
+    assert decision.replicas == 100 + 2 and decision.demand_replicas == 100
+    capped = Driver(make_spec(max_replicas=6), replicas=1, max_reference_replicas=40)
+    for _ in range(20):
+        decision = capped.step(5, {"na-east": 1000})
+    assert decision.replicas == 40
+    assert "capped at 40 (max_replicas 6 of the largest GPU type allowed, in reference replicas)" in decision.reason
+
+
+def test_the_context_refuses_a_reference_cap_below_one():
+    with pytest.raises(ValueError, match="max_reference_replicas must be >= 1"):
+        autoscaler.AutoscaleContext("chat", make_spec(), T0, 1, max_reference_replicas=0)
 
 
 def test_every_region_with_traffic_gets_a_replica_and_counts_add_up():
