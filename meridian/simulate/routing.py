@@ -84,7 +84,11 @@ class SimRouter:
         for region, n in sorted(arrivals.items()):
             if n <= 0:
                 continue
-            k = min(n, samples)
+            # Whole rounds over the region's replicas: 8 representatives over 7 replicas gave one of
+            # them twice the others' share every tick (the live router picks per request, so equal
+            # replicas get equal shares), which pushed L4s past their TPOT knee (docs/simulator.md).
+            width = max(1, len(reach[region]))
+            k = min(n, -(-max(samples, width) // width) * width)
             reps.extend([(region, n / k)] * k)
         self.rng.shuffle(reps)
         out: dict[tuple[str, str], float] = {}

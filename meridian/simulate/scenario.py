@@ -150,7 +150,8 @@ class FidelitySettings(_Model):
 
     samples_per_stream: int = pydantic.Field(
         default=defaults.SAMPLES_PER_STREAM, ge=1, le=1000,
-        description="Representative requests routed per tick and (deployment, client region).")
+        description="Representative requests routed per tick and (deployment, client region), rounded up "
+                    "to whole rounds over the replicas within the region's reach.")
     prompt_cv: float = pydantic.Field(default=1.0, ge=0, le=5,
                                       description="Coefficient of variation of prompt length (lognormal).")
     tpot_sigma: float = pydantic.Field(default=0.05, ge=0, le=2,
