@@ -153,6 +153,10 @@ def _usd(v: float) -> str:
     return f"${v:,.2f}"
 
 
+def _signed_pct(v: float) -> str:
+    return f"{100 * v:+.1f}%"
+
+
 def seed_lines(a: dict) -> list[str]:
     seeds = a["seeds"]
     out = [f"{a['scenario']} / {a['traffic']}, over seeds {seeds[0]}-{seeds[-1]} (mean (range)):"]
@@ -162,15 +166,15 @@ def seed_lines(a: dict) -> list[str]:
                    f"{_span(a['meridian_min_region_slo'], report.attainment_text)}")
     if "bound_usd_per_hour" in a:
         out.append(f"  demand-following bound {_span(a['bound_usd_per_hour'], _usd)}/h; meridian "
-                   f"vs the bound {_span(a['meridian_above_bound'], lambda v: f'{100 * v:+.1f}%')}")
+                   f"vs the bound {_span(a['meridian_above_bound'], _signed_pct)}")
     held = [f"{label} {a[key]}" for key, label in (
         ("bound_target_met", "within 10% of the bound at >= 99.5% per region"),
         ("bound_target_met_vs_attainable", "the same against the attainable share"),
         ("skyserve_target_met", "cheaper than skyserve at equal or higher SLO attainment"),
         ("skyserve_headline_met", "SkyServe's 43% headline")) if key in a]
     if "saving_vs_skyserve" in a:
-        out.append(f"  saves {_span(a['saving_vs_skyserve'], lambda v: f'{100 * v:+.1f}%')} against skyserve, "
-                   f"{_span(a.get('saving_vs_od_multi_region', [math.nan]), lambda v: f'{100 * v:+.1f}%')} against "
+        out.append(f"  saves {_span(a['saving_vs_skyserve'], _signed_pct)} against skyserve, "
+                   f"{_span(a.get('saving_vs_od_multi_region', [math.nan]), _signed_pct)} against "
                    "od-multi-region (SkyServe's published saving: 43%)")
     if held:
         out.append(f"  seeds on which each target held: {'; '.join(held)}")

@@ -11,6 +11,7 @@ replica's share of each stream."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Collection, Mapping
 
@@ -88,7 +89,7 @@ class SimRouter:
             # them twice the others' share every tick (the live router picks per request, so equal
             # replicas get equal shares), which pushed L4s past their TPOT knee (docs/simulator.md).
             width = max(1, len(reach[region]))
-            k = min(n, -(-max(samples, width) // width) * width)
+            k = min(n, math.ceil(max(samples, width) / width) * width)
             reps.extend([(region, n / k)] * k)
         self.rng.shuffle(reps)
         out: dict[tuple[str, str], float] = {}

@@ -116,9 +116,8 @@ class ConcurrencyPolicy:
             floor_note = ""
         cap = max(scaling.max_replicas, ctx.max_reference_replicas or 0)
         if demand > cap:
-            reasons.append(f"capped at {cap} (max_replicas {scaling.max_replicas}"
-                           + (" of the largest GPU type allowed, in reference replicas)" if cap > scaling.max_replicas
-                              else ")"))
+            unit = " of the largest GPU type allowed, in reference replicas" if cap > scaling.max_replicas else ""
+            reasons.append(f"capped at {cap} (max_replicas {scaling.max_replicas}{unit})")
         demand = min(demand, cap)
         target = min(demand + scaling.warm_pool, cap) if demand > 0 else 0
         if abs(target - current) <= cfg.tolerance * current and target != 0 and current != 0:

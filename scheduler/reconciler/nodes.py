@@ -29,14 +29,10 @@ from scheduler.reconciler import types as t
 _HOLDING = (fm.ReplicaState.STARTING, fm.ReplicaState.READY, fm.ReplicaState.DRAINING)
 
 
-def occupancy(pool_key: str, replicas: Iterable[t.ReplicaInfo]) -> dict[str, int] | None:
-    """Node id -> GPUs held there by the pool's replicas that hold GPUs; None when one of them does
-    not say which node it is on (an agent that does not report it)."""
-    return by_pool(r for r in replicas if r.pool_key == pool_key).get(pool_key, {})
-
-
 def by_pool(replicas: Iterable[t.ReplicaInfo]) -> dict[str, dict[str, int] | None]:
-    """``occupancy`` of every pool with a replica holding GPUs, in one pass."""
+    """Pool key -> (node id -> GPUs held there by the pool's replicas that hold GPUs), for every pool
+    with such a replica, in one pass; None for a pool where one of them does not say which node it
+    is on (an agent that does not report it)."""
     out: dict[str, dict[str, int] | None] = {}
     for r in replicas:
         if r.report.state not in _HOLDING:

@@ -85,7 +85,7 @@ def test_no_move_where_the_other_nodes_have_no_room_or_the_node_is_unknown():
         assert of_kind(out, fm.ResizePool) == []
         state = out.state
     unknown = dataclasses.replace(a, report=dataclasses.replace(a.report, node_id=""))
-    assert nodes.occupancy(KEY, [unknown, b]) is None
+    assert nodes.by_pool([unknown, b]).get(KEY) is None
 
 
 def test_pick_takes_the_least_used_node_whose_replicas_fit_elsewhere_best_fit():
