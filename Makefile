@@ -59,7 +59,7 @@ demo: $(STAMP) system-deps
 	else $(BIN)/meridian validate examples/*.yaml; fi
 
 test: $(STAMP) $(CHECKOV_STAMP) system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 -rs
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 -rfEs
 
 stubs: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=. --grpc_python_out=. --pyi_out=. proto/meridian/v1/*.proto

@@ -80,3 +80,21 @@ def redis_url(redis_server):
 @pytest.fixture
 def repo_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# CI keeps only the tail of the output, where the durations come last: repeat each failure and
+# error there, with the end of its traceback, so the tail says which test failed and why.
+_TAIL_LINES = 25
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    bad = [r for kind in ("failed", "error") for r in terminalreporter.stats.get(kind, [])]
+    if not bad:
+        return
+    terminalreporter.write_sep("=", f"{len(bad)} failed or errored (repeated for the log's tail)")
+    for report in bad:
+        terminalreporter.write_line(f"{report.when.upper():8} {report.nodeid}")
+        lines = str(report.longrepr).splitlines()
+        for line in lines[-_TAIL_LINES:]:
+            terminalreporter.write_line(f"    {line}")

@@ -166,6 +166,11 @@ def cmdline_of(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
+def describe(pids: Sequence[int]) -> list[str]:
+    """Each pid with its command line (shortened), for a message about processes left behind."""
+    return [f"{pid} ({' '.join(cmdline_of(pid))[:160] or 'gone'})" for pid in pids]
+
+
 def kill_pids(pids: Sequence[int], grace_s: float = 3.0) -> None:
     """SIGTERM, wait up to ``grace_s``, then SIGKILL whatever is left."""
     for sig in (signal.SIGTERM, signal.SIGKILL):

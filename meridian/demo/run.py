@@ -24,6 +24,7 @@ import aiohttp
 
 from meridian import spec
 from meridian.demo import fleet as fleet_mod
+from meridian.demo import processes
 from meridian.demo import sla, stats, traffic, view
 from scheduler.solver import throughput
 
@@ -202,7 +203,7 @@ async def demo(opts: DemoOptions, out=sys.stdout) -> int:
         leftovers = await asyncio.to_thread(fleet.stop)
         stray = await asyncio.to_thread(fleet.procs.stragglers)
         print(f"stopped every process of the run ({len(leftovers)} swept after their parents)"
-              + (f"; STILL RUNNING: {stray}" if stray else ""), file=out, flush=True)
+              + (f"; STILL RUNNING: {processes.describe(stray)}" if stray else ""), file=out, flush=True)
         if not opts.keep_workdir and opts.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
 

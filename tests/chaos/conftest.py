@@ -8,6 +8,7 @@ import pathlib
 
 import pytest_asyncio
 
+from meridian.demo import processes
 from tests.chaos import report
 from tests.chaos import world as world_mod
 
@@ -25,7 +26,7 @@ async def world(tmp_path_factory):
     finally:
         await w.stop()
         leftover = w.fleet.procs.stragglers()
-        assert leftover == [], f"processes of the chaos run outlived it: {leftover}"
+        assert leftover == [], f"processes of the chaos run outlived it: {processes.describe(leftover)}"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

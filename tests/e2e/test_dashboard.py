@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 
 from meridian.demo import fleet as fleet_mod
+from meridian.demo import processes
 
 playwright_api = pytest.importorskip("playwright.async_api", reason="playwright is in the test extra")
 
@@ -60,7 +61,8 @@ async def fleet(tmp_path_factory):
         yield f
     finally:
         await asyncio.to_thread(f.stop)
-        assert await asyncio.to_thread(f.procs.stragglers) == [], "processes of the run outlived it"
+        left = await asyncio.to_thread(f.procs.stragglers)
+        assert left == [], f"processes of the run outlived it: {processes.describe(left)}"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

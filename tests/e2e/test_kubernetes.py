@@ -19,6 +19,7 @@ import pytest_asyncio
 from kubernetes_asyncio import client, config
 
 from meridian.demo import fleet as fleet_mod
+from meridian.demo import processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(240)]
 SPECS = pathlib.Path(__file__).parent / "specs"
@@ -51,7 +52,8 @@ async def fleet(tmp_path_factory):
         yield f
     finally:
         await asyncio.to_thread(f.stop)
-        assert await asyncio.to_thread(f.procs.stragglers) == [], "processes of the run (pods included) outlived it"
+        left = await asyncio.to_thread(f.procs.stragglers)
+        assert left == [], f"processes of the run (pods included) outlived it: {processes.describe(left)}"
 
 
 @pytest_asyncio.fixture(loop_scope="module")

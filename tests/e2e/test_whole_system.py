@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 
 from meridian.demo import fleet as fleet_mod
+from meridian.demo import processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 SPECS = pathlib.Path(__file__).parent / "specs"
@@ -48,7 +49,8 @@ async def fleet(tmp_path_factory):
         yield f
     finally:
         await asyncio.to_thread(f.stop)
-        assert await asyncio.to_thread(f.procs.stragglers) == [], "processes of the run outlived it"
+        left = await asyncio.to_thread(f.procs.stragglers)
+        assert left == [], f"processes of the run outlived it: {processes.describe(left)}"
 
 
 @pytest_asyncio.fixture(loop_scope="module")

@@ -13,6 +13,7 @@ import pytest
 
 from meridian import catalog
 from meridian.demo import fleet as fleet_mod
+from meridian.demo import processes
 
 pytestmark = [pytest.mark.timeout(240)]
 SPECS = """
@@ -95,4 +96,5 @@ async def test_an_idle_pool_shrinks_after_the_delay_and_the_bill_follows(tmp_pat
             assert since["usd"] == pytest.approx(since["shares_usd"] + since["idle_usd"], abs=1e-5)
     finally:
         await asyncio.to_thread(fleet.stop)
-        assert await asyncio.to_thread(fleet.procs.stragglers) == []
+        left = await asyncio.to_thread(fleet.procs.stragglers)
+        assert left == [], f"processes of the run outlived it: {processes.describe(left)}"
