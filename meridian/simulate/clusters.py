@@ -185,10 +185,14 @@ class SimCluster:
         return Observation(self._agent_pools(), self._reports(), events, killed)
 
     def _agent_pools(self) -> list[fm.GpuPool]:
+        """The pools as the agent reports them (``Agent.inventory``): free GPUs are those no replica
+        holds, on nodes not under an interruption notice (a replacement started there would go with
+        the node, and the agent places none there)."""
         holdings = [r.holding() for r in self.replicas.values()]
         out = []
         for pid, pool in sorted(self._pools.items()):
-            nodeset = allocation.NodeSet(pid, pool.gpus_per_node, self._nodes.get(pid, ()))
+            usable = tuple(n for n in self._nodes.get(pid, ()) if n not in self._notice_nodes)
+            nodeset = allocation.NodeSet(pid, pool.gpus_per_node, usable)
             out.append(dataclasses.replace(pool, gpus_free=allocation.gpus_free(nodeset, holdings)))
         return out
 

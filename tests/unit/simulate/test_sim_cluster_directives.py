@@ -3,6 +3,7 @@ hosting a replica is refused (the agent's rule), not carried out by killing the 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from meridian import spec
@@ -48,3 +49,31 @@ def test_a_shrink_below_the_nodes_hosting_replicas_is_refused_and_kills_nothing(
     ack, _ = sim.apply(fm.Directive("shrink-2", fm.ResizePool("h100-od", 1)), now[0] + 2)
     assert ack.outcome is fm.DirectiveOutcome.ACCEPTED
     assert sim.observe(now[0] + 3).killed == [] and sim.nodes()["h100-od"] == 1
+
+
+def test_free_gpus_on_a_node_under_notice_are_not_reported():
+    """As the agent reports them: an 8-GPU spot node with one replica and a notice offers none of its
+    7 free GPUs, so the reconciler grows the pool for the replacement instead of starting it on the
+    node being reclaimed (where the agent would find no room)."""
+    loaded = spec.load_files([defaults.examples_dir() / "scenarios" / "skyserve-like" / "clusters.yaml"])
+    doc = next(c for c in loaded.of_kind("Cluster") if c.metadata.name == "aws-use1")
+    now = [0.0]
+    sim = clusters.SimCluster(doc, clock=lambda: now[0], rng=random.Random(1), notice_s=120.0, policy=None,
+                              cold_start=lambda d, g: 60.0, provisioning_delay_s=10.0,
+                              preemptions_per_node_hour=0.0)
+    assert sim.apply(fm.Directive("grow", fm.ResizePool("h100-spot", 1)), now[0])[0].outcome \
+        is fm.DirectiveOutcome.ACCEPTED
+    now[0] = 30.0
+    sim.observe(now[0])
+    start = _start("a", 1)
+    start = fm.Directive(start.directive_id, dataclasses.replace(start.action, pool_id="h100-spot"))
+    assert sim.apply(start, now[0])[0].outcome is fm.DirectiveOutcome.ACCEPTED
+
+    def free() -> int:
+        obs = sim.observe(now[0])
+        return next(p.gpus_free for p in obs.pools if p.pool_id == "h100-spot")
+
+    assert free() == 7
+    sim.cloud.preempt("h100-spot", sim.replicas["a"].node_id)
+    now[0] = 31.0
+    assert free() == 0
