@@ -120,7 +120,13 @@ class Sla(base.StrictModel):
 
 
 class Scaling(base.StrictModel):
-    min_replicas: int = pydantic.Field(default=1, ge=0, le=10_000)
+    min_replicas: int = pydantic.Field(
+        default=1, ge=0, le=10_000,
+        description="Least demand the autoscaler asks for, in replicas of the reference GPU type (the first type "
+                    "of resources.gpu_types the model fits, else the fitting type with the least memory). It is "
+                    "capacity, not a count of SGLang servers: where a larger allowed type serves it for less, "
+                    "fewer replicas may meet it. For redundancy use placement.min_distinct_clouds / "
+                    "min_distinct_regions.")
     max_replicas: int = pydantic.Field(
         default=10, ge=1, le=10_000,
         description="Most replicas (SGLang servers) the deployment runs, whatever their GPU type. The autoscaler "
@@ -134,7 +140,8 @@ class Scaling(base.StrictModel):
     scale_to_zero: bool = False
     scale_to_zero_after_s: float = pydantic.Field(default=900, ge=0, le=86_400)
     warm_pool: int = pydantic.Field(default=0, ge=0, le=1000,
-                                    description="Extra ready replicas kept beyond demand.")
+                                    description="Spare capacity kept beyond a non-zero demand, in replicas of the "
+                                                "reference GPU type, as min_replicas.")
 
     @property
     def least_replicas(self) -> int:
