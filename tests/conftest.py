@@ -95,6 +95,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_sep("=", f"{len(bad)} failed or errored (repeated for the log's tail)")
     for report in bad:
         terminalreporter.write_line(f"{report.when.upper():8} {report.nodeid}")
-        lines = str(report.longrepr).splitlines()
-        for line in lines[-_TAIL_LINES:]:
+        for line in report.longreprtext.splitlines()[-_TAIL_LINES:]:
             terminalreporter.write_line(f"    {line}")

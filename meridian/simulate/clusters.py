@@ -22,6 +22,7 @@ from meridian.fleet import models as fm
 from meridian.simulate import perf
 from meridian.spec import policy as policy_spec
 from agents import allocation, directives
+from agents import nodes as agent_nodes
 from agents.providers import sim as sim_provider
 from agents.providers.errors import CloudError, CloudErrorKind
 from scheduler.solver import problem
@@ -191,8 +192,8 @@ class SimCluster:
         holdings = [r.holding() for r in self.replicas.values()]
         out = []
         for pid, pool in sorted(self._pools.items()):
-            usable = tuple(n for n in self._nodes.get(pid, ()) if n not in self._notice_nodes)
-            nodeset = allocation.NodeSet(pid, pool.gpus_per_node, usable)
+            nodeset = agent_nodes.without(allocation.NodeSet(pid, pool.gpus_per_node, self._nodes.get(pid, ())),
+                                          self._notice_nodes)
             out.append(dataclasses.replace(pool, gpus_free=allocation.gpus_free(nodeset, holdings)))
         return out
 

@@ -3,7 +3,6 @@ hosting a replica is refused (the agent's rule), not carried out by killing the 
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
 from meridian import spec
@@ -13,10 +12,10 @@ from meridian.simulate import clusters, defaults
 EXAMPLES = [defaults.examples_dir() / p for p in defaults.DEFAULT_SPECS]
 
 
-def _start(replica_id: str, gpus: int) -> fm.Directive:
+def _start(replica_id: str, gpus: int, pool_id: str = "h100-od") -> fm.Directive:
     runtime = fm.RuntimeSpec(model_path="meta-llama/Llama-3.1-8B-Instruct", served_model_name="chat", tp_size=1)
     return fm.Directive(f"d-{replica_id}", fm.StartReplica(replica_id=replica_id, deployment="chat", revision="r1",
-                                                            runtime=runtime, pool_id="h100-od", gpu_count=gpus))
+                                                            runtime=runtime, pool_id=pool_id, gpu_count=gpus))
 
 
 def test_a_shrink_below_the_nodes_hosting_replicas_is_refused_and_kills_nothing():
@@ -65,9 +64,7 @@ def test_free_gpus_on_a_node_under_notice_are_not_reported():
         is fm.DirectiveOutcome.ACCEPTED
     now[0] = 30.0
     sim.observe(now[0])
-    start = _start("a", 1)
-    start = fm.Directive(start.directive_id, dataclasses.replace(start.action, pool_id="h100-spot"))
-    assert sim.apply(start, now[0])[0].outcome is fm.DirectiveOutcome.ACCEPTED
+    assert sim.apply(_start("a", 1, "h100-spot"), now[0])[0].outcome is fm.DirectiveOutcome.ACCEPTED
 
     def free() -> int:
         obs = sim.observe(now[0])
