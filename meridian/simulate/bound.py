@@ -49,6 +49,7 @@ class DemandBound:
     proven: bool
     unproven_ticks: int
     solve_s: float
+    usd_by_tick: tuple[float, ...] = dataclasses.field(default=(), repr=False)  # $ in each tick
 
     @property
     def usd_per_hour(self) -> float:
@@ -137,4 +138,4 @@ def compute(specs: planner.SpecView, tr: trace_mod.Trace, *, time_limit_s: float
         proven = proven and ok
         unproven += not ok
     return DemandBound(float(per_tick.sum()), tr.ticks * tr.tick_s / 3600.0, tr.ticks, len(memo), proven,
-                       unproven, time.perf_counter() - start)
+                       unproven, time.perf_counter() - start, tuple(float(x) for x in per_tick))

@@ -309,6 +309,7 @@ class Collector:
         series = {
             "t_h": [round((i + 0.5) * SERIES_BUCKET_S / 3600.0, 4) for i in range(len(samples))],
             "cost_per_hour_usd": [round(x, 3) for x in (s["cost_usd"] / (samples * self.tick_s / 3600.0))],
+            "cost_usd": [round(x, 6) for x in s["cost_usd"]],  # $ in each bucket (the split above the bound)
             "attainment": [round(m / q, 5) if q > 0 else None for m, q in zip(s["met_slo"], s["requests"], strict=True)],
             "requests": [round(x) for x in s["requests"]],
             "failed": [round(x, 1) for x in s["failed"]],

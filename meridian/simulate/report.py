@@ -10,6 +10,7 @@ import platform
 
 from meridian import cost, tables
 from meridian.simulate import bound as bound_mod
+from meridian.simulate import excess
 from meridian.simulate import metrics, policies, runner
 from meridian.simulate import windows as windows_mod
 from scheduler.control import floor as floor_mod
@@ -143,7 +144,20 @@ def bound_lines(cmp: runner.Comparison) -> list[str]:
         above = ref.cost_usd - b.usd
         lines.append(f"Meridian costs ${above:,.0f} above it over the run ({100.0 * above / b.usd:+.1f}% of the "
                      f"bound): what provisioning ahead of demand, headroom and faults cost.")
+        split = above_bound(cmp)
+        if split is not None:
+            lines.append(excess.text(split))
     return lines
+
+
+def above_bound(cmp: runner.Comparison, policy: str = "meridian") -> excess.AboveBound | None:
+    """``policy``'s cost above the demand-following bound, split into its steady part and bursts
+    (``excess``); None without the bound, the policy or its cost series."""
+    r = cmp.result(policy)
+    if cmp.bound is None or r is None or not cmp.bound.usd_by_tick or not r.series.get("cost_usd"):
+        return None
+    return excess.split(r.series["cost_usd"], cmp.bound.usd_by_tick, cmp.scenario.tick_s, metrics.SERIES_BUCKET_S,
+                        cmp.scenario.start_utc_hour)
 
 
 def text(cmp: runner.Comparison) -> str:
@@ -281,6 +295,7 @@ def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:
             "jobs": cmp.jobs, "machine": _machine(), "results": results,
             "floor": cmp.floor.to_dict() if cmp.floor is not None else None,
             "demand_bound": cmp.bound.to_dict() if cmp.bound is not None else None,
+            "meridian_above_bound": split.to_dict() if (split := above_bound(cmp)) is not None else None,
             "attainable": [{"deployment": d, "client_region": r, **reach.to_dict()}
                            for (d, r), reach in sorted(cmp.attainable.items())],
             "verdicts": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in item.items()}

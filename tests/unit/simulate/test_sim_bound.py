@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 from meridian import catalog
-from meridian.simulate import bound, report, runner, scenario
+from meridian.simulate import bound, excess, report, runner, scenario
 from scheduler.control import planner
 from scheduler.solver import throughput
 
@@ -71,3 +71,16 @@ def test_no_policy_that_meets_the_slo_costs_less_than_the_bound(tmp_path):
         assert r.cost_usd >= cmp.bound.usd - 1e-9, r.policy
     assert "Demand-following bound: $1.61/h" in report.text(cmp)
     assert report.as_dict(cmp, include_series=False)["demand_bound"]["usd"] == pytest.approx(cmp.bound.usd, abs=1e-3)
+
+
+def test_the_report_splits_meridians_cost_above_the_bound_into_steady_and_bursts(tmp_path):
+    """The split of Meridian's excess over the bound (``excess``) adds up to its cost minus the
+    bound, per tick of the bound and per 5-minute bucket of the bill, in the text and the JSON."""
+    cmp = runner.run(_tiny(tmp_path, 1.5), ["meridian"], jobs=1)
+    mer = cmp.result("meridian")
+    assert len(cmp.bound.usd_by_tick) == cmp.bound.ticks
+    assert sum(cmp.bound.usd_by_tick) == pytest.approx(cmp.bound.usd)
+    split = report.as_dict(cmp, include_series=False)["meridian_above_bound"]
+    assert split["usd"] == pytest.approx(mer.cost_usd - cmp.bound.usd, abs=1e-3)
+    assert split["steady_usd"] + split["burst_usd"] == pytest.approx(split["usd"], abs=1e-3)
+    assert excess.text(report.above_bound(cmp)) in report.text(cmp)

@@ -72,6 +72,23 @@ def test_the_bench_says_over_its_seeds_how_often_each_target_held():
     assert "within 10% of the bound at >= 99.5% per region 1/3" in text
 
 
+def test_the_bench_prints_the_steady_and_burst_parts_above_the_bound_that_add_up():
+    """Per run the bench names the excess, its steady part and bursts and the costliest hours; over
+    the seeds, the two parts per hour of the run."""
+    runs = []
+    for seed, steady, burst in ((7, 48.0, 72.0), (8, 72.0, 24.0)):
+        r = _run(seed, 66.0, 60.0, 0.996, True)
+        r["hours"] = 24.0
+        r["bound_proven"] = True
+        r["above_bound_split"] = {"usd": steady + burst, "steady_usd": steady, "burst_usd": burst,
+                                  "median_usd_per_hour": steady / 24.0, "hours": [{"utc_hour": 16, "usd": 52.3}]}
+        runs.append(r)
+    assert "  meridian above the bound: $120 = steady $48 (up to the median 5-minute distance, $2.00/h) + bursts " \
+           "$72 (60%); costliest hours (UTC): 16:00 $52" in bench.lines(runs[0])
+    text = "\n".join(bench.seed_lines(bench.over_seeds(runs)))
+    assert "steady $2.50 ($2.00..$3.00)/h + bursts $2.00 ($1.00..$3.00)/h" in text
+
+
 def test_the_bench_refuses_a_seed_count_below_one(capsys):
     import pytest
     with pytest.raises(SystemExit):
