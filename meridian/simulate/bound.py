@@ -9,9 +9,11 @@ within its SLA's reach (coverage), and the deployment's minimum replicas hold. T
 then solves that tick's problem as the cost floor does (``scheduler.control.floor``: every declared
 pool at its maximum size, reserved nodes and pool minimums paid, spot counted at full capacity,
 nothing but prices in the objective, one deterministic worker), but with the deployments' latency
-rules kept for demand: the solver's proven lower bound is the tick's bound. What it leaves out makes
-it lower, never higher: no provisioning delay or cold start, no headroom for the autoscaler's target
-utilisation, no stock-outs, outages or preemptions, a fleet re-planned from scratch every tick.
+rules kept for demand: the solver's proven lower bound is the tick's bound. A region that is down
+(the scenario's outages) offers no pool while it is down, but its reserved and minimum nodes bill:
+a fleet there serves nobody, and no fleet can shed those. What it leaves out makes it lower, never
+higher: no provisioning delay or cold start, no headroom for the autoscaler's target utilisation,
+no stock-outs or preemptions, a fleet re-planned from scratch every tick.
 One limit: the solver's own rounding of capacities (1/1000s of a reference replica) is a hair
 stricter than the rules, as for the floor.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -117,22 +120,29 @@ def solve_key(specs: planner.SpecView, offers: list[problem.PoolOffer], key: Key
     return bound, proven
 
 
-def compute(specs: planner.SpecView, tr: trace_mod.Trace, *, time_limit_s: float = 30.0) -> DemandBound:
-    """The bound of ``tr`` (the run's measured ticks) on ``specs``' declared pools."""
+def compute(specs: planner.SpecView, tr: trace_mod.Trace, *, time_limit_s: float = 30.0,
+            down: Sequence[tuple[int, int, str]] = ()) -> DemandBound:
+    """The bound of ``tr`` (the run's measured ticks) on ``specs``' declared pools. ``down``: the
+    scenario's outages as (first tick down, first tick back up, cloud region): in those ticks no pool
+    of the region serves, and its reserved and minimum nodes still bill (no fleet can shed them)."""
     start = time.perf_counter()
     offers = planner.declared_offers(specs)
     capacity_rps = {}
     for name, doc in specs.deployments.items():
         cap = throughput.capacity_rps(doc.spec)
         capacity_rps[name] = float(cap) if cap else 0.0
-    memo: dict[Key, tuple[float, bool]] = {}
+    memo: dict[tuple[frozenset[str], Key], tuple[float, bool]] = {}
     per_tick = np.zeros(tr.ticks)
     proven = True
     unproven = 0
     for k in range(tr.ticks):
-        key = demand_key(specs, tr, k, capacity_rps)
+        lost = frozenset(region for first, back, region in down if first <= k < back)
+        key = (lost, demand_key(specs, tr, k, capacity_rps))
         if key not in memo:
-            memo[key] = solve_key(specs, offers, key, time_limit_s)
+            up = [o for o in offers if o.region not in lost]
+            sunk = sum(o.pool.nodes_min * o.price_per_node_hour_usd for o in offers if o.region in lost)
+            usd_h, ok = solve_key(specs, up, key[1], time_limit_s)
+            memo[key] = (usd_h + sunk, ok)
         usd_h, ok = memo[key]
         per_tick[k] = usd_h * tr.tick_s / 3600.0
         proven = proven and ok

@@ -42,8 +42,9 @@ class _Faults:
         self.by_tick: dict[int, list[tuple[str, object]]] = {}
         tick = lambda h: int(h * 3600.0 // sc.tick_s)  # noqa: E731
         for o in sc.outages:
-            self._add(tick(o.at_h), ("down", o.region))
-            self._add(tick(o.at_h + o.duration_h), ("up", o.region))
+            down, up = o.ticks(sc.tick_s)
+            self._add(down, ("down", o.region))
+            self._add(up, ("up", o.region))
         for s in sc.stock_outs:
             self._add(tick(s.at_h), ("stock_out", (s.cluster, s.pool, True)))
             self._add(tick(s.at_h + s.duration_h), ("stock_out", (s.cluster, s.pool, False)))

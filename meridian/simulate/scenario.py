@@ -130,6 +130,10 @@ class Outage(_Model):
     duration_h: float = pydantic.Field(gt=0)
     region: str = pydantic.Field(min_length=1)
 
+    def ticks(self, tick_s: float) -> tuple[int, int]:
+        """(first tick down, first tick back up) of a run with ``tick_s``-second ticks."""
+        return int(self.at_h * 3600.0 // tick_s), int((self.at_h + self.duration_h) * 3600.0 // tick_s)
+
 
 class CloudSettings(_Model):
     provisioning_delay_s: float | None = pydantic.Field(

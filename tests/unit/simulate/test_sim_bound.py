@@ -84,3 +84,57 @@ def test_the_report_splits_meridians_cost_above_the_bound_into_steady_and_bursts
     assert split["usd"] == pytest.approx(mer.cost_usd - cmp.bound.usd, abs=1e-3)
     assert split["steady_usd"] + split["burst_usd"] == pytest.approx(split["usd"], abs=1e-3)
     assert excess.text(report.above_bound(cmp)) in report.text(cmp)
+
+
+def _two_regions(tmp_path: pathlib.Path, outage: bool) -> scenario.Scenario:
+    """The tiny fleet with its us-east-1 pool holding one node at all times (min_nodes 1) and a
+    second L4 pool in us-east-2 at the same price, optionally with us-east-1 down for 15 minutes."""
+    specs = (DATA / "tiny-specs.yaml").read_text().replace(
+        "      min_nodes: 0\n      max_nodes: 8\n      initial_nodes: 0\n",
+        "      min_nodes: 1\n      max_nodes: 8\n      initial_nodes: 1\n", 1)
+    specs += """---
+apiVersion: meridian/v1
+kind: Cluster
+metadata:
+  name: aws-use2
+spec:
+  cloud: aws
+  region: us-east-2
+  provider: sim
+  auth:
+    token_env: MERIDIAN_TOKEN_AWS_USE2
+  scheduler:
+    address: 127.0.0.1:7070
+  pools:
+    - name: l4
+      instance_type: g6.xlarge
+      tier: on_demand
+      min_nodes: 0
+      max_nodes: 8
+      initial_nodes: 0
+"""
+    (tmp_path / "two.yaml").write_text(specs)
+    trace_file = _even_trace(tmp_path / "even.csv")
+    data = {"name": "two", "specs": [str(tmp_path / "two.yaml")], "hours": 1.0, "warmup_min": 20.0,
+            "traffic": [{"deployment": "chat", "peak_rps": {"na-east": 1.5},
+                         "trace": {"file": str(trace_file), "diurnal": False, "tokens": "spec"}}],
+            "outages": [{"at_h": 0.5, "duration_h": 0.25, "region": "us-east-1"}] if outage else []}
+    return scenario.parse(data, tmp_path, "two")
+
+
+def test_a_region_that_is_down_serves_nothing_in_the_bound_but_its_minimum_nodes_bill(tmp_path):
+    """Two L4s serve the demand; one of them is the us-east-1 node every fleet keeps (min_nodes 1).
+    While us-east-1 is down (15 of the 60 minutes) both must run in us-east-2 and the node that
+    cannot serve still bills: 3 L4s for a quarter of the hour, 2 for the rest."""
+    price = catalog.instances.default().lookup("aws", "g6.xlarge", "us-east-1").price_per_hour_usd
+    for outage, nodes in ((False, 2.0), (True, 0.75 * 2 + 0.25 * 3)):
+        sc = _two_regions(tmp_path, outage)
+        specs, tr = runner.prepare(sc)
+        down = [(*o.ticks(sc.tick_s), o.region) for o in sc.outages]
+        assert down == ([(30, 45, "us-east-1")] if outage else [])
+        b = bound.compute(planner.SpecView.of(specs, 1), tr, down=down)
+        assert b.proven
+        assert b.usd == pytest.approx(nodes * price, rel=1e-6), outage
+        assert b.usd_by_tick[30] == pytest.approx((3 if outage else 2) * price / 60.0, rel=1e-6)
+    # The comparison (meridian simulate, bench.simulate) gives its bound the scenario's outage.
+    assert runner.run(sc, ["meridian"], jobs=1).bound.usd == pytest.approx(b.usd, rel=1e-9)
