@@ -84,7 +84,12 @@ class _Faults:
 def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace, policy: policies.PolicyDef,
         progress: Progress | None = None) -> metrics.RunResult:
     wall = time.perf_counter()
-    now_box = [EPOCH_S + sc.start_utc_hour * 3600.0]
+    tick_s = sc.tick_s
+    warmup = int(round(sc.warmup_min * 60.0 / tick_s))
+    start_s = EPOCH_S + sc.start_utc_hour * 3600.0
+    # The clusters come into being when the warmup starts, so their initial nodes (a reserved node
+    # among them) are up through it, as they are when a scheduler starts on a running fleet.
+    now_box = [start_s - warmup * tick_s]
     clock = lambda: now_box[0]  # noqa: E731
     view = planner.SpecView.of(specset, 1)
     deployments = view.deployments
@@ -120,21 +125,19 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
         streams_of.setdefault(s.deployment, []).append((i, s.client_region))
     served_name = {n: d.spec.model.served_name for n, d in deployments.items()}
     owners = {n: cost.Owner(d.spec.model.served_name, n, d.metadata.team or "") for n, d in deployments.items()}
-    meter = cost.Meter(now_box[0])
+    meter = cost.Meter(start_s)
     demand: list[records.Demand] = []
     preempted_zones: dict[str, float] = {}
     killed_replicas = starts = refused = preempted_by_wave = 0
     usage: dict[str, float] = {}
     wake = False
     rounds = 0
-    tick_s = sc.tick_s
     report_every = max(1, trace.ticks // 50)
 
-    warmup = int(round(sc.warmup_min * 60.0 / tick_s))
     scratch = metrics.Collector(regions, sorted(deployments), 1, tick_s)
     measured = col
     for k in range(-warmup, trace.ticks):
-        now = EPOCH_S + sc.start_utc_hour * 3600.0 + k * tick_s
+        now = start_s + k * tick_s
         now_box[0] = now
         col = measured if k >= 0 else scratch
         killed, hit = faults.apply(k) if k >= 0 else ([], 0)
