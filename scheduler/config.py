@@ -76,6 +76,12 @@ class SchedulerConfig(pydantic.BaseModel):
 
     tick_interval_s: float = pydantic.Field(default=2.0, gt=0, le=300, description="Reconcile period.")
     plan_interval_s: float = pydantic.Field(default=30.0, gt=0, le=3600, description="Re-plan at least this often.")
+    full_solve_interval_s: float = pydantic.Field(
+        default=600.0, ge=0, le=86_400,
+        description="At least this often a plan re-places every deployment (a full solve, warm-started from the "
+                    "fleet, moves priced as churn) instead of re-solving only those whose demand changed: a placement "
+                    "made while a cheaper pool was not up yet (a reserved node still provisioning) is revisited even "
+                    "when demand holds still. 0: every plan is a full solve.")
     solve_time_limit_s: float = pydantic.Field(default=5.0, gt=0, le=600,
                                               description="Solver time limit; the best plan found is used.")
     ttft_headroom_ms: float = pydantic.Field(

@@ -64,6 +64,7 @@ class SimScheduler:
         self._reach = reconciler.reach.ReachCache()
         self.placer = placer
         self.plan: _Plan | None = None
+        self._full_at: float | None = None  # when the last full solve was planned
         self.stats = ControlStats()
         self.snapshot: fleet_mod.FleetSnapshot | None = None
 
@@ -169,9 +170,12 @@ class SimScheduler:
         if self.plan is not None and {k: v for k, v in self.plan.outcome.placement.replicas.items() if v} == \
                 {k: v for k, v in current.replicas.items() if v}:
             warm = self.plan.outcome.placement
+        full = planner.full_solve_due(self._full_at, now, self.config.full_solve_interval_s)
         view = placement_mod.PlanView(now, self.specs, decisions, snapshot, tuple(offers), excluded, current, warm,
-                                      doomed, preempted_zones)
+                                      doomed, preempted_zones, full)
         outcome = self.placer.place(view)
+        if full:
+            self._full_at = now
         self.stats.plans += 1
         self.stats.plan_s += outcome.solve_s
         self.stats.triggers[trigger] = self.stats.triggers.get(trigger, 0) + 1

@@ -47,6 +47,7 @@ class PlanView:
     warm: problem.Placement
     doomed: frozenset[str]
     preempted_zones: Mapping[str, float]
+    full: bool = False  # a full solve is due (planner.full_solve_due): every deployment re-placed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +129,7 @@ class SolverPlacer:
         offers = [o for o in view.offers if self.allows(o)]
         excluded = {k: v for k, v in view.excluded.items() if any(o.key == k for o in offers)}
         prob = planner.build_problem(self._specs, view.decisions, offers, excluded)
-        result = self._solve(prob, view.warm)
+        result = self._solve(prob, view.warm, view.full)
         if result.status in (problem.SolveStatus.ERROR, problem.SolveStatus.NO_SOLUTION) and self._last is not None:
             return PlanOutcome(self._last, evaluate.cost_per_hour(prob, self._last), math.nan, result.solve_time_s,
                                result.status.value)
@@ -136,20 +137,21 @@ class SolverPlacer:
         return PlanOutcome(result.placement, result.cost_per_hour_usd, sum(u.replicas for u in result.unplaced),
                            result.solve_time_s, result.status.value)
 
-    def _solve(self, prob: problem.PlacementProblem, warm: problem.Placement) -> problem.PlacementResult:
+    def _solve(self, prob: problem.PlacementProblem, warm: problem.Placement, full: bool = False) -> problem.PlacementResult:
         """``solver.solve``, remembering recent answers: with one CP-SAT worker, a seed and a solve
         that ends well inside its time limit the solver is a pure function of (demand, pools,
         exclusions, current placement), and a noisy demand signal often flips between a few states,
         so identical inputs reuse the answer instead of paying for the same solve again."""
         key = (tuple((d.name, tuple(sorted(d.replicas_by_region.items()))) for d in prob.deployments), prob.pools,
                tuple(sorted(prob.excluded_pools.items())), tuple(sorted(warm.replicas.items())),
-               tuple(sorted(warm.serving.items())))
+               tuple(sorted(warm.serving.items())), full)
         hit = self._memo.get(key)
         if hit is not None:
             self._memo.move_to_end(key)
             self.memo_hits += 1
             return dataclasses.replace(hit, solve_time_s=0.0)
-        result = solver.solve(prob, time_limit_s=self.time_limit_s, current=warm, settings=self.settings)
+        settings = planner.full_settings(self.settings) if full else self.settings
+        result = solver.solve(prob, time_limit_s=self.time_limit_s, current=warm, settings=settings)
         if result.status is problem.SolveStatus.OPTIMAL:
             self._memo[key] = result
             if len(self._memo) > self.MEMO_SIZE:

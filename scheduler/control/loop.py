@@ -106,6 +106,7 @@ class ControlLoop:
         self.specs = planner.SpecView.empty()
         self._infos: dict[str, reconciler.DeploymentInfo] = {}
         self.plan: PlanRecord | None = None
+        self._full_at: float | None = None  # when the last full solve was planned (None: none this term)
         self.rstate = reconciler.ReconcileState()
         self._reach = reconciler.reach.ReachCache()
         self.adopt_until_s = 0.0
@@ -126,6 +127,7 @@ class ControlLoop:
         rolling = await self.rollouts.load()
         self.rstate = reconciler.ReconcileState()
         self.plan = None
+        self._full_at = None
         self.autoscaler = planner.Autoscaler(self.autoscaler.policy)
         self._publisher.reset()
         self.adopt_until_s = self._clock.now() + self.config.adopt_grace_s
@@ -375,9 +377,11 @@ class ControlLoop:
         if self.plan is not None and {k: v for k, v in self.plan.result.placement.replicas.items() if v} == \
                 {k: v for k, v in current.replicas.items() if v}:
             warm = self.plan.result.placement  # has the per-region serving map: allows an incremental solve
+        full = planner.full_solve_due(self._full_at, now, self.config.full_solve_interval_s)
+        settings = planner.full_settings(self.solver_settings) if full else self._solver_settings
         try:
             result = await planner.solve_async(prob, time_limit_s=self.config.solve_time_limit_s, current=warm,
-                                               settings=self._solver_settings)
+                                               settings=settings)
         except (ValueError, RuntimeError) as exc:
             self._metrics.plans.labels("error").inc()
             self._metrics.errors.labels("solver").inc()
@@ -390,13 +394,16 @@ class ControlLoop:
             if self.plan is not None:
                 self.plan = dataclasses.replace(self.plan, at_s=now)
             return
+        if full:
+            self._full_at = now
         self.plan = PlanRecord(result, prob, current, dict(decisions), now, trigger,
                                self._inputs(snapshot, decisions, no_growth, doomed))
         self._metrics.plan_cost_per_hour_usd.set(result.cost_per_hour_usd)
         self._export_unplaced(result)
         self._report_unmet(result)
-        log.info("event=planned trigger=%r status=%s cost_per_hour_usd=%.2f solve_s=%.3f replicas=%d unplaced=%d "
-                 "uncovered=%d", trigger, result.status.value, result.cost_per_hour_usd, result.solve_time_s,
+        log.info("event=planned trigger=%r full=%s status=%s cost_per_hour_usd=%.2f solve_s=%.3f replicas=%d "
+                 "unplaced=%d uncovered=%d", trigger, str(full).lower(), result.status.value, result.cost_per_hour_usd,
+                 result.solve_time_s,
                  sum(result.placement.replicas.values()), len(result.unplaced), len(result.uncovered))
 
     # ------------------------------------------------------------ metrics

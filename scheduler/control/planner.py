@@ -185,6 +185,20 @@ def build_problem(specs: SpecView, decisions: Mapping[str, autoscaler.Decision],
     return problem.PlacementProblem(tuple(demands), tuple(pools), specs.policy, specs.latency_map, dict(excluded))
 
 
+def full_solve_due(last_full_s: float | None, now_s: float, interval_s: float) -> bool:
+    """Whether this plan re-places every deployment (see ``SchedulerConfig.full_solve_interval_s``):
+    none yet this term, or ``interval_s`` since the last (0: always). Between them a re-plan
+    re-solves only the deployments whose demand or pools changed (``solver.solve``'s incremental
+    path), which leaves the others where they are however much cheaper a pool has become since."""
+    return last_full_s is None or now_s - last_full_s >= interval_s
+
+
+def full_settings(settings: problem.SolverSettings) -> problem.SolverSettings:
+    """``settings`` for a full solve: no incremental shortcut; still warm-started from the current
+    placement, so a replica moves only where the saving outweighs its churn cost."""
+    return settings.model_copy(update={"incremental": "never"})
+
+
 async def solve_async(prob: problem.PlacementProblem, *, time_limit_s: float, current: problem.Placement | None,
                       settings: problem.SolverSettings | None = None) -> problem.PlacementResult:
     return await asyncio.to_thread(solver.solve, prob, time_limit_s=time_limit_s, current=current, settings=settings)

@@ -138,3 +138,4 @@ def test_a_region_that_is_down_serves_nothing_in_the_bound_but_its_minimum_nodes
         assert b.usd_by_tick[30] == pytest.approx((3 if outage else 2) * price / 60.0, rel=1e-6)
     # The comparison (meridian simulate, bench.simulate) gives its bound the scenario's outage.
     assert runner.run(sc, ["meridian"], jobs=1).bound.usd == pytest.approx(b.usd, rel=1e-9)
+

@@ -8,6 +8,7 @@ import solver_cases as sc
 from meridian import latency
 from meridian import spec as spec_mod
 from scheduler import solver
+from scheduler.control import planner
 from scheduler.solver import candidates, inputs
 
 LIMIT_S = 10.0
@@ -412,3 +413,30 @@ def test_a_deployment_left_unplaced_is_placed_when_a_pool_appears_with_the_same_
     again = solve(sc.problem([placed, waiting], later), current=first.placement)
     assert again.placement.total("embed") == 2 and again.unplaced == ()
     assert again.placement.of("chat") == first.placement.of("chat")
+
+
+def test_a_full_solve_moves_what_an_incremental_re_solve_keeps_on_a_pool_that_became_dearer_than_another():
+    """Planned while only the $2.00 pool had room (the $0.50 one was excluded: its node was still
+    coming up), twelve deployments run there. With the cheap pool back and demand unchanged, an
+    incremental re-solve re-places nothing (no deployment changed); the full solve the control loop
+    runs every ``full_solve_interval_s`` (``planner.full_settings``) moves them: $1.50/h saved per
+    replica outweighs its churn ($0.50 to add, $0.50 to remove)."""
+    cheap, dear = sc.pool("a", "aws", "us-east-1", "L4", 0.50, nodes_max=16), sc.pool("b", "aws", "us-east-2", "L4", 2.00,
+                                                                                        nodes_max=16)
+    deps = [sc.dep(f"d{i}", regions={"na-east": 1}) for i in range(12)]
+    first = solve(sc.problem(deps, [cheap, dear], excluded={cheap.key: "node provisioning"}))
+    assert set(first.placement.of("d0")) == {dear.key}
+    kept = solve(sc.problem(deps, [cheap, dear]), current=first.placement)
+    assert kept.mode == "incremental" and solver.diff(first.placement, kept.placement).empty
+    full = solve(sc.problem(deps, [cheap, dear]), current=first.placement,
+                 settings=planner.full_settings(solver.SolverSettings()))
+    assert full.mode != "incremental"
+    assert all(set(full.placement.of(d.name)) == {cheap.key} for d in deps)
+    assert full.cost_per_hour_usd == pytest.approx(12 * 0.50)
+
+
+def test_a_full_solve_is_due_at_the_first_plan_and_every_interval_after():
+    assert planner.full_solve_due(None, 100.0, 600.0)
+    assert not planner.full_solve_due(100.0, 699.0, 600.0)
+    assert planner.full_solve_due(100.0, 700.0, 600.0)
+    assert planner.full_solve_due(100.0, 100.0, 0.0)

@@ -1,0 +1,85 @@
+"""What the simulated control loop re-plans, and from what fleet: the initial nodes are up from the
+warmup's start, and a full solve every ``full_solve_interval_s`` moves a replica left where an
+incremental re-plan would keep it."""
+
+from __future__ import annotations
+
+import pytest
+from test_sim_bound import DATA, _even_trace
+
+from meridian.simulate import runner, scenario
+
+
+def test_the_initial_nodes_are_up_through_the_warmup(tmp_path):
+    """A fleet that starts with one reserved-tier L4 node (min_nodes 1) and an empty on-demand L4
+    pool, below one replica of demand: the replica runs on the node that is there from the start,
+    so the measured hour bills that node alone. (The warmup's clusters were once made at the
+    measured run's start: their initial nodes were still coming up through the warmup, the replica
+    went to an on-demand node and stayed there into the measured hour.)"""
+    specs = (DATA / "tiny-specs.yaml").read_text().replace(
+        "    - name: l4\n      instance_type: g6.xlarge\n      tier: on_demand\n      min_nodes: 0\n      max_nodes: 8\n"
+        "      initial_nodes: 0\n",
+        "    - name: l4-reserved\n      instance_type: g6.xlarge\n      tier: reserved\n      min_nodes: 1\n"
+        "      max_nodes: 1\n      initial_nodes: 1\n"
+        "    - name: l4\n      instance_type: g6.xlarge\n      tier: on_demand\n      min_nodes: 0\n      max_nodes: 8\n"
+        "      initial_nodes: 0\n", 1)
+    assert "l4-reserved" in specs
+    (tmp_path / "reserved.yaml").write_text(specs)
+    trace_file = _even_trace(tmp_path / "even.csv")
+    sc = scenario.parse({"name": "reserved", "specs": [str(tmp_path / "reserved.yaml")], "hours": 1.0,
+                         "warmup_min": 20.0,
+                         "traffic": [{"deployment": "chat", "peak_rps": {"na-east": 0.2},
+                                      "trace": {"file": str(trace_file), "diurnal": False, "tokens": "spec"}}]},
+                        tmp_path, "reserved")
+    cmp = runner.run(sc, ["meridian"], jobs=1, with_bound=False)
+    mer = cmp.result("meridian")
+    usage = {(u["region"], u["tier"]): u["replica_hours"] for u in mer.replica_hours()}
+    assert usage == {("us-east-1", "reserved"): pytest.approx(1.0)}
+    assert mer.cost_usd == pytest.approx(cmp.floor.usd_per_hour, rel=1e-6)  # the reserved node's hour, no more
+
+
+def test_a_replica_moved_away_by_an_outage_comes_back_to_the_paid_node_at_the_next_full_solve(tmp_path):
+    """The replica runs on the reserved 4-L4 node in us-east-1 (min_nodes 1: paid all along). An
+    outage there for the first 12 minutes moves it to an on-demand 4-L4 node in us-east-2. When
+    us-east-1 is back, demand has not changed: an incremental re-plan would leave the replica on the
+    on-demand node to the end; the full solve due every ``full_solve_interval_s`` (10 min) moves it
+    back, and the on-demand node is released."""
+    specs = (DATA / "tiny-specs.yaml").read_text().replace(
+        "    - name: l4\n      instance_type: g6.xlarge\n      tier: on_demand\n      min_nodes: 0\n      max_nodes: 8\n"
+        "      initial_nodes: 0\n",
+        "    - name: l4x4-reserved\n      instance_type: g6.12xlarge\n      tier: reserved\n      min_nodes: 1\n"
+        "      max_nodes: 1\n      initial_nodes: 1\n", 1)
+    assert "l4x4-reserved" in specs
+    specs += """---
+apiVersion: meridian/v1
+kind: Cluster
+metadata:
+  name: aws-use2
+spec:
+  cloud: aws
+  region: us-east-2
+  provider: sim
+  auth:
+    token_env: MERIDIAN_TOKEN_AWS_USE2
+  scheduler:
+    address: 127.0.0.1:7070
+  pools:
+    - name: l4x4
+      instance_type: g6.12xlarge
+      tier: on_demand
+      min_nodes: 0
+      max_nodes: 2
+      initial_nodes: 0
+"""
+    (tmp_path / "back.yaml").write_text(specs)
+    trace_file = _even_trace(tmp_path / "even.csv")
+    sc = scenario.parse({"name": "back", "specs": [str(tmp_path / "back.yaml")], "hours": 1.0, "warmup_min": 10.0,
+                         "traffic": [{"deployment": "chat", "peak_rps": {"na-east": 0.2},
+                                      "trace": {"file": str(trace_file), "diurnal": False, "tokens": "spec"}}],
+                         "outages": [{"at_h": 0.0, "duration_h": 0.2, "region": "us-east-1"}]},
+                        tmp_path, "back")
+    mer = runner.run(sc, ["meridian"], jobs=1, with_bound=False).result("meridian")
+    usage = {(u["region"], u["tier"]): u["replica_hours"] for u in mer.replica_hours()}
+    # On-demand from the outage (0.0 h) until the first full solve after us-east-1 is back (0.2 h).
+    assert 0.1 < usage[("us-east-2", "on_demand")] < 0.5, usage
+    assert usage[("us-east-1", "reserved")] > 0.5, usage
