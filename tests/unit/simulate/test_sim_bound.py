@@ -86,13 +86,9 @@ def test_the_report_splits_meridians_cost_above_the_bound_into_steady_and_bursts
     assert excess.text(report.above_bound(cmp)) in report.text(cmp)
 
 
-def _two_regions(tmp_path: pathlib.Path, outage: bool) -> scenario.Scenario:
-    """The tiny fleet with its us-east-1 pool holding one node at all times (min_nodes 1) and a
-    second L4 pool in us-east-2 at the same price, optionally with us-east-1 down for 15 minutes."""
-    specs = (DATA / "tiny-specs.yaml").read_text().replace(
-        "      min_nodes: 0\n      max_nodes: 8\n      initial_nodes: 0\n",
-        "      min_nodes: 1\n      max_nodes: 8\n      initial_nodes: 1\n", 1)
-    specs += """---
+def use2_cluster(pool: str, instance_type: str, max_nodes: int) -> str:
+    """A second cluster's spec (aws-use2, us-east-2) with one empty on-demand pool, to append."""
+    return f"""---
 apiVersion: meridian/v1
 kind: Cluster
 metadata:
@@ -106,13 +102,22 @@ spec:
   scheduler:
     address: 127.0.0.1:7070
   pools:
-    - name: l4
-      instance_type: g6.xlarge
+    - name: {pool}
+      instance_type: {instance_type}
       tier: on_demand
       min_nodes: 0
-      max_nodes: 8
+      max_nodes: {max_nodes}
       initial_nodes: 0
 """
+
+
+def _two_regions(tmp_path: pathlib.Path, outage: bool) -> scenario.Scenario:
+    """The tiny fleet with its us-east-1 pool holding one node at all times (min_nodes 1) and a
+    second L4 pool in us-east-2 at the same price, optionally with us-east-1 down for 15 minutes."""
+    specs = (DATA / "tiny-specs.yaml").read_text().replace(
+        "      min_nodes: 0\n      max_nodes: 8\n      initial_nodes: 0\n",
+        "      min_nodes: 1\n      max_nodes: 8\n      initial_nodes: 1\n", 1)
+    specs += use2_cluster("l4", "g6.xlarge", 8)
     (tmp_path / "two.yaml").write_text(specs)
     trace_file = _even_trace(tmp_path / "even.csv")
     data = {"name": "two", "specs": [str(tmp_path / "two.yaml")], "hours": 1.0, "warmup_min": 20.0,

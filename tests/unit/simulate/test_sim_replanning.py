@@ -5,7 +5,7 @@ incremental re-plan would keep it."""
 from __future__ import annotations
 
 import pytest
-from test_sim_bound import DATA, _even_trace
+from test_sim_bound import DATA, _even_trace, use2_cluster
 
 from meridian.simulate import runner, scenario
 
@@ -50,27 +50,7 @@ def test_a_replica_moved_away_by_an_outage_comes_back_to_the_paid_node_at_the_ne
         "    - name: l4x4-reserved\n      instance_type: g6.12xlarge\n      tier: reserved\n      min_nodes: 1\n"
         "      max_nodes: 1\n      initial_nodes: 1\n", 1)
     assert "l4x4-reserved" in specs
-    specs += """---
-apiVersion: meridian/v1
-kind: Cluster
-metadata:
-  name: aws-use2
-spec:
-  cloud: aws
-  region: us-east-2
-  provider: sim
-  auth:
-    token_env: MERIDIAN_TOKEN_AWS_USE2
-  scheduler:
-    address: 127.0.0.1:7070
-  pools:
-    - name: l4x4
-      instance_type: g6.12xlarge
-      tier: on_demand
-      min_nodes: 0
-      max_nodes: 2
-      initial_nodes: 0
-"""
+    specs += use2_cluster("l4x4", "g6.12xlarge", 2)
     (tmp_path / "back.yaml").write_text(specs)
     trace_file = _even_trace(tmp_path / "even.csv")
     sc = scenario.parse({"name": "back", "specs": [str(tmp_path / "back.yaml")], "hours": 1.0, "warmup_min": 10.0,
