@@ -40,11 +40,10 @@ class _Faults:
 
     def __init__(self, sc: scenario_mod.Scenario, clusters: dict[str, clusters_mod.SimCluster]):
         self.by_tick: dict[int, list[tuple[str, object]]] = {}
-        tick = lambda h: int(h * 3600.0 // sc.tick_s)  # noqa: E731
-        for o in sc.outages:
-            down, up = o.ticks(sc.tick_s)
-            self._add(down, ("down", o.region))
-            self._add(up, ("up", o.region))
+        tick = sc.tick_at
+        for down, up, region in sc.outage_ticks():
+            self._add(down, ("down", region))
+            self._add(up, ("up", region))
         for s in sc.stock_outs:
             self._add(tick(s.at_h), ("stock_out", (s.cluster, s.pool, True)))
             self._add(tick(s.at_h + s.duration_h), ("stock_out", (s.cluster, s.pool, False)))

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from meridian.simulate import metrics
+
 TOP_HOURS = 3
 CENT = 0.005  # $: less than half a cent above the bound is at the bound (float sums)
 
@@ -54,7 +56,7 @@ def split(cost_by_bucket: Sequence[float], bound_by_tick: Sequence[float], tick_
     buckets = len(cost_by_bucket)
     if buckets == 0 or ticks == 0:
         return AboveBound(0.0, 0.0, 0.0, 0.0, ())
-    of = np.minimum(buckets - 1, (np.arange(ticks) * tick_s // bucket_s).astype(int))
+    of = np.minimum(buckets - 1, metrics.bucket_of(ticks, tick_s, bucket_s))
     bound = np.bincount(of, weights=np.asarray(bound_by_tick, dtype=float), minlength=buckets)
     hours = np.bincount(of, minlength=buckets) * tick_s / 3600.0
     excess = np.asarray(cost_by_bucket, dtype=float) - bound
@@ -62,11 +64,9 @@ def split(cost_by_bucket: Sequence[float], bound_by_tick: Sequence[float], tick_
     rate = float(np.median(excess[timed] / hours[timed])) if timed.any() else 0.0
     steady = np.minimum(excess, rate * hours)
     burst = excess - steady
-    clock = (start_utc_hour + np.arange(buckets) * bucket_s / 3600.0) % 24.0
-    by_hour: dict[int, float] = {}
-    for h, e in zip(np.floor(clock + 1e-9).astype(int) % 24, excess, strict=True):
-        by_hour[int(h)] = by_hour.get(int(h), 0.0) + float(e)
-    top = sorted(((h, e) for h, e in by_hour.items() if e > CENT), key=lambda he: (-he[1], he[0]))[:TOP_HOURS]
+    hour = np.floor(start_utc_hour + np.arange(buckets) * bucket_s / 3600.0 + 1e-9).astype(int) % 24
+    by_hour = np.bincount(hour, weights=excess, minlength=24)
+    top = sorted(((h, float(e)) for h, e in enumerate(by_hour) if e > CENT), key=lambda he: (-he[1], he[0]))[:TOP_HOURS]
     return AboveBound(float(excess.sum()), float(steady.sum()), float(burst.sum()), rate, tuple(top))
 
 

@@ -178,6 +178,13 @@ def _round(x: float, digits: int) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(x, digits)
 
 
+def bucket_of(ticks: int, tick_s: float, bucket_s: float = SERIES_BUCKET_S) -> np.ndarray:
+    """The series bucket of each of ``ticks`` ticks of ``tick_s`` seconds (a short last bucket holds
+    the ticks left over)."""
+    buckets = max(1, int(math.ceil(ticks * tick_s / bucket_s)))
+    return np.minimum(buckets - 1, (np.arange(ticks) * tick_s // bucket_s).astype(int))
+
+
 class Collector:
     """Accumulates one run: per client region and deployment, and 5-minute series."""
 
@@ -194,8 +201,8 @@ class Collector:
         # per window (0: steady): requests, met, failed, then one column per miss cause
         self.cells = np.zeros((len(self.deployments), len(self.regions), len(self.lookup.names), 3 + len(MISS_CAUSES)))
         self.failure_moments: dict[tuple[str, str, int], float] = {}
-        buckets = max(1, int(math.ceil(ticks * tick_s / SERIES_BUCKET_S)))
-        self.bucket_of = [min(buckets - 1, int(k * tick_s // SERIES_BUCKET_S)) for k in range(ticks)]
+        self.bucket_of = bucket_of(ticks, tick_s).tolist()
+        buckets = self.bucket_of[-1] + 1 if self.bucket_of else 1
         self.series = {name: np.zeros(buckets) for name in
                        ("cost_usd", "requests", "met_slo", "failed", "replicas", "gpus", "spot_gpus", "samples")}
         self._rows: list[int] = []

@@ -90,8 +90,7 @@ def run(sc: scenario_mod.Scenario, names: Sequence[str] = policies.DEFAULT, *, j
     specs, tr = prepare(sc)  # fail fast, before any process starts
     view = planner.SpecView.of(specs, 1)
     floor = floor_mod.compute(view)
-    down = [(*o.ticks(sc.tick_s), o.region) for o in sc.outages]
-    bound = bound_mod.compute(view, tr, down=down) if with_bound else None
+    bound = bound_mod.compute(view, tr, down=sc.outage_ticks()) if with_bound else None
     reach = attainable_mod.compute(view, sc.fidelity, tr.prompt_factors)
     jobs = max(1, min(jobs or default_jobs(), len(names)))
     start = time.perf_counter()

@@ -130,10 +130,6 @@ class Outage(_Model):
     duration_h: float = pydantic.Field(gt=0)
     region: str = pydantic.Field(min_length=1)
 
-    def ticks(self, tick_s: float) -> tuple[int, int]:
-        """(first tick down, first tick back up) of a run with ``tick_s``-second ticks."""
-        return int(self.at_h * 3600.0 // tick_s), int((self.at_h + self.duration_h) * 3600.0 // tick_s)
-
 
 class CloudSettings(_Model):
     provisioning_delay_s: float | None = pydantic.Field(
@@ -207,6 +203,14 @@ class Scenario(_Model):
     @property
     def ticks(self) -> int:
         return max(1, int(round(self.hours * 3600.0 / self.tick_s)))
+
+    def tick_at(self, hour_h: float) -> int:
+        """The tick an event at ``hour_h`` (hours from the start) falls in: faults, windows, the bound."""
+        return int(hour_h * 3600.0 // self.tick_s)
+
+    def outage_ticks(self) -> list[tuple[int, int, str]]:
+        """Each outage as (first tick down, first tick back up, cloud region)."""
+        return [(self.tick_at(o.at_h), self.tick_at(o.at_h + o.duration_h), o.region) for o in self.outages]
 
     def with_overrides(self, *, hours: float | None = None, seed: int | None = None,
                        trace: str | None = None) -> Scenario:

@@ -35,7 +35,7 @@ class Window:
 
 def from_scenario(sc: scenario_mod.Scenario) -> list[Window]:
     """The scenario's outages, preemption waves and spikes as windows, in time order."""
-    tick = lambda h: int(h * 3600.0 // sc.tick_s)  # noqa: E731
+    tick = sc.tick_at
     extra = int(math.ceil(RECOVERY_MIN * 60.0 / sc.tick_s))
     out = [Window(f"outage {o.region} {o.at_h:g}h", tick(o.at_h), tick(o.at_h + o.duration_h) + extra)
            for o in sc.outages]

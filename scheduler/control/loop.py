@@ -378,7 +378,7 @@ class ControlLoop:
                 {k: v for k, v in current.replicas.items() if v}:
             warm = self.plan.result.placement  # has the per-region serving map: allows an incremental solve
         full = planner.full_solve_due(self._full_at, now, self.config.full_solve_interval_s)
-        settings = planner.full_settings(self.solver_settings) if full else self._solver_settings
+        settings = planner.full_settings(self.solver_settings) if full else self.solver_settings
         try:
             result = await planner.solve_async(prob, time_limit_s=self.config.solve_time_limit_s, current=warm,
                                                settings=settings)

@@ -135,7 +135,7 @@ def test_a_region_that_is_down_serves_nothing_in_the_bound_but_its_minimum_nodes
     for outage, nodes in ((False, 2.0), (True, 0.75 * 2 + 0.25 * 3)):
         sc = _two_regions(tmp_path, outage)
         specs, tr = runner.prepare(sc)
-        down = [(*o.ticks(sc.tick_s), o.region) for o in sc.outages]
+        down = sc.outage_ticks()
         assert down == ([(30, 45, "us-east-1")] if outage else [])
         b = bound.compute(planner.SpecView.of(specs, 1), tr, down=down)
         assert b.proven
