@@ -184,11 +184,11 @@ def _warm(policy, replicas, system):
 def test_prefix_cache_ties_go_to_the_least_loaded_replica():
     """Replicas holding the same longest prefix: the least loaded wins, not the lowest id."""
     policy = make("prefix_cache")
-    a, b, c = ep("a", pending=2), ep("b", pending=1), ep("c", pending=2)
+    a, b, c, d = ep("a", pending=2), ep("b", pending=1), ep("c", pending=2), ep("d")
     context = "a long shared document " * 40
     for e in (a, b, c):
         policy.on_routed(e, Req(prompt=context))
-    assert policy.select([a, b, c], Req(prompt=context + " question"), 0.0) is b
+    assert policy.select([a, b, c, d], Req(prompt=context + " question"), 0.0) is b
 
 
 def test_prefix_cache_equal_ties_are_spread():
@@ -260,6 +260,37 @@ def test_prefix_seen_by_one_replica_spills_when_it_is_busy():
     assert policy.select(replicas, Req(prompt=document + " summarise"), 0.0) is holder
     holder.pending = 3
     assert policy.select(replicas, Req(prompt=document + " summarise"), 0.0) is not holder
+
+
+def test_new_prompts_go_where_the_least_prompt_was_sent_lately_within_the_slack():
+    """A prompt no cache holds goes to the replica sent the fewest uncached prompt characters lately
+    (its cache is under the least pressure and its prefill queue the shortest) among those within
+    work_balance_slack outstanding requests of the least loaded; beyond that, to the least loaded."""
+    policy = make("prefix_cache", work_balance_slack=2)
+    a, b = ep("a", pending=1), ep("b", pending=3)
+    for i in range(3):
+        policy.on_routed(a, Req(prompt=f"long document {i} " * 2000))
+        policy.on_routed(b, Req(prompt=f"short question {i}"))
+    assert policy.select([a, b], Req(prompt="a new conversation " * 50), 0.0) is b
+    b.pending = 4
+    assert policy.select([a, b], Req(prompt="a new conversation " * 50), 0.0) is a
+
+
+def test_a_long_history_is_worth_more_queue_than_a_short_document():
+    """A follow-up whose cached history is long waits for the replica holding it through a queue that
+    would make a short prompt spill: the queue is weighed against the prefill the cache saves."""
+    policy = make("prefix_cache", cache_balance_abs_threshold=2)
+    replicas = [ep(r) for r in "abcd"]
+    for i in range(8):
+        policy.on_routed(replicas[i % 4], Req(prompt=f"question {i}: " + "x" * 490))
+    history = "user: the whole design review, turn by turn. " * 650  # 30k characters
+    holder = replicas[0]
+    policy.on_routed(holder, Req(prompt=history))
+    follow_up = Req(prompt=history + " user: and the open risks?")
+    holder.pending = 5
+    assert policy.select(replicas, follow_up, 0.0) is holder
+    holder.pending = 12
+    assert policy.select(replicas, follow_up, 0.0) is not holder
 
 
 def test_replica_back_from_an_absence_is_not_sent_every_tie():
