@@ -109,7 +109,7 @@ async def feed(address: str, batch: list) -> grpc.StatusCode | None:
             await agent._call.write(msg)
         await agent.heartbeat()
         await asyncio.sleep(0.05)
-    except (grpc.aio.AioRpcError, grpc.aio.UsageError):
+    except (grpc.aio.AioRpcError, grpc.aio.UsageError, testing.StreamEnded):
         pass  # the scheduler ended the stream while we wrote: its status says why
     try:
         if agent.connected:
