@@ -27,6 +27,7 @@ def test_ctrl_c_during_traffic_stops_everything(tmp_path):
                              "--workdir", str(tmp_path / "run")], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     lines: list[str] = []
+    errors: list[str] = []
     progress = threading.Event()
 
     def read() -> None:
@@ -35,19 +36,26 @@ def test_ctrl_c_during_traffic_stops_everything(tmp_path):
             if line.startswith("["):  # the first progress line: replicas serve, traffic runs
                 progress.set()
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    # One reader per pipe, each to its end of file (a pipe nobody drains can stall the demo; a pipe
+    # closed under its reader raises in that thread).
+    readers = [threading.Thread(target=read, daemon=True),
+               threading.Thread(target=lambda: errors.extend(demo.stderr), daemon=True)]
+    for reader in readers:
+        reader.start()
     try:
         assert progress.wait(150), "no progress line within 150 s:\n" + "".join(lines)
         started = processes.pids_with({MARK: mark})
         # Scheduler, 9 agents, 4 routers and the engine replicas the agents started.
         assert len(started) >= 14, started
         os.killpg(demo.pid, signal.SIGINT)
-        stderr = demo.communicate(timeout=90)[1]
+        demo.wait(timeout=90)
     finally:
         if demo.poll() is None:
             os.killpg(demo.pid, signal.SIGKILL)
             demo.wait()
+        for reader in readers:
+            reader.join(10)
+    stderr = "".join(errors)
     assert demo.returncode == 130, stderr
     assert "interrupted: everything stopped" in stderr
     deadline = time.monotonic() + 5
