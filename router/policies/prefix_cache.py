@@ -93,11 +93,12 @@ class PrefixCache(base.Policy):
     def _least_loaded(self, candidates: Sequence[endpoints.Endpoint], slack: float = 0.0) -> endpoints.Endpoint:
         """Among the candidates within ``slack`` outstanding requests of the fewest, the one sent
         the least uncached prompt lately (per unit of share); then random."""
-        limit = min(simple.outstanding(e) for e in candidates) + slack
+        loads = [simple.outstanding(e) for e in candidates]
+        limit = min(loads) + slack
         best: list[endpoints.Endpoint] = []
         best_key = 0.0
-        for e in candidates:
-            if simple.outstanding(e) > limit:
+        for e, load in zip(candidates, loads, strict=True):
+            if load > limit:
                 continue
             key = self._recent_count(e.replica_id) / e.share
             if not best or key < best_key:

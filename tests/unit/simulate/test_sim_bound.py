@@ -25,12 +25,36 @@ def _even_trace(path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def _tiny(tmp_path: pathlib.Path, rps: float) -> scenario.Scenario:
+# The tiny fleet's one pool, as tiny-specs.yaml declares it (tests swap it for their own pools).
+TINY_L4_POOL = ("    - name: l4\n      instance_type: g6.xlarge\n      tier: on_demand\n      min_nodes: 0\n"
+                "      max_nodes: 8\n      initial_nodes: 0\n")
+
+
+def tiny_specs(tmp_path: pathlib.Path, name: str, old: str = "", new: str = "", extra: str = "") -> pathlib.Path:
+    """tiny-specs.yaml with its first ``old`` replaced by ``new`` and ``extra`` appended, written
+    to ``name``.yaml under ``tmp_path``."""
+    text = (DATA / "tiny-specs.yaml").read_text()
+    if old:
+        assert old in text, f"tiny-specs.yaml no longer holds {old!r}"
+        text = text.replace(old, new, 1)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text + extra)
+    return path
+
+
+def even_scenario(tmp_path: pathlib.Path, name: str, specs: pathlib.Path, rps: float, *, warmup_min: float = 20.0,
+                  outages: list[dict] | None = None) -> scenario.Scenario:
+    """One hour of ``rps`` chat requests from na-east, one a second scaled, prompts as the spec says."""
     trace_file = _even_trace(tmp_path / "even.csv")
-    data = {"name": "tiny", "specs": [str(DATA / "tiny-specs.yaml")], "hours": 1.0, "warmup_min": 20.0,
+    data = {"name": name, "specs": [str(specs)], "hours": 1.0, "warmup_min": warmup_min,
             "traffic": [{"deployment": "chat", "peak_rps": {"na-east": rps},
-                         "trace": {"file": str(trace_file), "diurnal": False, "tokens": "spec"}}]}
-    return scenario.parse(data, tmp_path, "tiny")
+                         "trace": {"file": str(trace_file), "diurnal": False, "tokens": "spec"}}],
+            "outages": outages or []}
+    return scenario.parse(data, tmp_path, name)
+
+
+def _tiny(tmp_path: pathlib.Path, rps: float) -> scenario.Scenario:
+    return even_scenario(tmp_path, "tiny", DATA / "tiny-specs.yaml", rps)
 
 
 def test_bound_equals_the_hand_computed_fleet(tmp_path):
@@ -114,17 +138,11 @@ spec:
 def _two_regions(tmp_path: pathlib.Path, outage: bool) -> scenario.Scenario:
     """The tiny fleet with its us-east-1 pool holding one node at all times (min_nodes 1) and a
     second L4 pool in us-east-2 at the same price, optionally with us-east-1 down for 15 minutes."""
-    specs = (DATA / "tiny-specs.yaml").read_text().replace(
-        "      min_nodes: 0\n      max_nodes: 8\n      initial_nodes: 0\n",
-        "      min_nodes: 1\n      max_nodes: 8\n      initial_nodes: 1\n", 1)
-    specs += use2_cluster("l4", "g6.xlarge", 8)
-    (tmp_path / "two.yaml").write_text(specs)
-    trace_file = _even_trace(tmp_path / "even.csv")
-    data = {"name": "two", "specs": [str(tmp_path / "two.yaml")], "hours": 1.0, "warmup_min": 20.0,
-            "traffic": [{"deployment": "chat", "peak_rps": {"na-east": 1.5},
-                         "trace": {"file": str(trace_file), "diurnal": False, "tokens": "spec"}}],
-            "outages": [{"at_h": 0.5, "duration_h": 0.25, "region": "us-east-1"}] if outage else []}
-    return scenario.parse(data, tmp_path, "two")
+    specs = tiny_specs(tmp_path, "two", "      min_nodes: 0\n      max_nodes: 8\n      initial_nodes: 0\n",
+                       "      min_nodes: 1\n      max_nodes: 8\n      initial_nodes: 1\n",
+                       use2_cluster("l4", "g6.xlarge", 8))
+    return even_scenario(tmp_path, "two", specs, 1.5,
+                         outages=[{"at_h": 0.5, "duration_h": 0.25, "region": "us-east-1"}] if outage else [])
 
 
 def test_a_region_that_is_down_serves_nothing_in_the_bound_but_its_minimum_nodes_bill(tmp_path):
@@ -143,4 +161,3 @@ def test_a_region_that_is_down_serves_nothing_in_the_bound_but_its_minimum_nodes
         assert b.usd_by_tick[30] == pytest.approx((3 if outage else 2) * price / 60.0, rel=1e-6)
     # The comparison (meridian simulate, bench.simulate) gives its bound the scenario's outage.
     assert runner.run(sc, ["meridian"], jobs=1).bound.usd == pytest.approx(b.usd, rel=1e-9)
-

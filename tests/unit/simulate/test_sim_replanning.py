@@ -5,9 +5,9 @@ incremental re-plan would keep it."""
 from __future__ import annotations
 
 import pytest
-from test_sim_bound import DATA, _even_trace, use2_cluster
+from test_sim_bound import TINY_L4_POOL, even_scenario, tiny_specs, use2_cluster
 
-from meridian.simulate import runner, scenario
+from meridian.simulate import runner
 
 
 def test_the_initial_nodes_are_up_through_the_warmup(tmp_path):
@@ -16,21 +16,10 @@ def test_the_initial_nodes_are_up_through_the_warmup(tmp_path):
     so the measured hour bills that node alone. (The warmup's clusters were once made at the
     measured run's start: their initial nodes were still coming up through the warmup, the replica
     went to an on-demand node and stayed there into the measured hour.)"""
-    specs = (DATA / "tiny-specs.yaml").read_text().replace(
-        "    - name: l4\n      instance_type: g6.xlarge\n      tier: on_demand\n      min_nodes: 0\n      max_nodes: 8\n"
-        "      initial_nodes: 0\n",
-        "    - name: l4-reserved\n      instance_type: g6.xlarge\n      tier: reserved\n      min_nodes: 1\n"
-        "      max_nodes: 1\n      initial_nodes: 1\n"
-        "    - name: l4\n      instance_type: g6.xlarge\n      tier: on_demand\n      min_nodes: 0\n      max_nodes: 8\n"
-        "      initial_nodes: 0\n", 1)
-    assert "l4-reserved" in specs
-    (tmp_path / "reserved.yaml").write_text(specs)
-    trace_file = _even_trace(tmp_path / "even.csv")
-    sc = scenario.parse({"name": "reserved", "specs": [str(tmp_path / "reserved.yaml")], "hours": 1.0,
-                         "warmup_min": 20.0,
-                         "traffic": [{"deployment": "chat", "peak_rps": {"na-east": 0.2},
-                                      "trace": {"file": str(trace_file), "diurnal": False, "tokens": "spec"}}]},
-                        tmp_path, "reserved")
+    specs = tiny_specs(tmp_path, "reserved", TINY_L4_POOL,
+                       "    - name: l4-reserved\n      instance_type: g6.xlarge\n      tier: reserved\n      min_nodes: 1\n"
+                       "      max_nodes: 1\n      initial_nodes: 1\n" + TINY_L4_POOL)
+    sc = even_scenario(tmp_path, "reserved", specs, 0.2)
     cmp = runner.run(sc, ["meridian"], jobs=1, with_bound=False)
     mer = cmp.result("meridian")
     usage = {(u["region"], u["tier"]): u["replica_hours"] for u in mer.replica_hours()}
@@ -44,20 +33,12 @@ def test_a_replica_moved_away_by_an_outage_comes_back_to_the_paid_node_at_the_ne
     us-east-1 is back, demand has not changed: an incremental re-plan would leave the replica on the
     on-demand node to the end; the full solve due every ``full_solve_interval_s`` (10 min) moves it
     back, and the on-demand node is released."""
-    specs = (DATA / "tiny-specs.yaml").read_text().replace(
-        "    - name: l4\n      instance_type: g6.xlarge\n      tier: on_demand\n      min_nodes: 0\n      max_nodes: 8\n"
-        "      initial_nodes: 0\n",
-        "    - name: l4x4-reserved\n      instance_type: g6.12xlarge\n      tier: reserved\n      min_nodes: 1\n"
-        "      max_nodes: 1\n      initial_nodes: 1\n", 1)
-    assert "l4x4-reserved" in specs
-    specs += use2_cluster("l4x4", "g6.12xlarge", 2)
-    (tmp_path / "back.yaml").write_text(specs)
-    trace_file = _even_trace(tmp_path / "even.csv")
-    sc = scenario.parse({"name": "back", "specs": [str(tmp_path / "back.yaml")], "hours": 1.0, "warmup_min": 10.0,
-                         "traffic": [{"deployment": "chat", "peak_rps": {"na-east": 0.2},
-                                      "trace": {"file": str(trace_file), "diurnal": False, "tokens": "spec"}}],
-                         "outages": [{"at_h": 0.0, "duration_h": 0.2, "region": "us-east-1"}]},
-                        tmp_path, "back")
+    specs = tiny_specs(tmp_path, "back", TINY_L4_POOL,
+                       "    - name: l4x4-reserved\n      instance_type: g6.12xlarge\n      tier: reserved\n"
+                       "      min_nodes: 1\n      max_nodes: 1\n      initial_nodes: 1\n",
+                       use2_cluster("l4x4", "g6.12xlarge", 2))
+    sc = even_scenario(tmp_path, "back", specs, 0.2, warmup_min=10.0,
+                       outages=[{"at_h": 0.0, "duration_h": 0.2, "region": "us-east-1"}])
     mer = runner.run(sc, ["meridian"], jobs=1, with_bound=False).result("meridian")
     usage = {(u["region"], u["tier"]): u["replica_hours"] for u in mer.replica_hours()}
     # On-demand from the outage (0.0 h) until the first full solve after us-east-1 is back (0.2 h).
