@@ -87,8 +87,9 @@ class PoolOffer:
     """A GPU pool as the solver sees it: where it is, what it costs, how many GPUs a plan may use.
 
     ``gpus_capacity`` = GPUs free now + GPUs the current placement holds there (a plan may reuse
-    them) + what the pool may still grow by (``(nodes_max - nodes_current) x gpus_per_node``, capped
-    by the cloud quota headroom). ``price_per_node_hour_usd`` is the effective price (spot price for
+    them) + what the pool may still grow by: the nodes ordered and not yet running, plus
+    ``(nodes_max - nodes_current - nodes_pending) x gpus_per_node`` capped by the cloud quota headroom
+    (which agents report beyond the nodes already ordered). ``price_per_node_hour_usd`` is the effective price (spot price for
     spot pools, the committed price for reserved pools, after policy overrides)."""
 
     cluster_id: str
@@ -131,8 +132,11 @@ class PoolOffer:
     def of(cls, cluster_id: str, cloud: str, region: str, pool: fleet.GpuPool, *,
            gpus_held_by_current: int = 0, price_per_node_hour_usd: float | None = None) -> PoolOffer:
         """From an agent-reported pool; ``gpus_held_by_current``: GPUs the current placement uses there."""
-        growth_nodes = max(0, pool.nodes_max - pool.nodes_current)
-        growth = min(growth_nodes * pool.gpus_per_node, pool.quota_headroom_gpus)
+        # Nodes already ordered count in full: the cloud quota took them when they were ordered, and
+        # agents report the headroom beyond them. Only nodes not yet ordered are capped by it.
+        ordered = max(0, pool.nodes_pending)
+        beyond = max(0, pool.nodes_max - pool.nodes_current - ordered)
+        growth = ordered * pool.gpus_per_node + min(beyond * pool.gpus_per_node, pool.quota_headroom_gpus)
         capacity = pool.gpus_free + gpus_held_by_current + growth
         capacity = min(capacity, max(pool.nodes_max, pool.nodes_current) * pool.gpus_per_node)
         price = pool.price_per_node_hour_usd if price_per_node_hour_usd is None else price_per_node_hour_usd

@@ -361,6 +361,31 @@ def test_a_reserved_pool_offers_only_the_nodes_its_commitment_covers():
 
 
 
+def test_nodes_already_ordered_stay_on_offer_when_the_quota_has_no_room_left():
+    """A spot H100 pool whose node was just reclaimed: none running, two ordered (the replacement
+    and the group's backfill), no quota left beyond them (agents report the headroom beyond the
+    nodes ordered). Its ordered 16 GPUs are on offer, so the plan waits for them rather than order
+    an on-demand node elsewhere; before, the pool offered nothing and the plan moved away and back."""
+    import dataclasses
+
+    from meridian import fleet
+    reclaimed = fleet.GpuPool(
+        pool_id="h100-spot", gpu_type="H100", gpu_memory_gib=80, gpus_per_node=8, instance_type="H100x8",
+        nodes_current=0, nodes_min=0, nodes_max=2, gpus_free=0, tier=fleet.Tier.SPOT, price_per_node_hour_usd=30.89,
+        quota_headroom_gpus=0, nodes_pending=2)
+    offer = solver.PoolOffer.of("gcp-usc1", "gcp", "us-central1", reclaimed)
+    assert offer.gpus_capacity == 16
+    # The quota still caps the nodes not yet ordered: one running, none ordered, room for one more.
+    running = dataclasses.replace(reclaimed, nodes_current=1, nodes_pending=0, gpus_free=8, nodes_max=3,
+                                  quota_headroom_gpus=8)
+    assert solver.PoolOffer.of("gcp-usc1", "gcp", "us-central1", running).gpus_capacity == 16
+    big = sc.dep("big", regions={"na-east": 1}, gpu_types=["H100"], gpus=4, source=sc.BIG, spot=True,
+                 spot_share=1.0, spot_region_share=1.0, ttft_ms=5000)
+    elsewhere = sc.pool("use1", "aws", "us-east-1", "H100", 55.04, gpus_per_node=8, nodes_max=2)
+    result = solve(sc.problem([big], [offer, elsewhere], sc.policy(spot={"allowed": True, "max_share": 1.0})))
+    assert result.placement.to_dict() == {"big": {"gcp-usc1/h100-spot": 2}}
+
+
 def test_spot_share_cap_weighs_capacity_not_replicas():
     """A 50% spot cap with one replica type 3x the other: one on-demand L40S (3 units, $1.80) lets
     three spot L4s (3 units, $0.30 each) serve next to it, $2.70 for 6 units; counting replicas
