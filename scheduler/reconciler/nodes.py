@@ -16,7 +16,14 @@ Two rules use them:
   drain or resize under way (other than the move's own), or a replica whose node is unknown, puts
   it off. A half-empty 8-GPU node otherwise bills its idle GPUs for as long as one replica stays.
 
-Pure functions of the reconciler's input; the move in progress is carried in ``ReconcileState``."""
+A third rule reads spot reclaims (``reclaims``): a cloud's group (an ASG, a MIG, a node pool) keeps
+its target when a spot node is reclaimed and orders a node in its place, while the reconciler, on
+the notice, already resized the pool for the doomed replicas' replacements. Nodes beyond the plan's
+need, up to the number reclaimed in the pool within ``pool_scale_down_delay_s``, are given back at
+once instead of after that delay: nothing asked for them, so no demand can come back to them.
+
+Pure functions of the reconciler's input; the move in progress and the nodes under notice are
+carried in ``ReconcileState``."""
 
 from __future__ import annotations
 
@@ -122,3 +129,37 @@ def moves(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.ReconcileS
                                         f"{p.gpus_per_node} GPUs; its replicas move to the pool's fuller nodes "
                                         "so it can be released")
     return moving, emptying, since_out
+
+
+def reclaims(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.ReconcileSettings
+             ) -> tuple[dict[tuple[str, str], float], dict[str, tuple[int, float]]]:
+    """((pool key, node id) -> notice deadline of the nodes under a spot notice, pool key -> (nodes
+    reclaimed there within ``pool_scale_down_delay_s``, when the last went)) for this round. A node
+    under notice is reclaimed once its deadline has passed and no reported replica is on it any
+    more; a noticed node still hosting replicas ``pool_scale_down_delay_s`` past its deadline is
+    forgotten (its agent stopped reporting nodes, or the cloud let it be)."""
+    now = inp.now_s
+    notice = dict(state.notice_nodes)
+    hosting: set[tuple[str, str]] = set()
+    for r in inp.replicas:
+        if not r.report.node_id:
+            continue
+        where = (r.pool_key, r.report.node_id)
+        if r.report.state in _HOLDING:
+            hosting.add(where)
+        if r.doomed_at_s is not None:
+            notice[where] = r.doomed_at_s
+    reclaimed = {key: v for key, v in state.reclaimed.items()
+                 if v[0] > 0 and now - v[1] < settings.pool_scale_down_delay_s}
+    for where, deadline in sorted(notice.items()):
+        if deadline > now:
+            continue
+        if where in hosting:
+            if now - deadline >= settings.pool_scale_down_delay_s:
+                del notice[where]
+            continue
+        del notice[where]
+        key = where[0]
+        if key in inp.pools:
+            reclaimed[key] = (reclaimed.get(key, (0, now))[0] + 1, now)
+    return notice, reclaimed

@@ -36,8 +36,11 @@ Rules (all pure; the executor sends what this returns):
   still provisioning with no start waiting for them) are released after ``pool_scale_down_delay_s``
   of being idle, down to the pool's ``nodes_min`` and never below the nodes that host a replica
   (``nodes``: the agent refuses such a shrink); a start or resize under way in the pool postpones
-  the resize, not the delay. A pool whose replicas stay spread over more nodes than they need is
-  consolidated (``nodes.moves``): one node's replicas move to its fuller nodes, make-before-break,
+  the resize, not the delay. Nodes a cloud's group re-orders after a spot reclaim (it keeps its
+  target; the reconciler already grew the pool for the replacements) are given back at once, up
+  to the nodes reclaimed in the pool lately (``nodes.reclaims``). A pool whose replicas stay
+  spread over more nodes than they need is consolidated (``nodes.moves``): one node's replicas
+  move to its fuller nodes, make-before-break,
   and the emptied node is then idle."""
 
 from __future__ import annotations
@@ -116,13 +119,14 @@ def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.Reconc
         _deployment(name, inp, by_deployment.get(name, []), targets.get(name, {}), pending_starts, draining, free,
                     wanted_gpus, waiting, candidates, held, settings, state.floors, floors, moving, emptying)
 
+    notice_nodes, reclaimed = nodes_mod.reclaims(inp, state, settings)
     idle_since = dict(state.pool_idle_since)
     pending_gpus: dict[str, int] = {}
     for (_d, pool_key), starts in pending_starts.items():
         pending_gpus[pool_key] = pending_gpus.get(pool_key, 0) + sum(s.gpu_count for s in starts)
     for key, info in sorted(inp.pools.items()):
         _pool(key, info, inp, pending_gpus, resizing, wanted_gpus, waiting, idle_since, candidates, held, settings,
-              occupied.get(key, {}))
+              occupied.get(key, {}), reclaimed)
 
     candidates.sort(key=lambda c: (c.order, c.cluster_id, _describe(c.action)))
     buckets = dict(state.buckets)
@@ -142,7 +146,7 @@ def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.Reconc
             action = dataclasses.replace(action, replica_id=f"{action.deployment}-{id_prefix}-{serial}")
         out.append(t.PlannedDirective(c.cluster_id, fm.Directive(directive_id, action), c.reason, c.urgent))
     return t.ReconcileResult(tuple(out), tuple(held), t.ReconcileState(buckets, idle_since, serial, floors, emptying,
-                                                                       spread_since))
+                                                                       spread_since, notice_nodes, reclaimed))
 
 
 def _deployment(name: str, inp: t.ReconcileInput, mine: list[t.ReplicaInfo], target: dict[str, int],
@@ -353,8 +357,9 @@ def _floor(name: str, info: t.DeploymentInfo | None, inp: t.ReconcileInput, acti
 def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[str, int], resizing: set[str],
           wanted_gpus: dict[str, int], waiting: dict[str, int], idle_since: dict[str, float],
           candidates: list[_Candidate], held: list[t.Held], settings: t.ReconcileSettings,
-          occupied: Mapping[str, int] | None) -> None:
-    """``occupied``: node id -> GPUs held there (``nodes.by_pool``; None when a node is unknown)."""
+          occupied: Mapping[str, int] | None, reclaimed: dict[str, tuple[int, float]]) -> None:
+    """``occupied``: node id -> GPUs held there (``nodes.by_pool``; None when a node is unknown);
+    ``reclaimed``: ``nodes.reclaims``' second part, less what this round gives back."""
     p = info.pool
     gpn = p.gpus_per_node
     if gpn <= 0:
@@ -366,6 +371,11 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[
     if need:
         idle_since.pop(key, None)
         nodes = nodes_mod.needed_nodes(p, in_use + pending + need)
+        if occupied is not None:
+            nodes = max(nodes, len(occupied))
+        if nodes < have_nodes and key not in resizing and _backfill(key, info, have_nodes, nodes, reclaimed,
+                                                                    candidates):
+            return
         if key in inp.no_growth:
             held.append(t.Held(info.cluster_id, f"grow {key}", inp.no_growth[key]))
         elif key in resizing or p.nodes_pending > 0:
@@ -390,15 +400,34 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[
     # needs): idle from when first seen, billed until given back. A start or resize under way
     # postpones the directive, not the clock.
     since = idle_since.setdefault(key, inp.now_s)
-    if inp.now_s - since < settings.pool_scale_down_delay_s:
+    backfilled = reclaimed.get(key, (0, 0.0))[0] > 0
+    if inp.now_s - since < settings.pool_scale_down_delay_s and not backfilled:
         return
     if pending or key in resizing:
         held.append(t.Held(info.cluster_id, f"shrink {key}", "a start or resize is under way in the pool"))
+        return
+    if inp.now_s - since < settings.pool_scale_down_delay_s:
+        _backfill(key, info, have_nodes, nodes, reclaimed, candidates)
         return
     idle_since.pop(key, None)
     candidates.append(_Candidate(_RESIZE_DOWN, info.cluster_id, fm.ResizePool(p.pool_id, nodes),
                                  f"{have_nodes - nodes} idle node(s) for {settings.pool_scale_down_delay_s:g}s"
                                  + (f" ({p.nodes_pending} still provisioning)" if p.nodes_pending else "")))
+
+
+def _backfill(key: str, info: t.PoolInfo, have_nodes: int, nodes: int, reclaimed: dict[str, tuple[int, float]],
+              candidates: list[_Candidate]) -> bool:
+    """Give back at once the nodes beyond ``nodes``, up to those reclaimed in the pool lately (a
+    cloud's group re-orders a reclaimed spot node the plan already replaced): True when it does."""
+    count, at = reclaimed.get(key, (0, 0.0))
+    drop = min(count, have_nodes - nodes)
+    if drop <= 0:
+        return False
+    reclaimed[key] = (count - drop, at)
+    candidates.append(_Candidate(_RESIZE_DOWN, info.cluster_id, fm.ResizePool(info.pool.pool_id, have_nodes - drop),
+                                 f"{drop} node(s) beyond the plan's need, ordered by the cloud after "
+                                 f"{count} spot reclaim(s)"))
+    return True
 
 
 def _gone(r: t.ReplicaInfo, now_s: float) -> bool:

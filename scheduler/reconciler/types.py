@@ -200,7 +200,8 @@ class ServingFloor:
 class ReconcileState:
     """Carried between rounds: per-cluster token buckets (tokens, at_s), when each pool started
     having idle nodes, the serial that makes directive and replica ids unique within a term, the
-    serving floor of each deployment the plan does not fully place, and the consolidation under way."""
+    serving floor of each deployment the plan does not fully place, the consolidation under way and
+    the spot nodes noticed and reclaimed."""
 
     buckets: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     pool_idle_since: Mapping[str, float] = dataclasses.field(default_factory=dict)
@@ -210,6 +211,11 @@ class ReconcileState:
     # -> since when its replicas are spread over more nodes than they need.
     emptying: Mapping[str, str] = dataclasses.field(default_factory=dict)
     spread_since: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    # Spot reclaims (``nodes.reclaims``): (pool key, node id) -> notice deadline for nodes under an
+    # interruption notice, and pool key -> (nodes reclaimed lately whose backfill the plan did not
+    # ask for, when the last went).
+    notice_nodes: Mapping[tuple[str, str], float] = dataclasses.field(default_factory=dict)
+    reclaimed: Mapping[str, tuple[int, float]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -94,3 +94,57 @@ def test_pick_takes_the_least_used_node_whose_replicas_fit_elsewhere_best_fit():
     reps = [on(replica("c1", "h100", "x", chat), "n1", 1), on(replica("c1", "h100", "y", chat), "n2", 2),
             on(replica("c1", "h100", "z", chat), "n3", 6)]
     assert nodes.pick({"n1": 1, "n2": 2, "n3": 6}, 8, reps, KEY) == "n1"
+
+
+def spot_h100(free: int, nodes_current: int, pending: int = 0) -> dict[str, t.PoolInfo]:
+    return {KEY: pool("c1", "h100", free=free, nodes=nodes_current, nodes_max=3, gpus_per_node=8, gpu_type="H100",
+                      tier=fm.Tier.SPOT, pending=pending)}
+
+
+def spot_run(now: float, reps, state: t.ReconcileState, pools: dict[str, t.PoolInfo]) -> t.ReconcileResult:
+    big = deployment("reasoning-70b")
+    return plan.reconcile(t.ReconcileInput(now, target(("reasoning-70b", KEY, 2)), {"reasoning-70b": big}, pools,
+                                           tuple(reps)), state, S, id_prefix="t1")
+
+
+def test_a_reclaimed_spot_node_the_cloud_backfills_is_given_back_at_once():
+    """Two 4-GPU replicas on spot node n1 get a 30-s notice: the pool grows to 2 for their
+    replacements (make-before-break). When n1 goes, the cloud's group keeps its target of 2 and
+    orders a node in n1's place: two nodes on their way where the replacements need one. The extra
+    one is given back in that round, not after 300 s of billing idle; the same pool state without
+    a reclaim behind it keeps waiting for its resize."""
+    big = deployment("reasoning-70b")
+    doomed = [on(replica("c1", "h100", x, big, doomed_at_s=1030.0), "n1", 4) for x in ("a", "b")]
+    r0 = spot_run(1000.0, doomed, t.ReconcileState(), spot_h100(free=0, nodes_current=1))
+    grow = of_kind(r0, fm.ResizePool)
+    assert [(p.directive.action.target_nodes, p.urgent) for p in grow] == [(2, True)]
+    assert r0.state.notice_nodes == {(KEY, "n1"): 1030.0}
+
+    r1 = spot_run(1060.0, [], r0.state, spot_h100(free=0, nodes_current=0, pending=2))
+    shrink = of_kind(r1, fm.ResizePool)
+    assert [p.directive.action.target_nodes for p in shrink] == [1]
+    assert "after 1 spot reclaim" in shrink[0].reason
+    assert r1.state.notice_nodes == {}
+
+    # Nothing reclaimed: two nodes ordered for two waiting replicas' worth is the plan's own order.
+    fresh = spot_run(1060.0, [], t.ReconcileState(), spot_h100(free=0, nodes_current=0, pending=2))
+    assert of_kind(fresh, fm.ResizePool) == []
+
+    # The reclaim is spent: a node idle later in the window waits out the delay as any idle node.
+    r2 = spot_run(1120.0, [], r1.state, spot_h100(free=8, nodes_current=1))
+    starts = of_kind(r2, fm.StartReplica)
+    assert len(starts) == 2 and of_kind(r2, fm.ResizePool) == []
+    ready = [on(replica("c1", "h100", p.directive.action.replica_id, big), "n2", 4) for p in starts]
+    r3 = spot_run(1200.0, ready, r2.state, spot_h100(free=8, nodes_current=2))
+    assert of_kind(r3, fm.ResizePool) == []
+
+
+def test_a_noticed_node_still_hosting_replicas_is_not_counted_as_reclaimed():
+    """A node past its notice deadline whose replicas are still reported (the agent's report is
+    late) is not reclaimed yet: no pool shrinks on its account."""
+    big = deployment("reasoning-70b")
+    doomed = [on(replica("c1", "h100", x, big, doomed_at_s=1030.0), "n1", 4) for x in ("a", "b")]
+    r0 = spot_run(1000.0, doomed, t.ReconcileState(), spot_h100(free=0, nodes_current=1))
+    r1 = spot_run(1040.0, doomed, r0.state, spot_h100(free=0, nodes_current=1, pending=1))
+    assert r1.state.reclaimed == {} and r1.state.notice_nodes == {(KEY, "n1"): 1030.0}
+    assert of_kind(r1, fm.ResizePool) == []
