@@ -43,13 +43,13 @@ def tiny_specs(tmp_path: pathlib.Path, name: str, old: str = "", new: str = "", 
 
 
 def even_scenario(tmp_path: pathlib.Path, name: str, specs: pathlib.Path, rps: float, *, warmup_min: float = 20.0,
-                  outages: list[dict] | None = None) -> scenario.Scenario:
+                  outages: list[dict] | None = None, spot: dict | None = None) -> scenario.Scenario:
     """One hour of ``rps`` chat requests from na-east, one a second scaled, prompts as the spec says."""
     trace_file = _even_trace(tmp_path / "even.csv")
     data = {"name": name, "specs": [str(specs)], "hours": 1.0, "warmup_min": warmup_min,
             "traffic": [{"deployment": "chat", "peak_rps": {"na-east": rps},
                          "trace": {"file": str(trace_file), "diurnal": False, "tokens": "spec"}}],
-            "outages": outages or []}
+            "outages": outages or [], **({"spot": spot} if spot is not None else {})}
     return scenario.parse(data, tmp_path, name)
 
 

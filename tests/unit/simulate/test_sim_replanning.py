@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from test_sim_bound import TINY_L4_POOL, even_scenario, tiny_specs, use2_cluster
 
+from meridian import catalog
 from meridian.simulate import runner
 
 
@@ -44,3 +45,32 @@ def test_a_replica_moved_away_by_an_outage_comes_back_to_the_paid_node_at_the_ne
     # On-demand from the outage (0.0 h) until the first full solve after us-east-1 is back (0.2 h).
     assert 0.1 < usage[("us-east-2", "on_demand")] < 0.5, usage
     assert usage[("us-east-1", "reserved")] > 0.5, usage
+
+
+def test_a_preempted_spot_node_is_replaced_in_its_pool_and_the_clouds_backfill_is_given_back(tmp_path):
+    """chat may run wholly on spot: its replicas share one 4-L4 spot node in us-east-1 (at most 2
+    nodes), beside an empty on-demand 4-L4 pool in us-east-2. At 0.3 h every spot node of us-east-1
+    gets a 2-minute notice: the replacement node is ordered in the same pool at once (the pool goes
+    to 2), and when the old node goes the cloud's group re-orders one in its place (target 2). The
+    plan waits for the pool's own node (before, with the quota's room taken by those two orders,
+    the pool offered nothing and the plan ordered an on-demand node in us-east-2) and the re-ordered
+    node is given back in the next round (before, it billed 300 s idle). So the hour bills one spot
+    node plus the notice's overlap ($2.04 for a $1.97/h node; before the two fixes $2.89, and $2.30
+    with only the first), and nothing in us-east-2."""
+    spot_pool = ("    - name: l4x4-spot\n      instance_type: g6.12xlarge\n      tier: spot\n      min_nodes: 0\n"
+                 "      max_nodes: 2\n      initial_nodes: 0\n")
+    specs = tiny_specs(tmp_path, "spot", TINY_L4_POOL, spot_pool, use2_cluster("l4x4", "g6.12xlarge", 2))
+    placement = "  placement:\n    clouds: [aws]\n"
+    text = specs.read_text()
+    assert placement in text
+    specs.write_text(text.replace(placement, placement + "    spot:\n      allowed: true\n      max_share: 1.0\n"
+                                                         "      max_share_per_region: 1.0\n", 1))
+    sc = even_scenario(tmp_path, "spot", specs, 0.3, spot={"preemptions_per_node_hour": 0.0,
+                                                          "waves": [{"at_h": 0.3, "share": 1.0, "region": "us-east-1"}]})
+    cmp = runner.run(sc, ["meridian"], jobs=1, with_bound=False)
+    mer = cmp.result("meridian")
+    assert mer.stats["spot_nodes_preempted"] == 1
+    usage = {(u["region"], u["tier"]): u["replica_hours"] for u in mer.replica_hours()}
+    assert set(usage) == {("us-east-1", "spot")}, usage
+    price = catalog.instances.default().lookup("aws", "g6.12xlarge", "us-east-1").spot_price_per_hour_usd
+    assert price < mer.cost_usd < price * (1.0 + 3.0 / 60.0), (mer.cost_usd, price)
