@@ -88,9 +88,10 @@ class PoolOffer:
 
     ``gpus_capacity`` = GPUs free now + GPUs the current placement holds there (a plan may reuse
     them) + what the pool may still grow by: the nodes ordered and not yet running, plus
-    ``(nodes_max - nodes_current - nodes_pending) x gpus_per_node`` capped by the cloud quota headroom
-    (which agents report beyond the nodes already ordered). ``price_per_node_hour_usd`` is the effective price (spot price for
-    spot pools, the committed price for reserved pools, after policy overrides)."""
+    ``(nodes_max - nodes_current - nodes_pending) x gpus_per_node`` capped by the cloud quota
+    headroom (which agents report beyond the nodes already ordered). ``price_per_node_hour_usd`` is
+    the effective price (spot price for spot pools, the committed price for reserved pools, after
+    policy overrides)."""
 
     cluster_id: str
     cloud: str
