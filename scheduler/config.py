@@ -81,7 +81,8 @@ class SchedulerConfig(pydantic.BaseModel):
         description="At least this often a plan re-places every deployment (a full solve, warm-started from the "
                     "fleet, moves priced as churn) instead of re-solving only those whose demand changed: a placement "
                     "made while a cheaper pool was not up yet (a reserved node still provisioning) is revisited even "
-                    "when demand holds still. 0: every plan is a full solve.")
+                    "when demand holds still. A plan is also full when a pool is offered that the last plan did not "
+                    "have (a lost cluster back). 0: every plan is a full solve.")
     solve_time_limit_s: float = pydantic.Field(default=5.0, gt=0, le=600,
                                               description="Solver time limit; the best plan found is used.")
     ttft_headroom_ms: float = pydantic.Field(

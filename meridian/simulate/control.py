@@ -170,7 +170,9 @@ class SimScheduler:
         if self.plan is not None and {k: v for k, v in self.plan.outcome.placement.replicas.items() if v} == \
                 {k: v for k, v in current.replicas.items() if v}:
             warm = self.plan.outcome.placement
-        full = planner.full_solve_due(self._full_at, now, self.config.full_solve_interval_s)
+        full = planner.full_solve_due(self._full_at, now, self.config.full_solve_interval_s,
+                                      pools_before=self.plan.inputs[1] if self.plan is not None else (),
+                                      pools_now=inputs[1])
         view = placement_mod.PlanView(now, self.specs, decisions, snapshot, tuple(offers), excluded, current, warm,
                                       doomed, preempted_zones, full)
         outcome = self.placer.place(view)

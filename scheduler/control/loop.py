@@ -377,7 +377,10 @@ class ControlLoop:
         if self.plan is not None and {k: v for k, v in self.plan.result.placement.replicas.items() if v} == \
                 {k: v for k, v in current.replicas.items() if v}:
             warm = self.plan.result.placement  # has the per-region serving map: allows an incremental solve
-        full = planner.full_solve_due(self._full_at, now, self.config.full_solve_interval_s)
+        inputs = self._inputs(snapshot, decisions, no_growth, doomed)
+        full = planner.full_solve_due(self._full_at, now, self.config.full_solve_interval_s,
+                                      pools_before=self.plan.inputs[1] if self.plan is not None else (),
+                                      pools_now=inputs[1])
         settings = planner.full_settings(self.solver_settings) if full else self.solver_settings
         try:
             result = await planner.solve_async(prob, time_limit_s=self.config.solve_time_limit_s, current=warm,
@@ -396,8 +399,7 @@ class ControlLoop:
             return
         if full:
             self._full_at = now
-        self.plan = PlanRecord(result, prob, current, dict(decisions), now, trigger,
-                               self._inputs(snapshot, decisions, no_growth, doomed))
+        self.plan = PlanRecord(result, prob, current, dict(decisions), now, trigger, inputs)
         self._metrics.plan_cost_per_hour_usd.set(result.cost_per_hour_usd)
         self._export_unplaced(result)
         self._report_unmet(result)

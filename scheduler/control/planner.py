@@ -185,12 +185,17 @@ def build_problem(specs: SpecView, decisions: Mapping[str, autoscaler.Decision],
     return problem.PlacementProblem(tuple(demands), tuple(pools), specs.policy, specs.latency_map, dict(excluded))
 
 
-def full_solve_due(last_full_s: float | None, now_s: float, interval_s: float) -> bool:
+def full_solve_due(last_full_s: float | None, now_s: float, interval_s: float, *,
+                   pools_before: Iterable[tuple] = (), pools_now: Iterable[tuple] = ()) -> bool:
     """Whether this plan re-places every deployment (see ``SchedulerConfig.full_solve_interval_s``):
-    none yet this term, or ``interval_s`` since the last (0: always). Between them a re-plan
-    re-solves only the deployments whose demand or pools changed (``solver.solve``'s incremental
-    path), which leaves the others where they are however much cheaper a pool has become since."""
-    return last_full_s is None or now_s - last_full_s >= interval_s
+    none yet this term, ``interval_s`` since the last (0: always), or a pool is offered that the last
+    plan did not have (``pools_before``/``pools_now``: the plans' pool inputs, key first), as when a
+    lost cluster is back with the nodes it billed all along. Between them a re-plan re-solves only
+    the deployments whose demand or pools changed (``solver.solve``'s incremental path), which
+    leaves the others where they are however much cheaper a pool has become since."""
+    if last_full_s is None or now_s - last_full_s >= interval_s:
+        return True
+    return bool({p[0] for p in pools_now} - {p[0] for p in pools_before})
 
 
 def full_settings(settings: problem.SolverSettings) -> problem.SolverSettings:

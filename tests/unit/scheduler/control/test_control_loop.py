@@ -347,6 +347,36 @@ async def test_a_lost_cluster_that_comes_back_counts_only_from_its_new_report(st
     assert h.fleet.snapshot(CLOCK.now()).clusters["c1"].replicas == {}
 
 
+async def test_a_cluster_that_comes_back_is_planned_with_a_full_solve(store, caplog):
+    """While c1 was lost its replicas moved to c2. When c1 reports again its pools are offered
+    anew: that plan re-places every deployment (a full solve), not only those whose demand changed,
+    so capacity a returning cluster billed all along is used again without waiting for the next
+    periodic full solve (``full_solve_interval_s``, 10 minutes)."""
+    await apply_specs(store)
+    h = await lead(store, CLOCK)
+    c1, c2 = SimCluster("c1"), SimCluster("c2")
+    for c in (c1, c2):
+        await c.hello(h)
+    await converge(h, [c1, c2])
+    CLOCK.advance(16.0)
+    await c2.report(h)  # c1 is silent past the liveness limit: lost
+    index = len(h.transport.sent)
+    await h.loop.tick()
+    for _ in range(3):
+        await c2.carry_out(h, index)
+        index = len(h.transport.sent)
+        await c2.promote(h)
+        CLOCK.advance(2.0)
+        await h.loop.tick()
+    c1.replicas.clear()
+    with caplog.at_level("INFO", logger="meridian.scheduler.loop"):
+        await c1.hello(h)
+        CLOCK.advance(2.0)
+        await h.loop.tick()
+    planned = [r.getMessage() for r in caplog.records if "event=planned" in r.getMessage()]
+    assert planned and "full=true" in planned[-1], planned
+
+
 async def test_published_routes_carry_the_deployments_max_rtt_ms(store):
     """Routers learn each deployment's max_rtt_ms from the routing table (0 when the SLA sets none),
     so they can keep clients on the replicas the solver placed within it."""
