@@ -316,10 +316,9 @@ async def test_agent_that_never_reports_is_waited_for_only_a_few_heartbeats(stor
                and "isolation" in h.reason for h in held)
 
 
-async def test_a_lost_cluster_that_comes_back_counts_only_from_its_new_report(store):
-    """A lost cluster's agent that says Hello again does not bring back the replicas it had before it
-    was lost: until it reports, they are not counted, so the replacements serving in their place are
-    not drained for replicas that may be gone."""
+async def lead_with_c1_lost(store) -> tuple[Harness, SimCluster, SimCluster]:
+    """(leader, c1, c2): both clusters converged, c1's two replicas READY; then c1 silent past the
+    liveness limit (lost) and three rounds that start its replacements on c2."""
     await apply_specs(store)
     h = await lead(store, CLOCK)
     c1, c2 = SimCluster("c1"), SimCluster("c2")
@@ -337,6 +336,14 @@ async def test_a_lost_cluster_that_comes_back_counts_only_from_its_new_report(st
         await c2.promote(h)
         CLOCK.advance(2.0)
         await h.loop.tick()
+    return h, c1, c2
+
+
+async def test_a_lost_cluster_that_comes_back_counts_only_from_its_new_report(store):
+    """A lost cluster's agent that says Hello again does not bring back the replicas it had before it
+    was lost: until it reports, they are not counted, so the replacements serving in their place are
+    not drained for replicas that may be gone."""
+    h, c1, c2 = await lead_with_c1_lost(store)
     replacements = c2.ready()
     assert len(replacements) == 2
     c1.replicas.clear()  # the cluster came back without them (its nodes were replaced)
@@ -352,22 +359,7 @@ async def test_a_cluster_that_comes_back_is_planned_with_a_full_solve(store, cap
     anew: that plan re-places every deployment (a full solve), not only those whose demand changed,
     so capacity a returning cluster billed all along is used again without waiting for the next
     periodic full solve (``full_solve_interval_s``, 10 minutes)."""
-    await apply_specs(store)
-    h = await lead(store, CLOCK)
-    c1, c2 = SimCluster("c1"), SimCluster("c2")
-    for c in (c1, c2):
-        await c.hello(h)
-    await converge(h, [c1, c2])
-    CLOCK.advance(16.0)
-    await c2.report(h)  # c1 is silent past the liveness limit: lost
-    index = len(h.transport.sent)
-    await h.loop.tick()
-    for _ in range(3):
-        await c2.carry_out(h, index)
-        index = len(h.transport.sent)
-        await c2.promote(h)
-        CLOCK.advance(2.0)
-        await h.loop.tick()
+    h, c1, c2 = await lead_with_c1_lost(store)
     c1.replicas.clear()
     with caplog.at_level("INFO", logger="meridian.scheduler.loop"):
         await c1.hello(h)
