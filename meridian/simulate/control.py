@@ -140,9 +140,7 @@ class SimScheduler:
     def _inputs(self, snapshot: fleet_mod.FleetSnapshot, decisions: Mapping, no_growth: Mapping[str, str],
                 doomed: frozenset[str]) -> tuple:
         """What a plan depends on (the loop's own trigger inputs)."""
-        pools = tuple(sorted((problem.pool_key(c.cluster_id, p.pool_id), p.gpu_type, p.tier.value, p.nodes_min,
-                              p.nodes_max, p.gpus_per_node, p.price_per_node_hour_usd)
-                             for c in snapshot.live() for p in c.pools.values()))
+        pools = planner.pool_inputs(snapshot)
         wanted = tuple(sorted((n, tuple(sorted(d.replicas_by_region.items()))) for n, d in decisions.items()))
         return (self.specs.generation, pools, wanted, tuple(sorted(no_growth)), tuple(sorted(doomed)))
 

@@ -344,9 +344,7 @@ class ControlLoop:
 
     def _inputs(self, snapshot: fleet_mod.FleetSnapshot, decisions: Mapping[str, autoscaler.Decision],
                 no_growth: Mapping[str, str], doomed: set[str]) -> tuple:
-        pools = tuple(sorted((problem.pool_key(c.cluster_id, p.pool_id), p.gpu_type, p.tier.value, p.nodes_min,
-                              p.nodes_max, p.gpus_per_node, p.price_per_node_hour_usd)
-                             for c in snapshot.live() for p in c.pools.values()))
+        pools = planner.pool_inputs(snapshot)
         wanted = tuple(sorted((n, tuple(sorted(d.replicas_by_region.items())), d.covered_regions)
                               for n, d in decisions.items()))
         return (self.specs.generation, pools, wanted, tuple(sorted(no_growth)), tuple(sorted(doomed)))

@@ -185,6 +185,15 @@ def build_problem(specs: SpecView, decisions: Mapping[str, autoscaler.Decision],
     return problem.PlacementProblem(tuple(demands), tuple(pools), specs.policy, specs.latency_map, dict(excluded))
 
 
+def pool_inputs(snapshot: fleet_mod.FleetSnapshot) -> tuple[tuple, ...]:
+    """What a plan depends on of the live clusters' pools, one tuple per pool with its key first: a
+    change calls for a re-plan (the loop's and the simulator's triggers), and a key the last plan
+    did not have makes it a full one (``full_solve_due``)."""
+    return tuple(sorted((problem.pool_key(c.cluster_id, p.pool_id), p.gpu_type, p.tier.value, p.nodes_min,
+                         p.nodes_max, p.gpus_per_node, p.price_per_node_hour_usd)
+                        for c in snapshot.live() for p in c.pools.values()))
+
+
 def full_solve_due(last_full_s: float | None, now_s: float, interval_s: float, *,
                    pools_before: Iterable[tuple] = (), pools_now: Iterable[tuple] = ()) -> bool:
     """Whether this plan re-places every deployment (see ``SchedulerConfig.full_solve_interval_s``):

@@ -367,12 +367,12 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[
     in_use = max(0, p.nodes_current * gpn - p.gpus_free)
     pending = pending_gpus.get(key, 0)
     have_nodes = p.nodes_current + p.nodes_pending
+    # Never below the nodes that host a replica: the agent refuses that.
+    busy_nodes = len(occupied) if occupied is not None else 0
     need = waiting.get(key, 0)
     if need:
         idle_since.pop(key, None)
-        nodes = nodes_mod.needed_nodes(p, in_use + pending + need)
-        if occupied is not None:
-            nodes = max(nodes, len(occupied))
+        nodes = max(nodes_mod.needed_nodes(p, in_use + pending + need), busy_nodes)
         if nodes < have_nodes and key not in resizing and _backfill(key, info, have_nodes, nodes, reclaimed,
                                                                     candidates):
             return
@@ -389,9 +389,7 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[
             held.append(t.Held(info.cluster_id, f"grow {key}", f"pool is at nodes_max ({p.nodes_max})"))
         return
     steady = max(in_use + pending, wanted_gpus.get(key, 0))
-    nodes = nodes_mod.needed_nodes(p, steady)
-    if occupied is not None:
-        nodes = max(nodes, len(occupied))  # never below the nodes that host a replica: the agent refuses that
+    nodes = max(nodes_mod.needed_nodes(p, steady), busy_nodes)
     if have_nodes <= nodes:
         idle_since.pop(key, None)
         return
@@ -400,13 +398,13 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[
     # needs): idle from when first seen, billed until given back. A start or resize under way
     # postpones the directive, not the clock.
     since = idle_since.setdefault(key, inp.now_s)
-    backfilled = reclaimed.get(key, (0, 0.0))[0] > 0
-    if inp.now_s - since < settings.pool_scale_down_delay_s and not backfilled:
+    waited = inp.now_s - since >= settings.pool_scale_down_delay_s
+    if not waited and not reclaimed.get(key, (0, 0.0))[0]:
         return
     if pending or key in resizing:
         held.append(t.Held(info.cluster_id, f"shrink {key}", "a start or resize is under way in the pool"))
         return
-    if inp.now_s - since < settings.pool_scale_down_delay_s:
+    if not waited:  # only a cloud's backfill after a reclaim goes before the delay
         _backfill(key, info, have_nodes, nodes, reclaimed, candidates)
         return
     idle_since.pop(key, None)

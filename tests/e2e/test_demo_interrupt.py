@@ -27,7 +27,7 @@ def test_ctrl_c_during_traffic_stops_everything(tmp_path):
                              "--workdir", str(tmp_path / "run")], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     lines: list[str] = []
-    errors: list[str] = []
+    stderr_lines: list[str] = []
     progress = threading.Event()
 
     def read() -> None:
@@ -39,7 +39,7 @@ def test_ctrl_c_during_traffic_stops_everything(tmp_path):
     # One reader per pipe, each to its end of file (a pipe nobody drains can stall the demo; a pipe
     # closed under its reader raises in that thread).
     readers = [threading.Thread(target=read, daemon=True),
-               threading.Thread(target=lambda: errors.extend(demo.stderr), daemon=True)]
+               threading.Thread(target=lambda: stderr_lines.extend(demo.stderr), daemon=True)]
     for reader in readers:
         reader.start()
     try:
@@ -55,7 +55,7 @@ def test_ctrl_c_during_traffic_stops_everything(tmp_path):
             demo.wait()
         for reader in readers:
             reader.join(10)
-    stderr = "".join(errors)
+    stderr = "".join(stderr_lines)
     assert demo.returncode == 130, stderr
     assert "interrupted: everything stopped" in stderr
     deadline = time.monotonic() + 5

@@ -30,11 +30,11 @@ TINY_L4_POOL = ("    - name: l4\n      instance_type: g6.xlarge\n      tier: on_
                 "      max_nodes: 8\n      initial_nodes: 0\n")
 
 
-def tiny_specs(tmp_path: pathlib.Path, name: str, old: str = "", new: str = "", extra: str = "") -> pathlib.Path:
-    """tiny-specs.yaml with its first ``old`` replaced by ``new`` and ``extra`` appended, written
-    to ``name``.yaml under ``tmp_path``."""
+def tiny_specs(tmp_path: pathlib.Path, name: str, *swaps: tuple[str, str], extra: str = "") -> pathlib.Path:
+    """tiny-specs.yaml with the first ``old`` of each ``(old, new)`` swap replaced by ``new`` and
+    ``extra`` appended, written to ``name``.yaml under ``tmp_path``."""
     text = (DATA / "tiny-specs.yaml").read_text()
-    if old:
+    for old, new in swaps:
         assert old in text, f"tiny-specs.yaml no longer holds {old!r}"
         text = text.replace(old, new, 1)
     path = tmp_path / f"{name}.yaml"
@@ -138,9 +138,9 @@ spec:
 def _two_regions(tmp_path: pathlib.Path, outage: bool) -> scenario.Scenario:
     """The tiny fleet with its us-east-1 pool holding one node at all times (min_nodes 1) and a
     second L4 pool in us-east-2 at the same price, optionally with us-east-1 down for 15 minutes."""
-    specs = tiny_specs(tmp_path, "two", "      min_nodes: 0\n      max_nodes: 8\n      initial_nodes: 0\n",
-                       "      min_nodes: 1\n      max_nodes: 8\n      initial_nodes: 1\n",
-                       use2_cluster("l4", "g6.xlarge", 8))
+    specs = tiny_specs(tmp_path, "two", ("      min_nodes: 0\n      max_nodes: 8\n      initial_nodes: 0\n",
+                                         "      min_nodes: 1\n      max_nodes: 8\n      initial_nodes: 1\n"),
+                       extra=use2_cluster("l4", "g6.xlarge", 8))
     return even_scenario(tmp_path, "two", specs, 1.5,
                          outages=[{"at_h": 0.5, "duration_h": 0.25, "region": "us-east-1"}] if outage else [])
 

@@ -18,9 +18,9 @@ def test_the_initial_nodes_are_up_through_the_warmup(tmp_path):
     so the measured hour bills that node alone. (The warmup's clusters were once made at the
     measured run's start: their initial nodes were still coming up through the warmup, the replica
     went to an on-demand node and stayed there into the measured hour.)"""
-    specs = tiny_specs(tmp_path, "reserved", TINY_L4_POOL,
+    specs = tiny_specs(tmp_path, "reserved", (TINY_L4_POOL,
                        "    - name: l4-reserved\n      instance_type: g6.xlarge\n      tier: reserved\n      min_nodes: 1\n"
-                       "      max_nodes: 1\n      initial_nodes: 1\n" + TINY_L4_POOL)
+                       "      max_nodes: 1\n      initial_nodes: 1\n" + TINY_L4_POOL))
     sc = even_scenario(tmp_path, "reserved", specs, 0.2)
     cmp = runner.run(sc, ["meridian"], jobs=1, with_bound=False)
     mer = cmp.result("meridian")
@@ -36,10 +36,10 @@ def test_a_replica_moved_away_by_an_outage_comes_back_to_the_paid_node_when_its_
     on-demand node to the end. The plan made when us-east-1's pools are offered again is a full
     solve, so the replica moves back at once (0.12 h on demand), not at the next periodic full
     solve 8 minutes later (0.32 h), and the on-demand node is released."""
-    specs = tiny_specs(tmp_path, "back", TINY_L4_POOL,
+    specs = tiny_specs(tmp_path, "back", (TINY_L4_POOL,
                        "    - name: l4x4-reserved\n      instance_type: g6.12xlarge\n      tier: reserved\n"
-                       "      min_nodes: 1\n      max_nodes: 1\n      initial_nodes: 1\n",
-                       use2_cluster("l4x4", "g6.12xlarge", 2))
+                       "      min_nodes: 1\n      max_nodes: 1\n      initial_nodes: 1\n"),
+                       extra=use2_cluster("l4x4", "g6.12xlarge", 2))
     sc = even_scenario(tmp_path, "back", specs, 0.2, warmup_min=10.0,
                        outages=[{"at_h": 0.0, "duration_h": 0.2, "region": "us-east-1"}])
     mer = runner.run(sc, ["meridian"], jobs=1, with_bound=False).result("meridian")
@@ -62,12 +62,10 @@ def test_a_preempted_spot_node_is_replaced_in_its_pool_and_the_clouds_backfill_i
     with only the first), and nothing in us-east-2."""
     spot_pool = ("    - name: l4x4-spot\n      instance_type: g6.12xlarge\n      tier: spot\n      min_nodes: 0\n"
                  "      max_nodes: 2\n      initial_nodes: 0\n")
-    specs = tiny_specs(tmp_path, "spot", TINY_L4_POOL, spot_pool, use2_cluster("l4x4", "g6.12xlarge", 2))
     placement = "  placement:\n    clouds: [aws]\n"
-    text = specs.read_text()
-    assert placement in text
-    specs.write_text(text.replace(placement, placement + "    spot:\n      allowed: true\n      max_share: 1.0\n"
-                                                         "      max_share_per_region: 1.0\n", 1))
+    spot = "    spot:\n      allowed: true\n      max_share: 1.0\n      max_share_per_region: 1.0\n"
+    specs = tiny_specs(tmp_path, "spot", (TINY_L4_POOL, spot_pool), (placement, placement + spot),
+                       extra=use2_cluster("l4x4", "g6.12xlarge", 2))
     sc = even_scenario(tmp_path, "spot", specs, 0.3, spot={"preemptions_per_node_hour": 0.0,
                                                           "waves": [{"at_h": 0.3, "share": 1.0, "region": "us-east-1"}]})
     cmp = runner.run(sc, ["meridian"], jobs=1, with_bound=False)

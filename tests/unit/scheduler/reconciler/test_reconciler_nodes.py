@@ -20,15 +20,18 @@ def on(r: t.ReplicaInfo, node: str, gpus: int) -> t.ReplicaInfo:
     return dataclasses.replace(r, report=dataclasses.replace(r.report, node_id=node, gpu_count=gpus))
 
 
-def h100(free: int, nodes_current: int = 2) -> dict[str, t.PoolInfo]:
-    return {KEY: pool("c1", "h100", free=free, nodes=nodes_current, nodes_max=3, gpus_per_node=8, gpu_type="H100")}
+def h100(free: int, nodes_current: int = 2, *, pending: int = 0,
+         tier: fm.Tier = fm.Tier.ON_DEMAND) -> dict[str, t.PoolInfo]:
+    return {KEY: pool("c1", "h100", free=free, nodes=nodes_current, nodes_max=3, gpus_per_node=8, gpu_type="H100",
+                      tier=tier, pending=pending)}
 
 
-def run(now: float, reps, state: t.ReconcileState, free: int, nodes_current: int = 2,
-        goal: tuple = (("chat-8b", KEY, 1), ("reasoning-70b", KEY, 1))) -> t.ReconcileResult:
+def run(now: float, reps, state: t.ReconcileState, free: int = 0, nodes_current: int = 2,
+        goal: tuple = (("chat-8b", KEY, 1), ("reasoning-70b", KEY, 1)),
+        pools: dict[str, t.PoolInfo] | None = None) -> t.ReconcileResult:
     chat, big = deployment("chat-8b"), deployment("reasoning-70b")
     return plan.reconcile(t.ReconcileInput(now, target(*goal), {"chat-8b": chat, "reasoning-70b": big},
-                                           h100(free, nodes_current), tuple(reps)), state, S, id_prefix="t1")
+                                           pools or h100(free, nodes_current), tuple(reps)), state, S, id_prefix="t1")
 
 
 def test_a_pool_spread_over_two_nodes_is_consolidated_then_shrunk():
@@ -97,14 +100,11 @@ def test_pick_takes_the_least_used_node_whose_replicas_fit_elsewhere_best_fit():
 
 
 def spot_h100(free: int, nodes_current: int, pending: int = 0) -> dict[str, t.PoolInfo]:
-    return {KEY: pool("c1", "h100", free=free, nodes=nodes_current, nodes_max=3, gpus_per_node=8, gpu_type="H100",
-                      tier=fm.Tier.SPOT, pending=pending)}
+    return h100(free, nodes_current, pending=pending, tier=fm.Tier.SPOT)
 
 
 def spot_run(now: float, reps, state: t.ReconcileState, pools: dict[str, t.PoolInfo]) -> t.ReconcileResult:
-    big = deployment("reasoning-70b")
-    return plan.reconcile(t.ReconcileInput(now, target(("reasoning-70b", KEY, 2)), {"reasoning-70b": big}, pools,
-                                           tuple(reps)), state, S, id_prefix="t1")
+    return run(now, reps, state, goal=(("reasoning-70b", KEY, 2),), pools=pools)
 
 
 def test_a_reclaimed_spot_node_the_cloud_backfills_is_given_back_at_once():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import solver_cases as sc
 
-from meridian import latency
+from meridian import fleet, latency
 from meridian import spec as spec_mod
 from scheduler import solver
 from scheduler.control import planner
@@ -366,9 +368,6 @@ def test_nodes_already_ordered_stay_on_offer_when_the_quota_has_no_room_left():
     and the group's backfill), no quota left beyond them (agents report the headroom beyond the
     nodes ordered). Its ordered 16 GPUs are on offer, so the plan waits for them rather than order
     an on-demand node elsewhere; before, the pool offered nothing and the plan moved away and back."""
-    import dataclasses
-
-    from meridian import fleet
     reclaimed = fleet.GpuPool(
         pool_id="h100-spot", gpu_type="H100", gpu_memory_gib=80, gpus_per_node=8, instance_type="H100x8",
         nodes_current=0, nodes_min=0, nodes_max=2, gpus_free=0, tier=fleet.Tier.SPOT, price_per_node_hour_usd=30.89,
