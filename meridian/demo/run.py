@@ -456,16 +456,21 @@ def _track_recovery(lost: dict, status: dict, recorder: traffic.Recorder, timeli
                               "(requests to its replicas were retried elsewhere before their first byte)")
     if "replaced_s" not in lost:
         # Re-placed once a plan made after the loss is carried out: every deployment has, outside the
-        # lost cluster, as many ready replicas as that plan wants there.
+        # lost cluster, as many ready replicas as that plan wants there. A plan made after the loss
+        # places nothing in the lost cluster (its pools are gone once the scheduler marks it lost).
+        # That plan may come before this poll sees the cluster marked lost, and be the last plan for
+        # a while: waiting for a plan newer than the poll timed the next plan, not the re-placement.
         plan = status.get("plan") or {}
         known_lost = any(c["cluster_id"] == lost["cluster"] and c.get("lost")
                          for c in status.get("clusters", []))
         if known_lost and "seen_lost_wall" not in lost:
             lost["seen_lost_wall"] = time.time()
             timeline.note(f"scheduler marked {lost['cluster']} lost after {now - lost['at']:.1f}s")
-        if "seen_lost_wall" in lost and plan.get("at", 0) > lost["seen_lost_wall"]:
-            wanted = {d: sum(n for where, n in pools.items() if not where.startswith(lost["cluster"] + "/"))
-                      for d, pools in plan.get("placement", {}).items()}
+        placement = plan.get("placement", {})
+        there = any(where.startswith(lost["cluster"] + "/") for pools in placement.values() for where, n in pools.items()
+                    if n > 0)
+        if "seen_lost_wall" in lost and plan.get("at", 0) > lost["at_wall"] and not there:
+            wanted = {d: sum(pools.values()) for d, pools in placement.items()}
             ready = _ready_by_deployment(status, exclude=lost["cluster"])
             if all(ready.get(d, 0) >= n for d, n in wanted.items()):
                 lost["replaced_s"] = round(now - lost["at"], 1)

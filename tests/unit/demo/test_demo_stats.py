@@ -300,3 +300,40 @@ def test_a_fault_window_lasts_for_a_region_until_a_replica_within_its_reach_is_b
                            250.0, log, targets, {"chat": {"eu-west", "ap-northeast"}})
     assert [(sorted(w.regions), w.end_s) for w in windows if w.name == "spot preemption wave"] == [
         ([], 210.0), (["ap-northeast"], 250.0)]
+
+
+def test_the_re_placement_is_timed_from_the_plan_made_after_the_loss_even_if_the_poll_saw_it_later():
+    """The scheduler marks the cluster lost and plans at once; the demo's poll sees the loss a moment
+    later, and no plan follows for a while (demand holds still). The re-placement is carried out when
+    that plan's replicas are ready, not when some later plan happens to be made (a live run timed
+    22 s instead of 8 s that way). A plan that still places replicas in the lost cluster was made
+    before the scheduler knew, and does not count."""
+    import time  # noqa: PLC0415
+
+    from meridian.demo import run  # noqa: PLC0415
+
+    def status(plan_at: float, placement: dict, ready: int) -> dict:
+        replicas = [{"deployment": "chat", "state": "ready", "replica_id": f"r{i}"} for i in range(ready)]
+        return {"plan": {"at": plan_at, "placement": placement},
+                "clusters": [{"cluster_id": "c1", "lost": True, "replica_details": []},
+                             {"cluster_id": "c2", "replica_details": replicas}]}
+
+    killed = time.time() - 10.0
+    lost = {"cluster": "c1", "at": time.monotonic() - 10.0, "at_wall": killed}
+    timeline = run.Timeline()
+    # The plan made after the loss (3 s after the kill, before this poll) wants 2 in c2; 1 is ready.
+    after = {"chat": {"c2/l4": 2}}
+    run._track_recovery(lost, status(killed + 3.0, after, 1), traffic.Recorder(), timeline)
+    assert "seen_lost_wall" in lost and "replaced_s" not in lost
+    run._track_recovery(lost, status(killed + 3.0, after, 2), traffic.Recorder(), timeline)
+    assert 9.5 <= lost["replaced_s"] < 15.0
+
+    # A plan made before the scheduler marked the loss still counts on c1's replicas: not that one.
+    early = {"cluster": "c1", "at": time.monotonic() - 10.0, "at_wall": killed}
+    before = {"chat": {"c1/l4": 1, "c2/l4": 1}}
+    run._track_recovery(early, status(killed + 1.0, before, 2), traffic.Recorder(), run.Timeline())
+    assert "replaced_s" not in early
+    # A plan older than the kill is not one made after the loss either.
+    stale = {"cluster": "c1", "at": time.monotonic() - 10.0, "at_wall": killed}
+    run._track_recovery(stale, status(killed - 5.0, after, 2), traffic.Recorder(), run.Timeline())
+    assert "replaced_s" not in stale
