@@ -8,7 +8,9 @@ Two rules use them:
   the plan's) need for ``pool_scale_down_delay_s``, the replicas of one node move to the pool's
   other busy nodes, make-before-break: they stop counting toward the plan, so replacements start in
   the same pool (the agent's allocator is best fit: they land on the fullest node with room), and
-  each drains once its replacement is READY. The node is then idle and released as any idle node.
+  each drains once its replacement is READY. The node is then released at once, not after another
+  ``pool_scale_down_delay_s`` idle (the spread waited that long already), unless the plan wants it
+  back by then.
   The node chosen is the one with the fewest GPUs held whose replicas all fit, largest first, into
   the other busy nodes' free GPUs; the replacements' starts name it in ``StartReplica.avoid_nodes``
   (with two nodes equally free, best fit could pick it again). One move per pool at a time; a pool
@@ -85,14 +87,16 @@ def needed_nodes(pool: fm.GpuPool, gpus: int) -> int:
 
 def moves(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.ReconcileSettings, *,
           occupied_by_pool: Mapping[str, dict[str, int] | None], busy_pools: set[str],
-          wanted_gpus: Mapping[str, int]) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
+          wanted_gpus: Mapping[str, int]) -> tuple[dict[str, str], dict[str, str], dict[str, float], dict[str, str]]:
     """(replica id -> why it moves, pool key -> node being emptied, pool key -> since when the pool
-    is spread) for this round. ``occupied_by_pool``: ``by_pool`` of the replicas; ``busy_pools``:
-    pools with a start, drain or resize under way; ``wanted_gpus``: the GPUs the plan wants in each
-    pool."""
+    is spread, pool key -> node emptied: its release is due) for this round. ``occupied_by_pool``:
+    ``by_pool`` of the replicas; ``busy_pools``: pools with a start, drain or resize under way;
+    ``wanted_gpus``: the GPUs the plan wants in each pool. An emptied node stays in ``emptying``
+    while its pool is busy (the release waits for that), and is forgotten once offered for release."""
     moving: dict[str, str] = {}
     emptying: dict[str, str] = {}
     since_out: dict[str, float] = {}
+    emptied: dict[str, str] = {}
     on_pool: dict[str, list[t.ReplicaInfo]] = {}
     for r in inp.replicas:
         on_pool.setdefault(r.pool_key, []).append(r)
@@ -116,7 +120,13 @@ def moves(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.ReconcileS
                 continue
             since_out.pop(key, None)
         if node not in occupied:
-            continue  # emptied: released as an idle node
+            # Emptied: released at once (the spread already waited pool_scale_down_delay_s), when
+            # nothing else is under way in the pool; until then the move stays on record.
+            if key in busy_pools:
+                emptying[key] = node
+            else:
+                emptied[key] = node
+            continue
         if wanted_gpus.get(key, 0) > (len(occupied) - 1) * p.gpus_per_node:
             continue  # the plan needs the node after all
         on_node = [r for r in here if r.report.node_id == node]
@@ -128,7 +138,7 @@ def moves(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.ReconcileS
                 moving[r.replica_id] = (f"consolidation: node {node} of {key} holds {occupied[node]} of "
                                         f"{p.gpus_per_node} GPUs; its replicas move to the pool's fuller nodes "
                                         "so it can be released")
-    return moving, emptying, since_out
+    return moving, emptying, since_out, emptied
 
 
 def reclaims(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.ReconcileSettings

@@ -113,7 +113,7 @@ def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.Reconc
     under_way |= {r.pool_key for r in inp.replicas if r.replica_id in draining
                   or r.report.state in (fm.ReplicaState.STARTING, fm.ReplicaState.DRAINING)}
     occupied = nodes_mod.by_pool(inp.replicas)
-    moving, emptying, spread_since = nodes_mod.moves(inp, state, settings, occupied_by_pool=occupied,
+    moving, emptying, spread_since, emptied = nodes_mod.moves(inp, state, settings, occupied_by_pool=occupied,
                                                      busy_pools=under_way, wanted_gpus=planned_gpus)
     for name in sorted(set(inp.deployments) | set(by_deployment) | set(targets)):
         _deployment(name, inp, by_deployment.get(name, []), targets.get(name, {}), pending_starts, draining, free,
@@ -126,7 +126,7 @@ def reconcile(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.Reconc
         pending_gpus[pool_key] = pending_gpus.get(pool_key, 0) + sum(s.gpu_count for s in starts)
     for key, info in sorted(inp.pools.items()):
         _pool(key, info, inp, pending_gpus, resizing, wanted_gpus, waiting, idle_since, candidates, held, settings,
-              occupied.get(key, {}), reclaimed)
+              occupied.get(key, {}), reclaimed, emptied.get(key))
 
     candidates.sort(key=lambda c: (c.order, c.cluster_id, _describe(c.action)))
     buckets = dict(state.buckets)
@@ -357,9 +357,11 @@ def _floor(name: str, info: t.DeploymentInfo | None, inp: t.ReconcileInput, acti
 def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[str, int], resizing: set[str],
           wanted_gpus: dict[str, int], waiting: dict[str, int], idle_since: dict[str, float],
           candidates: list[_Candidate], held: list[t.Held], settings: t.ReconcileSettings,
-          occupied: Mapping[str, int] | None, reclaimed: dict[str, tuple[int, float]]) -> None:
+          occupied: Mapping[str, int] | None, reclaimed: dict[str, tuple[int, float]],
+          emptied: str | None = None) -> None:
     """``occupied``: node id -> GPUs held there (``nodes.by_pool``; None when a node is unknown);
-    ``reclaimed``: ``nodes.reclaims``' second part, less what this round gives back."""
+    ``reclaimed``: ``nodes.reclaims``' second part, less what this round gives back; ``emptied``: the
+    node a consolidation has just emptied in the pool (``nodes.moves``), released at once."""
     p = info.pool
     gpn = p.gpus_per_node
     if gpn <= 0:
@@ -399,13 +401,17 @@ def _pool(key: str, info: t.PoolInfo, inp: t.ReconcileInput, pending_gpus: dict[
     # postpones the directive, not the clock.
     since = idle_since.setdefault(key, inp.now_s)
     waited = inp.now_s - since >= settings.pool_scale_down_delay_s
-    if not waited and not reclaimed.get(key, (0, 0.0))[0]:
+    if not waited and not reclaimed.get(key, (0, 0.0))[0] and emptied is None:
         return
     if pending or key in resizing:
         held.append(t.Held(info.cluster_id, f"shrink {key}", "a start or resize is under way in the pool"))
         return
-    if not waited:  # only a cloud's backfill after a reclaim goes before the delay
-        _backfill(key, info, have_nodes, nodes, reclaimed, candidates)
+    # Before the delay only nodes known to be surplus go: a cloud's backfill after a reclaim, and the
+    # node a consolidation emptied (its replicas' spread already waited the delay).
+    if not waited:
+        if not _backfill(key, info, have_nodes, nodes, reclaimed, candidates) and emptied is not None:
+            candidates.append(_Candidate(_RESIZE_DOWN, info.cluster_id, fm.ResizePool(p.pool_id, have_nodes - 1),
+                                         f"node {emptied} emptied by consolidation"))
         return
     idle_since.pop(key, None)
     candidates.append(_Candidate(_RESIZE_DOWN, info.cluster_id, fm.ResizePool(p.pool_id, nodes),

@@ -39,7 +39,7 @@ def test_a_pool_spread_over_two_nodes_is_consolidated_then_shrunk():
     count, but a shrink to one node would take a replica (the agent refuses it). So: no shrink while
     both nodes are busy; after the scale-down delay the chat replica moves (a replacement starts in
     the pool, which the agent's best fit puts on n2), drains once the replacement is READY, and the
-    emptied node is released after the delay."""
+    emptied node is released at once."""
     chat, big = deployment("chat-8b"), deployment("reasoning-70b")
     stay = on(replica("c1", "h100", "big", big), "n2", 4)
     old = on(replica("c1", "h100", "chat-old", chat), "n1", 1)
@@ -68,10 +68,54 @@ def test_a_pool_spread_over_two_nodes_is_consolidated_then_shrunk():
     assert [p.directive.action.replica_id for p in drains] == ["chat-old"]
     assert "consolidation: node n1" in drains[0].reason
 
+    # n1 empty: released in that round, not after another scale-down delay of idle (the spread
+    # waited it already); before, n1 billed 300 s more.
     r5 = run(1500.0, [stay, ready], r4.state, free=11)
-    assert r5.state.emptying == {} and of_kind(r5, fm.ResizePool) == []  # n1 idle: its delay starts
-    r6 = run(1810.0, [stay, ready], r5.state, free=11)
-    assert [p.directive.action.target_nodes for p in of_kind(r6, fm.ResizePool)] == [1]
+    resizes = of_kind(r5, fm.ResizePool)
+    assert [p.directive.action.target_nodes for p in resizes] == [1]
+    assert resizes[0].reason == "node n1 emptied by consolidation"
+    assert r5.state.emptying == {}
+
+
+def emptied_n1(goal: tuple = (("chat-8b", KEY, 1), ("reasoning-70b", KEY, 1))):
+    """The consolidation of the test above, carried to the round before n1's last replica is gone:
+    (its state, the replica staying on n2, the chat replica's replacement READY on n2)."""
+    chat, big = deployment("chat-8b"), deployment("reasoning-70b")
+    stay = on(replica("c1", "h100", "big", big), "n2", 4)
+    old = on(replica("c1", "h100", "chat-old", chat), "n1", 1)
+    state = run(1000.0, [old, stay], t.ReconcileState(), free=11, goal=goal).state
+    r2 = run(1320.0, [old, stay], state, free=11, goal=goal)
+    new_id = of_kind(r2, fm.StartReplica)[0].directive.action.replica_id
+    ready = on(replica("c1", "h100", new_id, chat), "n2", 1)
+    r4 = run(1400.0, [old, stay, ready], r2.state, free=10, goal=goal)
+    assert [p.directive.action.replica_id for p in of_kind(r4, fm.DrainReplica)] == ["chat-old"]
+    return r4.state, stay, ready
+
+
+def test_an_emptied_node_waits_for_what_is_under_way_in_its_pool_then_goes():
+    """When n1 is emptied while another replica of the pool is still draining, the release waits
+    for it (the agent refuses a shrink below the busy nodes, and the pool is in flux) and then goes
+    at once, not a scale-down delay later: the move stays on record until then."""
+    chat = deployment("chat-8b")
+    state, stay, ready = emptied_n1()
+    leaving = on(replica("c1", "h100", "chat-x", chat, state=fm.ReplicaState.DRAINING), "n2", 1)
+    r5 = run(1500.0, [stay, ready, leaving], state, free=10)
+    assert of_kind(r5, fm.ResizePool) == [] and r5.state.emptying == {KEY: "n1"}
+    r6 = run(1530.0, [stay, ready], r5.state, free=11)
+    resizes = of_kind(r6, fm.ResizePool)
+    assert [(p.directive.action.target_nodes, p.reason) for p in resizes] == [(1, "node n1 emptied by consolidation")]
+    assert r6.state.emptying == {}
+
+
+def test_an_emptied_node_the_plan_wants_again_is_kept():
+    """By the time n1 is empty the plan wants 10 GPUs in the pool (two nodes' worth): nothing is
+    given back, then or after the delay."""
+    state, stay, ready = emptied_n1()
+    grown = (("chat-8b", KEY, 6), ("reasoning-70b", KEY, 1))
+    for now in (1500.0, 1900.0):
+        out = run(now, [stay, ready], state, free=11, goal=grown)
+        assert of_kind(out, fm.ResizePool) == []
+        state = out.state
 
 
 def test_no_move_where_the_other_nodes_have_no_room_or_the_node_is_unknown():
