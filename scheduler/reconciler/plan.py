@@ -41,7 +41,7 @@ Rules (all pure; the executor sends what this returns):
   to the nodes reclaimed in the pool lately (``nodes.reclaims``). A pool whose replicas stay
   spread over more nodes than they need is consolidated (``nodes.moves``): one node's replicas
   move to its fuller nodes, make-before-break,
-  and the emptied node is then idle."""
+  and the emptied node is given back at once."""
 
 from __future__ import annotations
 
