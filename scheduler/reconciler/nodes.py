@@ -121,7 +121,10 @@ def moves(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.ReconcileS
             since_out.pop(key, None)
         if node not in occupied:
             # Emptied: released at once (the spread already waited pool_scale_down_delay_s), when
-            # nothing else is under way in the pool; until then the move stays on record.
+            # nothing else is under way in the pool; until then the move stays on record (and
+            # starts keep off the node). Forgotten at once if the plan wants its GPUs again.
+            if wanted_gpus.get(key, 0) > len(occupied) * p.gpus_per_node:
+                continue
             if key in busy_pools:
                 emptying[key] = node
             else:

@@ -116,6 +116,14 @@ def test_an_emptied_node_the_plan_wants_again_is_kept():
         out = run(now, [stay, ready], state, free=11, goal=grown)
         assert of_kind(out, fm.ResizePool) == []
         state = out.state
+    # Nor is the move kept on record while something else is under way in the pool: the plan's
+    # new replicas may start on n1 (no avoid_nodes), since they need it.
+    chat = deployment("chat-8b")
+    state, stay, ready = emptied_n1()
+    leaving = on(replica("c1", "h100", "chat-x", chat, state=fm.ReplicaState.DRAINING), "n2", 1)
+    out = run(1500.0, [stay, ready, leaving], state, free=10, goal=grown)
+    assert out.state.emptying == {} and of_kind(out, fm.ResizePool) == []
+    assert all(p.directive.action.avoid_nodes == () for p in of_kind(out, fm.StartReplica))
 
 
 def test_no_move_where_the_other_nodes_have_no_room_or_the_node_is_unknown():
