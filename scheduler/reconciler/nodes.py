@@ -119,19 +119,18 @@ def moves(inp: t.ReconcileInput, state: t.ReconcileState, settings: t.ReconcileS
             if node is None:
                 continue
             since_out.pop(key, None)
+        others = len(occupied) - (node in occupied)  # the pool's busy nodes but this one
+        if wanted_gpus.get(key, 0) > others * p.gpus_per_node:
+            continue  # the plan needs the node after all: the move, or the release, is given up
         if node not in occupied:
             # Emptied: released at once (the spread already waited pool_scale_down_delay_s), when
             # nothing else is under way in the pool; until then the move stays on record (and
-            # starts keep off the node). Forgotten at once if the plan wants its GPUs again.
-            if wanted_gpus.get(key, 0) > len(occupied) * p.gpus_per_node:
-                continue
+            # starts keep off the node).
             if key in busy_pools:
                 emptying[key] = node
             else:
                 emptied[key] = node
             continue
-        if wanted_gpus.get(key, 0) > (len(occupied) - 1) * p.gpus_per_node:
-            continue  # the plan needs the node after all
         on_node = [r for r in here if r.report.node_id == node]
         if any(r.report.state is fm.ReplicaState.STARTING for r in on_node):
             continue  # a replica started there (no room elsewhere after all): the move is given up
