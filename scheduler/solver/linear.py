@@ -101,10 +101,13 @@ class _StopNearBound(cp_model.CpSolverSolutionCallback):
 
 def solve_sat(model: LinearModel, *, time_limit_s: float, workers: int, relative_gap: float,
               hint: Mapping[int, int] | None = None, seed: int = 0, known_bound: float | None = None,
-              objective_scale: float = OBJECTIVE_SCALE) -> SatOutcome:
+              objective_scale: float = OBJECTIVE_SCALE, presolve: bool = True,
+              linearization_level: int | None = None) -> SatOutcome:
     """The integer model with CP-SAT (rows, bounds and objective written straight into its proto).
     ``known_bound``: a valid lower bound of the objective (model units) to stop at within the gap;
-    ``objective_scale``: objective units per USD CP-SAT works in (costs are rounded to them)."""
+    ``objective_scale``: objective units per USD CP-SAT works in (costs are rounded to them);
+    ``presolve``, ``linearization_level``: CP-SAT's parameters of those names (None: its default),
+    for the neighbourhood search's small models (``neighbourhood.STEP_SAT``)."""
     cp = cp_model.CpModel()
     proto = cp.proto
     for lo, hi in zip(model.lb, model.ub, strict=True):
@@ -131,6 +134,9 @@ def solve_sat(model: LinearModel, *, time_limit_s: float, workers: int, relative
     p.num_workers = workers
     p.relative_gap_limit = relative_gap
     p.random_seed = seed
+    p.cp_model_presolve = presolve
+    if linearization_level is not None:
+        p.linearization_level = linearization_level
     callback = None
     if known_bound is not None and math.isfinite(known_bound):
         callback = _StopNearBound(known_bound * objective_scale, relative_gap)

@@ -285,10 +285,12 @@ def test_a_step_counts_as_a_gain_only_when_the_plan_as_served_improves():
     assert out.gain_usd == pytest.approx(before - after, abs=1e-3)
 
 
-def test_a_held_group_is_a_constant_that_still_counts_against_quota_and_budget():
+@pytest.mark.parametrize("sat", [{}, neighbourhood.STEP_SAT], ids=["cp-sat-default", "step-settings"])
+def test_a_held_group_is_a_constant_that_still_counts_against_quota_and_budget(sat):
     """A step's model has no node variable for a pool only held deployments use: its nodes are a
     constant in the objective and are taken off the cloud quota and fleet budget, so the freed
-    deployment still sees them (4-GPU aws quota, 3 held on one pool: 1 of 2 replicas fits)."""
+    deployment still sees them (4-GPU aws quota, 3 held on one pool: 1 of 2 replicas fits). The
+    same optimum with the steps' CP-SAT settings (no presolve) as with CP-SAT's defaults."""
     held = sc.dep("held", regions={"na-east": 3}, gpu_types=["A10G"])
     free = sc.dep("free", regions={"na-east": 2})
     pools = [sc.pool("c", "aws", "us-east-1", "A10G", 1.0), sc.pool("c", "aws", "us-east-1", "L4", 0.8)]
@@ -301,15 +303,17 @@ def test_a_held_group_is_a_constant_that_still_counts_against_quota_and_budget()
         built = formulation.build(c, prob, settings, None, {0: [(a10g, 3)]}, [1])
         assert set(built.nodes) == {g.index for g in c.groups if g.offer.gpu_type == "L4"}
         assert built.const_nodes == {a10g: 3}
-        out = linear.solve_sat(built.model, time_limit_s=1.0, workers=1, relative_gap=0.0)
+        out = linear.solve_sat(built.model, time_limit_s=1.0, workers=1, relative_gap=0.0, **sat)
         assert out.status == "optimal"
         assert sum(out.values[v] for v in built.x.values()) == fits, pol
         assert out.objective == pytest.approx(3 * 1.0 + fits * 0.8 + (2 - fits) * 5000 * 2.0 + fits * 0.01, abs=0.2)
 
 
-def test_held_nodes_that_alone_break_a_quota_keep_the_model_infeasible():
+@pytest.mark.parametrize("sat", [{}, neighbourhood.STEP_SAT], ids=["cp-sat-default", "step-settings"])
+def test_held_nodes_that_alone_break_a_quota_keep_the_model_infeasible(sat):
     """With no variable left in aws, 3 held A10G nodes against a 2-GPU aws quota still make the
-    model infeasible (as the row over their node variables did), not silently feasible."""
+    model infeasible (as the row over their node variables did), not silently feasible, with the
+    steps' CP-SAT settings too."""
     held = sc.dep("held", regions={"na-east": 3}, gpu_types=["A10G"])
     free = sc.dep("free", regions={"na-east": 1}, placement_clouds=["gcp"])
     pools = [sc.pool("a", "aws", "us-east-1", "A10G", 1.0), sc.pool("g", "gcp", "us-east4", "L4", 0.8)]
@@ -319,7 +323,7 @@ def test_held_nodes_that_alone_break_a_quota_keep_the_model_infeasible():
     a10g = next(g.index for g in c.groups if g.offer.gpu_type == "A10G")
     built = formulation.build(c, prob, settings, None, {0: [(a10g, 3)]}, [1])
     assert a10g in built.const_nodes and all(c.groups[g].offer.cloud == "gcp" for g in built.nodes)
-    assert linear.solve_sat(built.model, time_limit_s=1.0, workers=1, relative_gap=0.0).status == "infeasible"
+    assert linear.solve_sat(built.model, time_limit_s=1.0, workers=1, relative_gap=0.0, **sat).status == "infeasible"
 
 
 def test_the_constant_counts_once_in_cp_sat_objective_and_bound():
