@@ -44,9 +44,10 @@ the shared limits."""
 from __future__ import annotations
 
 import dataclasses
+import fractions
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from meridian import fleet
 from scheduler.solver import candidates as cand_mod
@@ -120,23 +121,57 @@ def protect_keep(c: cand_mod.Candidates, d: int, current: Mapping[tuple[int, int
     return min(keep, total)
 
 
-def held_packed(c: cand_mod.Candidates, fixed: Mapping[int, list[tuple[int, int]]]) -> dict[int, int]:
-    """Group -> node GPUs the ``fixed`` replicas (deployment -> [(group, replicas)]) take there."""
-    out: dict[int, int] = {}
-    for d, entries in fixed.items():
+@dataclasses.dataclass
+class Held:
+    """What replicas held out of a model take off its shared limits: node GPUs per group (``packed``),
+    GPUs per (team, GPU type, or "" for all types) and cents per hour per team. Cents are kept as
+    exact fractions of the floats they come from, so a ``Held`` kept up to date by adding and
+    taking off deployments (the neighbourhood search, every step) is exactly the total a fresh sum
+    gives, and a budget's rounding never depends on the order of the steps."""
+
+    packed: dict[int, int] = dataclasses.field(default_factory=dict)
+    team_gpus: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    team_cents: dict[str, fractions.Fraction] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, c: cand_mod.Candidates, fixed: Mapping[int, Iterable[tuple[int, int]]]) -> Held:
+        """The total of ``fixed`` (deployment -> [(group, replicas)])."""
+        held = cls()
+        for d, entries in fixed.items():
+            held.add(c, d, entries)
+        return held
+
+    def add(self, c: cand_mod.Candidates, d: int, entries: Iterable[tuple[int, int]], sign: int = 1) -> None:
+        """Add deployment ``d``'s replicas ``entries`` [(group, replicas)] (``sign`` -1: take them off)."""
+        view = c.views[d]
+        team = view.demand.team
         for g, n in entries:
+            if not n:
+                continue
             offer = c.groups[g].offer
-            out[g] = out.get(g, 0) + n * cand_mod.packed_gpus(c.views[d].gpus_for(offer.gpu_type), offer.gpus_per_node)
-    return out
+            gpus = view.gpus_for(offer.gpu_type)
+            k = sign * n
+            self.packed[g] = self.packed.get(g, 0) + k * cand_mod.packed_gpus(gpus, offer.gpus_per_node)
+            for key in ((team, ""), (team, offer.gpu_type)):
+                self.team_gpus[key] = self.team_gpus.get(key, 0) + k * gpus
+            self.team_cents[team] = (self.team_cents.get(team, fractions.Fraction(0))
+                                     + k * gpus * fractions.Fraction(offer.price_per_gpu_hour_usd * CENTS))
+
+    def without(self, c: cand_mod.Candidates, by_d: Mapping[int, Iterable[tuple[int, int]]]) -> Held:
+        """A copy with the replicas ``by_d`` (deployment -> [(group, replicas)]) taken off."""
+        out = Held(dict(self.packed), dict(self.team_gpus), dict(self.team_cents))
+        for d, entries in by_d.items():
+            out.add(c, d, entries, -1)
+        return out
 
 
 def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: problem.SolverSettings,
-          current: Mapping[tuple[int, int], int] | None, fixed: Mapping[int, list[tuple[int, int]]],
+          current: Mapping[tuple[int, int], int] | None, fixed: Mapping[int, list[tuple[int, int]]] | Held,
           active: list[int], subset: set[int] | None = None, lp_cuts: bool = True,
           protect_weight: Mapping[int, float] | None = None) -> Built:
     """The model for the ``active`` deployments. ``current``: (deployment, group) -> replicas now,
     or None for a first placement (no churn to count); ``fixed``: deployment -> [(group, replicas)]
-    kept as they are; ``subset``: the pairs to use (default: all);
+    kept as they are, or their ``Held`` total (a caller that builds many models keeps it up to date); ``subset``: the pairs to use (default: all);
     ``lp_cuts``: add the LP-only cuts (a model only CP-SAT solves needs none); ``protect_weight``:
     ``protect_weights(prob)``, when the caller builds many models of one problem.
 
@@ -147,17 +182,8 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
     m = linear.LinearModel()
     groups, arcs, pairs, views = c.groups, c.arcs, c.pairs, c.views
     b = Built(m, {}, {}, {}, {}, {}, {}, {}, {}, {}, active, {})
-    b.fixed_packed.update(held_packed(c, fixed))
-    fixed_team_gpus: dict[tuple[str, str], int] = {}  # (team, gpu type or "") -> GPUs
-    fixed_team_cents: dict[str, float] = {}
-    for d, entries in fixed.items():
-        team = views[d].demand.team
-        for g, n in entries:
-            gt = groups[g].offer.gpu_type
-            gpus = views[d].gpus_for(gt)
-            for key in ((team, ""), (team, gt)):
-                fixed_team_gpus[key] = fixed_team_gpus.get(key, 0) + n * gpus
-            fixed_team_cents[team] = fixed_team_cents.get(team, 0.0) + n * gpus * groups[g].offer.price_per_gpu_hour_usd * CENTS
+    held_total = fixed if isinstance(fixed, Held) else Held.of(c, fixed)
+    b.fixed_packed.update((g, n) for g, n in held_total.packed.items() if n)
 
     if protect_weight is None:
         protect_weight = protect_weights(prob)
@@ -191,7 +217,7 @@ def build(c: cand_mod.Candidates, prob: problem.PlacementProblem, settings: prob
         if idx:
             m.row(idx, coef, hi=max(0, group.offer.gpus_capacity - held))
         m.row(idx + [nodes], [-k for k in coef] + [gpn], lo=held)
-    _quotas(b, c, prob, fixed_team_gpus, fixed_team_cents)
+    _quotas(b, c, prob, held_total.team_gpus, held_total.team_cents)
     return b
 
 
@@ -383,7 +409,8 @@ def _protect(b: Built, c: cand_mod.Candidates, d: int, current: Mapping[tuple[in
 
 
 def _quotas(b: Built, c: cand_mod.Candidates, prob: problem.PlacementProblem,
-            fixed_team_gpus: Mapping[tuple[str, str], int], fixed_team_cents: Mapping[str, float]) -> None:
+            fixed_team_gpus: Mapping[tuple[str, str], int],
+            fixed_team_cents: Mapping[str, fractions.Fraction]) -> None:
     policy = prob.policy
     if policy is None:
         return
@@ -403,8 +430,8 @@ def _quotas(b: Built, c: cand_mod.Candidates, prob: problem.PlacementProblem,
                 m.row([b.x[p] for p in typed], [pairs[p].gpus for p in typed], hi=max(0, left))
         if team.budget_per_hour_usd is not None and members:
             cents = [math.ceil(pairs[p].gpus * groups[pairs[p].g].offer.price_per_gpu_hour_usd * CENTS) for p in members]
-            left = team.budget_per_hour_usd * CENTS - fixed_team_cents.get(team.name, 0.0)
-            m.row([b.x[p] for p in members], cents, hi=max(0.0, math.floor(left)))
+            left = fractions.Fraction(team.budget_per_hour_usd * CENTS) - fixed_team_cents.get(team.name, 0)
+            m.row([b.x[p] for p in members], cents, hi=max(0, math.floor(left)))
     # Groups with constant nodes (const_nodes) count in these rows as constants off the limit.
     for cloud in policy.clouds:
         in_cloud = [g for g in b.nodes if groups[g].offer.cloud == cloud.name]

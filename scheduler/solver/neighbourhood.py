@@ -97,7 +97,7 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
         if pair.d in members:
             pairs_by_g.setdefault(pair.g, []).append(p)
     # GPUs per group of the deployments held throughout (``fixed``): a node they need cannot close.
-    held_gpus = formulation.held_packed(c, fixed or {})
+    held_gpus = formulation.Held.of(c, fixed or {}).packed
     threads = max(1, settings.neighbourhood_threads)
     workers = max(1, settings.num_search_workers // threads)
     steps = improved = stalled = version = 0
@@ -113,12 +113,19 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
 
     regret = [regret_of(d) for d in pool] if lp_cost is not None else None
 
+    def entries(d: int) -> list[tuple[int, int]]:
+        return [(c.pairs[p].g, n) for p, n in by_d.get(d, {}).items()]
+
+    # What every deployment but the hood's takes off the shared limits: the total of the held
+    # ones and of the plan, kept up to date as steps are kept; a step takes its hood off (summing
+    # all of them again each step was a third of a step's model building at 500 x 300).
+    total = formulation.Held.of(c, fixed or {})
+    for d in by_d:
+        total.add(c, d, entries(d))
+
     def model_of(hood: list[int]) -> tuple[formulation.Built, dict[int, int]]:
         """The step model for ``hood`` next to the plan as it is now, and the plan's values in it."""
-        held = {d: list(e) for d, e in (fixed or {}).items()}
-        for d, mine in by_d.items():
-            if d not in hood and mine:
-                held[d] = [(c.pairs[p].g, n) for p, n in mine.items()]
+        held = total.without(c, {d: entries(d) for d in hood})
         usable = None if pairs is None else pairs | {p for d in hood for p in by_d.get(d, {})}
         sub = formulation.build(c, prob, settings, current, held, hood, usable, lp_cuts=False,
                                 protect_weight=weights)
@@ -128,9 +135,12 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
     def keep(hood: list[int], found: greedy.Solution) -> None:
         """Make ``found`` (the hood's new replicas) the plan's."""
         for d in hood:
+            total.add(c, d, entries(d), -1)
             by_d[d] = {}
         for p, n in found.counts.items():
             by_d.setdefault(c.pairs[p].d, {})[p] = n
+        for d in hood:
+            total.add(c, d, entries(d))
         if regret is not None:
             for d in hood:
                 regret[at[d]] = regret_of(d)

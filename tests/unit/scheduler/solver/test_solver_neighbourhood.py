@@ -336,3 +336,36 @@ def test_the_constant_counts_once_in_cp_sat_objective_and_bound():
     out = linear.solve_sat(m, time_limit_s=1.0, workers=1, relative_gap=0.0)
     assert out.status == "optimal"
     assert out.objective == pytest.approx(102.0) and out.bound == pytest.approx(102.0)
+
+
+def test_a_held_total_kept_up_to_date_builds_the_very_model_a_fresh_sum_builds():
+    """The neighbourhood search keeps what the plan holds as one total, taking a step's deployments
+    off it and adding them back as steps are kept; a step's model built from that total is the
+    model built from the held replicas themselves, budgets and quotas included, and the total
+    after moves equals a fresh sum to the last cent."""
+    prob = fleet.make(40, 50, seed=3)
+    settings = solver.SolverSettings()
+    c, active, _, start = dive_start(prob, settings)
+    by_d: dict[int, list[tuple[int, int]]] = {}
+    for p, n in start.counts.items():
+        if n:
+            by_d.setdefault(c.pairs[p].d, []).append((c.pairs[p].g, n))
+    assert any(t.budget_per_hour_usd is not None for t in prob.policy.teams) and len(by_d) > 10
+    total = formulation.Held.of(c, by_d)
+    rng = random.Random(5)
+    for _ in range(20):  # moves as kept steps make them: off the total, changed, back on
+        d = rng.choice(sorted(by_d))
+        total.add(c, d, by_d[d], -1)
+        g = c.pairs[rng.choice(c.pairs_by_d[d])].g
+        by_d[d] = [(g, rng.randint(1, 3))]
+        total.add(c, d, by_d[d])
+    fresh = formulation.Held.of(c, by_d)
+    assert {k: v for k, v in total.packed.items() if v} == {k: v for k, v in fresh.packed.items() if v}
+    assert {k: v for k, v in total.team_cents.items() if v} == {k: v for k, v in fresh.team_cents.items() if v}
+    hood = sorted(by_d)[:5]
+    held = {d: e for d, e in by_d.items() if d not in hood}
+    a = formulation.build(c, prob, settings, None, held, hood, lp_cuts=False)
+    b = formulation.build(c, prob, settings, None, total.without(c, {d: by_d[d] for d in hood}), hood, lp_cuts=False)
+    assert (a.model.lb, a.model.ub, a.model.cost, a.model.rows) == (b.model.lb, b.model.ub, b.model.cost, b.model.rows)
+    assert a.model.constant == pytest.approx(b.model.constant, abs=1e-9)
+    assert a.fixed_packed == b.fixed_packed and a.const_nodes == b.const_nodes
