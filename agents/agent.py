@@ -57,7 +57,12 @@ class AgentOptions:
     interruption_poll_s: float = 5.0
     supervise_interval_s: float = 0.5
     reconnect_initial_s: float = 0.5
-    reconnect_max_s: float = 30.0
+    # The longest wait between reconnect attempts. After a scheduler restart the new leader waits
+    # adopt_grace_s (15 s by default) for agents to report before it plans without their clusters
+    # and re-places their replicas; with 30 s here an agent that failed a few attempts while the
+    # scheduler was down could come back after that grace (seen in the e2e restart test: a draw of
+    # 6.0 s of an 8-s ceiling against a 5-s grace, and one replica replaced).
+    reconnect_max_s: float = 5.0
     welcome_timeout_s: float = 15.0
     ready_timeout_s: float = 3600.0
     adopt_settle_s: float = 15.0  # longest wait for re-adopted replicas' first probe before connecting

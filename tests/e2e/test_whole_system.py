@@ -37,7 +37,9 @@ async def fleet(tmp_path_factory):
     f = fleet_mod.LocalFleet(fleet_mod.FleetConfig(
         workdir=workdir, spec_files=(SPECS / "fleet.yaml",), cluster_file=SPECS / "clusters.yaml",
         provisioning_delay_s=2.0, router_region="na-east",
-        scheduler_settings=("heartbeat_interval_s=1", "adopt_grace_s=5")))
+        # The grace outlasts the agents' reconnect backoff (5 s at most between attempts) with room:
+        # at 5 s an agent that came back after it had its replicas re-placed after the restart.
+        scheduler_settings=("heartbeat_interval_s=1", "adopt_grace_s=10")))
     f.prepare()
     try:
         await f.start_scheduler()
@@ -186,7 +188,12 @@ async def test_scheduler_restart_loses_nothing_and_restarts_no_replica(fleet, se
     await fleet.restart_scheduler()
     await fleet.wait_for(session, lambda s: {r["replica_id"] for _, r in ready_chat(s)} >= set(replicas), 60,
                          "the same replicas reported after the restart")
-    await asyncio.sleep(8.0)  # past the adoption grace: a restart would show as new replica ids or pids
+    # The new term's first plan comes after the adoption grace (the lost cluster never reports);
+    # then a replacement would start and be ready within seconds (2-s provisioning), and a replica
+    # it replaced be drained.
+    await fleet.wait_for(session, lambda s: s.get("plan") is not None and not s.get("adopting"), 60,
+                         "the first plan after the restart")
+    await asyncio.sleep(8.0)
     status = await fleet.status(session)
     after = {r["replica_id"]: fleet.procs.engine_pid(int(r["endpoint"].rsplit(":", 1)[1]))
              for _, r in ready_chat(status)}

@@ -1,13 +1,17 @@
-"""The directive journal (what survives an agent restart); the backoff is tested with the kernel's
-(tests/unit/meridian/test_backoff.py)."""
+"""The directive journal (what survives an agent restart), and the reconnect backoff's cap against
+the scheduler's adoption grace (the backoff itself is tested with the kernel's:
+tests/unit/meridian/test_backoff.py)."""
 
 from __future__ import annotations
 
 import json
+import random
 
-
+from meridian import backoff as backoff_mod
 from meridian.fleet import models
+from scheduler import config as scheduler_config
 
+import agents
 from agents import state
 
 
@@ -45,3 +49,16 @@ def test_corrupt_journal_starts_empty(tmp_path):
     assert len(j) == 0
     j.record("d1", models.DirectiveOutcome.SUCCEEDED)
     assert json.loads(path.read_text())["directives"][0]["id"] == "d1"
+
+
+def test_an_agent_retries_within_the_adoption_grace_of_a_restarted_scheduler():
+    """With the defaults, an agent whose attempts failed while the scheduler was down tries again
+    at most reconnect_max_s after its last failure, whatever the draw: once the new leader is up, the
+    agent is back with at least half of the leader's adoption grace left for its Hello and first
+    report, so its cluster is not planned without (and its replicas re-placed) after a restart."""
+    options = agents.AgentOptions()
+    grace = scheduler_config.SchedulerConfig.model_fields["adopt_grace_s"].default
+    retry = backoff_mod.Backoff(options.reconnect_initial_s, options.reconnect_max_s, rng=random.Random(3))
+    longest = max(retry.next_delay_s() for _ in range(200))  # a long outage: every attempt fails
+    assert longest <= options.reconnect_max_s
+    assert options.reconnect_max_s <= grace / 2
