@@ -26,7 +26,8 @@ import numpy as np
 from scheduler.solver import linear
 
 _INF = highspy.kHighsInf
-# stall_s counts from plans better than the hint by at least this share of its value.
+# stall_s and until_better_s count from plans better than the hint by at least this share of its
+# value.
 _STALL_GAIN = 1e-3
 _FIRST = threading.Lock()
 _banner_done = False
@@ -58,14 +59,17 @@ def _highs() -> highspy.Highs:
 
 def solve_mip(model: linear.LinearModel, *, time_limit_s: float, relative_gap: float,
               hint: Mapping[int, int] | None = None, seed: int = 0, threads: int = 1,
-              cuts: bool = True, stall_s: float | None = None) -> linear.SatOutcome:
+              cuts: bool = True, stall_s: float | None = None,
+              until_better_s: float | None = None) -> linear.SatOutcome:
     """``model`` with HiGHS within ``time_limit_s`` (seconds), stopping once its own proven bound
     is within ``relative_gap``. ``hint``: variable -> value of a feasible point (every variable:
     ``starts.complete``), given to HiGHS as its first incumbent; ``cuts``: add the model's LP-only
     cuts as rows; ``stall_s``: also stop once a plan better than the hint was found and no better
     one followed for this long (HiGHS's first gains come after its root cut loop, the later ones
-    slowly). Same outcome type as ``linear.solve_sat``: status optimal | feasible | infeasible |
-    unknown, integer values, the objective at them, the proven bound, wall seconds."""
+    slowly); ``until_better_s``: also stop after this long once a plan better than the hint was
+    found (before that, only ``time_limit_s`` stops it). Same outcome type as ``linear.solve_sat``:
+    status optimal | feasible | infeasible | unknown, integer values, the objective at them, the
+    proven bound, wall seconds."""
     started = time.perf_counter()
     h = _highs()
     h.setOptionValue("time_limit", max(0.05, float(time_limit_s)))
@@ -105,10 +109,19 @@ def solve_mip(model: linear.LinearModel, *, time_limit_s: float, relative_gap: f
     deadline = started + float(time_limit_s)
     start_value = model.value(hint) if hint else math.inf
     improved_at = [math.inf]  # when the last plan better than the hint came
+    branching_at = [math.inf]  # when the first node past the root came (root LP and cuts done)
 
     def stop(event: highspy.highs.HighsCallbackEvent) -> None:
         now = time.perf_counter()
-        if now > deadline or (stall_s is not None and now - improved_at[0] > stall_s):
+        if branching_at[0] == math.inf and event.data_out.mip_node_count > 0:
+            branching_at[0] = now
+        # The stall clock runs from the last better plan, but not before the root is done: plans
+        # a heuristic finds at once are often followed by a second or more of root cuts, and the
+        # best plans come after those.
+        stalled = now - max(improved_at[0], branching_at[0])
+        if now > deadline or (stall_s is not None and improved_at[0] < math.inf and stalled > stall_s):
+            event.interrupt()
+        elif until_better_s is not None and now > started + until_better_s and improved_at[0] < math.inf:
             event.interrupt()
 
     def improving(event: highspy.highs.HighsCallbackEvent) -> None:
@@ -119,7 +132,7 @@ def solve_mip(model: linear.LinearModel, *, time_limit_s: float, relative_gap: f
 
     h.cbMipInterrupt.subscribe(stop)
     h.cbSimplexInterrupt.subscribe(stop)
-    if stall_s is not None:
+    if stall_s is not None or until_better_s is not None:
         h.cbMipImprovingSolution.subscribe(improving)
     h.run()
     status = h.getModelStatus()

@@ -59,6 +59,13 @@ WIDE_MIN_PER_STEP = 2
 WIDE_MIN_S = 0.5
 # ... and it ends once HiGHS found a better plan and no better one followed for this long.
 WIDE_STALL_S = 0.5
+# wide_step_share ends the step only once HiGHS has a better plan; until then it may run to this
+# share of the search time. Its root LP and cuts take longer on a slower or busier machine, and a
+# step cut off before its first plan gains nothing. Emulated with the share at 0.15, which cuts
+# HiGHS off on this machine: 500 x 300, four search seeds, no wide step gained and the plans were
+# +4.3% above the best known; with this, each gained 590-680 $/h and +2.6%. At 0.3, unchanged
+# (six seeds: +2.1% and +2.05%; 200 x 200 +1.40% and +1.34%).
+WIDE_MAX_SHARE = 0.5
 
 
 @dataclasses.dataclass
@@ -147,9 +154,11 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
 
     wide: dict[str, float] = {}
     wide_hood = wide_deployments(c, pool, pairs, by_d)
-    wide_s = settings.wide_step_share * (deadline - time.perf_counter())
-    if len(wide_hood) >= WIDE_MIN_PER_STEP * settings.neighbourhood_size and wide_s >= WIDE_MIN_S:
-        gained, wide = _wide_step(wide_hood, wide_s, model_of, keep, c, settings)
+    left = deadline - time.perf_counter()
+    wide_s = settings.wide_step_share * left
+    wide_max_s = max(wide_s, WIDE_MAX_SHARE * left) if settings.wide_step_share > 0 else 0.0
+    if len(wide_hood) >= WIDE_MIN_PER_STEP * settings.neighbourhood_size and wide_max_s >= WIDE_MIN_S:
+        gained, wide = _wide_step(wide_hood, wide_s, wide_max_s, model_of, keep, c, settings)
         gain += gained
 
     # CP-SAT releases the GIL while it searches: ``threads`` steps run at once (on disjoint sets of
@@ -205,9 +214,10 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
     return Outcome(starts.with_flows(c, greedy.Solution(counts, {}), list(active)), steps, improved, gain, wide)
 
 
-def _wide_step(hood: list[int], time_s: float, model_of, keep, c: cand_mod.Candidates,
+def _wide_step(hood: list[int], time_s: float, max_s: float, model_of, keep, c: cand_mod.Candidates,
                settings: problem.SolverSettings) -> tuple[float, dict[str, float]]:
-    """HiGHS on ``hood`` (``wide_deployments``) next to the plan, for at most ``time_s``;
+    """HiGHS on ``hood`` (``wide_deployments``) next to the plan, for ``time_s`` once it has a
+    better plan (or ``WIDE_STALL_S`` after its last one), and while it has none up to ``max_s``;
     its plan is kept when it holds every row exactly (HiGHS's values are rounded floats) and gains.
     Runs alone: HiGHS has one thread and measured better so (500 x 300, six search seeds: +3.8%
     above the best known plan, against +4.2% with one ordinary step beside it, whose moves on the
@@ -217,8 +227,9 @@ def _wide_step(hood: list[int], time_s: float, model_of, keep, c: cand_mod.Candi
     # 0.2-0.5 s sooner without them (100 x 120 to 500 x 300).
     sub, hint = model_of(hood)
     before = after = _value(sub, hint)
-    out = mip.solve_mip(sub.model, time_limit_s=time_s - (time.perf_counter() - t), relative_gap=0.0,
-                        hint=hint, seed=settings.seed, stall_s=WIDE_STALL_S)
+    spent = time.perf_counter() - t
+    out = mip.solve_mip(sub.model, time_limit_s=max_s - spent, relative_gap=0.0, hint=hint, seed=settings.seed,
+                        stall_s=WIDE_STALL_S, until_better_s=time_s - spent)
     if out.status in ("optimal", "feasible"):
         found = greedy.Solution({p: out.values[v] for p, v in sub.x.items() if out.values[v] > 0}, {})
         values = starts.complete(c, sub, starts.with_flows(c, found, hood))

@@ -380,9 +380,11 @@ class SolverSettings(pydantic.BaseModel):
                                             "emptying steps), each with num_search_workers / threads CP-SAT workers.")
     wide_step_share: float = pydantic.Field(
         default=0.3, ge=0, lt=1,
-        description="Neighbourhood search: at most this share of its time goes first to one HiGHS step that "
+        description="Neighbourhood search: this share of its time goes first to one HiGHS step that "
                     "re-solves every deployment whose replicas all take several GPUs, with those whose replicas "
-                    "sit on the groups they may use (when more than two ordinary steps hold; 0: no such step). "
+                    "sit on the groups they may use (when more than two ordinary steps hold; 0: no such step); "
+                    "while HiGHS has no better plan yet the step may run on, to half the search time (a slower "
+                    "machine's HiGHS is not cut off before its first plan). "
                     "They compete for the few multi-GPU nodes, which a step of neighbourhood_size rarely frees "
                     "together (measured, 10-s plans above the best known: 100 x 120 +2.5% -> +1.2%, 200 x 200 "
                     "+4.8% -> +2.3%, 500 x 300 +5.2% -> +3.4%; 0.2 often ended before HiGHS's first better plan).")

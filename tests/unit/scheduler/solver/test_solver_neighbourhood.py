@@ -120,6 +120,25 @@ def test_the_wide_step_moves_multi_gpu_deployments_together(monkeypatch, wide):
         assert out.improved == 0 and out.wide == {}
 
 
+def test_a_wide_step_share_too_short_for_highs_still_lets_it_find_its_first_plan(monkeypatch):
+    """The share is where the wide step ends once HiGHS has a better plan, not a cut-off before
+    it: with a share of 0.001 of a 20-s search (0.02 s, less than any HiGHS run), the eight 2-GPU
+    deployments still move to the cheap nodes together, and the step ends soon after its plan, long
+    before half the search time."""
+    monkeypatch.setattr(neighbourhood, "EMPTY_SHARE", 0.0)
+    names = [f"big{i}" for i in range(8)]
+    prob = sc.problem([sc.dep(n, regions={"na-east": 1}, gpus=2) for n in names],
+                      [sc.pool("c1", "aws", "us-east-1", "L4", 100.0, gpus_per_node=8, nodes_max=2, pool_id="dear"),
+                       sc.pool("c1", "aws", "us-east-1", "L4", 60.0, gpus_per_node=8, nodes_max=2, pool_id="cheap")])
+    settings = solver.SolverSettings(neighbourhood_size=1, wide_step_share=0.001)
+    c, active = setup(prob, settings)
+    start = greedy.Solution({pair_of(c, d, "dear"): 1 for d in active}, {})
+    out = neighbourhood.search(prob, c, settings, start, active, time.perf_counter() + 20.0)
+    assert out.wide["wide_step_gain_usd"] == pytest.approx(80.0, abs=0.5)
+    assert out.solution.counts == {pair_of(c, d, "cheap"): 1 for d in active}
+    assert out.wide["wide_step_s"] < 5.0
+
+
 def test_only_deployments_whose_every_replica_takes_several_gpus_are_in_the_wide_step():
     """A deployment with 1-GPU replicas, or one that may run on one GPU of some type, is left to the
     ordinary steps; one that takes two GPUs wherever it runs is in."""
