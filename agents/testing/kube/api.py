@@ -19,8 +19,6 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from meridian import waits
-
 from agents.testing.kube import objects, registry, selectors, store
 
 log = logging.getLogger("agents.testing.kube.api")
@@ -424,7 +422,10 @@ class ApiServer:
                     await response.write(chunk)
                 elif not self.log_source.is_running(namespace, name, container):
                     break
-                await waits.event_set(stop, 0.2)
+                try:
+                    await asyncio.wait_for(stop.wait(), 0.2)
+                except TimeoutError:
+                    pass
         finally:
             self._streams.discard(stop)
         await response.write_eof()

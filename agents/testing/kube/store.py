@@ -21,8 +21,6 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-from meridian import waits
-
 from agents.testing.kube import objects
 
 log = logging.getLogger("agents.testing.kube.store")
@@ -95,7 +93,9 @@ class Watcher:
             if self.closed:
                 return None
             self._wake.clear()
-            if not await waits.event_set(self._wake, timeout_s):
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout_s)
+            except TimeoutError:
                 return "timeout"
         return self._queue.popleft()
 
