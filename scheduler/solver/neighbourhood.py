@@ -104,7 +104,8 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
         if pair.d in members:
             pairs_by_g.setdefault(pair.g, []).append(p)
     # GPUs per group of the deployments held throughout (``fixed``): a node they need cannot close.
-    held_gpus = formulation.Held.of(c, fixed or {}).packed
+    fixed_held = formulation.Held.of(c, fixed or {})
+    held_gpus = dict(fixed_held.packed)
     threads = max(1, settings.neighbourhood_threads)
     workers = max(1, settings.num_search_workers // threads)
     steps = improved = stalled = version = 0
@@ -126,7 +127,7 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
     # What every deployment but the hood's takes off the shared limits: the total of the held
     # ones and of the plan, kept up to date as steps are kept; a step takes its hood off (summing
     # all of them again each step was a third of a step's model building at 500 x 300).
-    total = formulation.Held.of(c, fixed or {})
+    total = fixed_held
     for d in by_d:
         total.add(c, d, entries(d))
 
