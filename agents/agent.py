@@ -313,6 +313,8 @@ class Agent:
         self._cloud_error(err if err.operation else err.with_pool(pool_id, "discover"))
 
     async def _stop_lost_replicas(self) -> None:
+        if not self.replicas.nodes_listed():
+            return  # a restarted agent may discover before its node list is in: not a verdict on any node
         present = nodes.present_nodes(self._pools, self.replicas.node_views())
         for m in self.replicas.all():
             pool = present.get(m.placement.pool_id)

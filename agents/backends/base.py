@@ -141,6 +141,11 @@ class ReplicaBackend(abc.ABC):
         own (the provider's node list is then the truth)."""
         return None
 
+    def nodes_listed(self) -> bool:
+        """Whether ``node_views`` holds every node yet. Until it does, a replica's node missing from it
+        says nothing: no replica is judged to have lost its node (a backend with no view: always)."""
+        return True
+
     def interruptions(self) -> list[provider_base.Interruption]:
         """Notices the backend derives from what it sees of the nodes (the cloud reclaiming one)."""
         return []

@@ -103,9 +103,12 @@ class KubernetesBackend(base.ReplicaBackend):
 
     def node_views(self) -> Mapping[str, base.NodeView]:
         """Before the first node list: no node of any pool can take a replica (none is known)."""
-        if self._nodes is None or not self._nodes.synced.is_set():
+        if not self.nodes_listed():
             return {}
         return self._node_tracker.views()
+
+    def nodes_listed(self) -> bool:
+        return self._nodes is not None and self._nodes.synced.is_set()
 
     def interruptions(self) -> list[provider_base.Interruption]:
         return self._node_tracker.notices()

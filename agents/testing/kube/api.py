@@ -86,6 +86,7 @@ class ApiServer:
         self.bookmark_interval_s = bookmark_interval_s
         self.max_watch_s = max_watch_s
         self._on_request = on_request
+        self.delays: dict[str, float] = {}  # request path -> seconds every request to it waits (a slow list)
         self._runner: web.AppRunner | None = None
         self._streams: set[asyncio.Event] = set()
         self.port = 0
@@ -134,6 +135,8 @@ class ApiServer:
         self.requests += 1
         if self._on_request is not None:
             self._on_request(request.method, request.path)
+        if (delay_s := self.delays.get(request.path)) is not None:
+            await asyncio.sleep(delay_s)
         if (self.token is not None and request.path not in ("/healthz", "/livez", "/readyz")
                 and request.headers.get("Authorization", "") != f"Bearer {self.token}"):
             log.info("event=unauthorized method=%s path=%s", request.method, request.path)

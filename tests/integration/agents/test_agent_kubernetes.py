@@ -229,6 +229,35 @@ async def test_agent_restart_readopts_removes_orphans_and_never_starts_twice(env
             await s.close()
 
 
+async def test_a_restarted_agent_keeps_its_replicas_while_its_node_list_is_late(env, scheduler, tmp_path):
+    """An agent restarts while the API server is slow to list nodes: its pod list is in (the replica
+    is adopted), its node list is not yet. A node missing from a list not yet read is no lost node:
+    the replica keeps serving, and is reported on its node once the list is in."""
+    async with k.fake_cluster(tmp_path) as fake:
+        s = Setup(fake, scheduler, tmp_path, "kb-n")
+        try:
+            await s.start_agent()
+            await scheduler.send(s.name, h.start("d1", "r1", "l4"))
+            before = await s.ready("r1")
+            await s.agent.shutdown(stop_replicas=False)
+            s.agent = None
+            fake.api.delays["/api/v1/nodes"] = 4.0
+            async with h.Poller(before.endpoint + "/v1/models") as poller:
+                agent = await s.start_agent()
+                assert agent.adopted == ["r1"]
+                assert not agent.replicas.nodes_listed()
+                await h.wait_for(agent.replicas.nodes_listed, timeout_s=30, what="node list in")
+                fake.api.delays.clear()
+                await h.wait_for(lambda: len(s.rec.hellos) == 2 and s.rec.replica("r1") is not None
+                                 and s.rec.replica("r1").node_id == before.node_id, what="re-reported on its node")
+                await asyncio.sleep(1.0)  # a discovery pass with the node list in
+            assert s.rec.replica("r1").state == R.READY
+            assert poller.ok > 0 and poller.failures == []
+            assert [p["metadata"]["name"] for p in k.our_pods(fake)] == ["mr-r1"]
+        finally:
+            await s.close()
+
+
 async def test_drain_on_scale_down_loses_no_request_in_flight(env, scheduler, tmp_path):
     """A drain reports DRAINING first, then deletes the pod with its grace period; the preStop lets
     every request in flight finish (all 200) before the engine stops; the drain SUCCEEDS."""
