@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from meridian import waits
+
 from agents.testing.kube import objects, registry, selectors, store
 
 log = logging.getLogger("agents.testing.kube.api")
@@ -425,10 +427,7 @@ class ApiServer:
                     await response.write(chunk)
                 elif not self.log_source.is_running(namespace, name, container):
                     break
-                try:
-                    await asyncio.wait_for(stop.wait(), 0.2)
-                except TimeoutError:
-                    pass
+                await waits.event_set(stop, 0.2)
         finally:
             self._streams.discard(stop)
         await response.write_eof()

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import aiohttp
 
+from meridian import waits
+
 from agents.testing.kube import containers, ipam, objects, podstatus, probes, registry
 
 log = logging.getLogger("agents.testing.kube.kubelet")
@@ -273,8 +275,7 @@ class ContainerRunner:
         if proc.returncode is None:
             containers.signal_group(proc.pid, signal.SIGTERM)
         end = deadline + (PRESTOP_EXTENSION_S if overran else 0.0)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(exited.wait(), max(0.0, end - loop.time()))
+        await waits.event_set(exited, max(0.0, end - loop.time()))
         if proc.returncode is None:
             containers.signal_group(proc.pid, signal.SIGKILL)
             log.info("event=container_sigkill pod=%s/%s container=%s", self.worker.namespace, self.worker.name,
@@ -342,8 +343,7 @@ class PodWorker:
 
     async def sleep(self, seconds: float) -> None:
         """Sleep unless the pod starts terminating first."""
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._term_event.wait(), seconds)
+        await waits.event_set(self._term_event, seconds)
 
     def track(self, task: asyncio.Task) -> None:
         self._side_tasks.add(task)

@@ -16,6 +16,8 @@ import fractions
 import logging
 from collections.abc import Mapping, Sequence
 
+from meridian import waits
+
 from agents.testing.kube import nodes, objects, registry, selectors, store, validation
 
 log = logging.getLogger("agents.testing.kube.scheduler")
@@ -158,8 +160,7 @@ class Scheduler:
 
     async def _loop(self) -> None:
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.retry_s)
+            await waits.event_set(self._wake, self.retry_s)
             self._wake.clear()
             try:
                 self.schedule_pending()

@@ -21,6 +21,8 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+from meridian import waits
+
 from agents.testing.kube import objects
 
 log = logging.getLogger("agents.testing.kube.store")
@@ -93,9 +95,7 @@ class Watcher:
             if self.closed:
                 return None
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout_s)
-            except TimeoutError:
+            if not await waits.event_set(self._wake, timeout_s):
                 return "timeout"
         return self._queue.popleft()
 

@@ -237,3 +237,20 @@ async def test_not_ready_node_gets_taints_and_keeps_new_pods_off(cluster, core, 
     assert {(t.key, t.effect) for t in node.spec.taints} == {(key, "NoSchedule"), (key, "NoExecute")}
     cluster.set_node_condition("n1", "Ready", "True", "KubeletReady", "kubelet is posting ready status")
     assert (await core.read_node("n1")).spec.taints is None
+
+
+async def test_the_fake_scheduler_ends_when_cancelled_in_the_step_a_wake_up_comes(tmp_path):
+    """stop() cancels the fake's scheduler loop; a pod or node change that wakes the loop in the same
+    loop step must not swallow that cancellation (Python 3.11's wait_for did: the loop ran on and
+    stop() waited for ever, with every container left running)."""
+    fake = kube.FakeCluster(workdir=tmp_path / "kube", command_map={})
+    await fake.start()
+    try:
+        await asyncio.sleep(0.1)  # the loop is waiting for a wake-up
+        task = fake.scheduler._task
+        fake.scheduler._wake.set()
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5.0)
+        assert task in done and task.cancelled()
+    finally:
+        await fake.stop()
