@@ -324,12 +324,10 @@ class KubernetesBackend(base.ReplicaBackend):
         if self._session is not None:
             requester = self._ops.spawn(self._ops.request_drain(r, self._session, deadline_s), f"request-drain-{r.name}")
         deleter = self._ops.spawn(self._ops.delete(r, grace_s=grace), f"drain-{r.name}")
-        try:
-            await asyncio.wait_for(asyncio.shield(r.gone.wait()), grace + 30.0)
-        except asyncio.TimeoutError:
+        if not await waits.event_set(r.gone, grace + 30.0):
             if not deleter.done():
                 raise RuntimeError(f"pod {r.name} not deleted after {grace + 30}s: the API server is unreachable "
-                                   "(the deletion is retried)") from None
+                                   "(the deletion is retried)")
             log.warning("event=kube_drain_slow cluster=%s pod=%s: still there %ss after deletion", self._cluster_id,
                         r.name, grace + 30)
         duration = time.monotonic() - t0
@@ -353,9 +351,7 @@ class KubernetesBackend(base.ReplicaBackend):
             return
         r.deleting = True
         self._ops.spawn(self._ops.delete(r, grace_s=self._k.stop_grace_s), f"stop-{r.name}")
-        try:
-            await asyncio.wait_for(asyncio.shield(r.gone.wait()), self._k.stop_grace_s + 10.0)
-        except asyncio.TimeoutError:
+        if not await waits.event_set(r.gone, self._k.stop_grace_s + 10.0):
             log.warning("event=kube_stop_slow cluster=%s pod=%s", self._cluster_id, r.name)
         self._pods_tracked.refresh(r)
 
