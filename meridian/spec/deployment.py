@@ -164,6 +164,13 @@ class SpotRules(base.StrictModel):
                     "third of its capacity outside any one region's spot pools (in a second region, or on "
                     "on-demand), never all of it in one region. Binds only where max_share (and the capacity "
                     "policy's spot cap) is above it; 1: no spread.")
+    hedge: bool = pydantic.Field(
+        default=False,
+        description="Every client region this deployment covers keeps, within its SLA's reach, an on-demand "
+                    "replica or two spot replicas, so that one preemption does not leave the region without a "
+                    "replica for the minutes its replacement takes (a new node and a cold start). Costs a second "
+                    "replica wherever one spot replica alone would cover a region; a plan that cannot hedge a "
+                    "region still covers it and names it (`meridian plan` risks, the scheduler's /status).")
 
 
 class Placement(base.StrictModel):

@@ -76,6 +76,8 @@ async def plan_report(loop: loop_mod.ControlLoop, hypothetical: planner.SpecView
                       "constraint": u.constraint, "reason": u.reason} for u in result.unplaced],
         "uncovered": [{"deployment": u.deployment, "client_region": u.client_region, "constraint": u.constraint,
                        "reason": u.reason, "served_from": u.served_from} for u in result.uncovered],
+        "unhedged": [{"deployment": u.deployment, "client_region": u.client_region, "reason": u.reason}
+                     for u in result.unhedged],
         "risks": risks(prob, result, hypothetical.latency_map),
         "cost_floor": floor.to_dict() if floor is not None else None,
     }
@@ -89,6 +91,8 @@ def risks(prob: problem.PlacementProblem, result: problem.PlacementResult, lmap:
     for c in result.uncovered:
         what = "served only beyond max_rtt_ms" if c.served_from else "uncovered: no replica within its SLA's reach"
         out.append(f"{c.deployment}: {c.client_region} {what} ({c.constraint}): {c.reason}")
+    for h in result.unhedged:
+        out.append(f"{h.deployment}: {h.client_region} not hedged (spot.hedge): {h.reason}")
     if result.status is problem.SolveStatus.FEASIBLE and result.gap > 0.02:
         out.append(f"plan not proven optimal within the time limit (gap {result.gap:.1%})")
     if result.status in (problem.SolveStatus.NO_SOLUTION, problem.SolveStatus.ERROR):

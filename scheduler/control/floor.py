@@ -34,7 +34,8 @@ from scheduler.solver import evaluate, problem
 # spot replicas count at their full capacity (the SpotHedge credit is the scheduler's caution, not a rule).
 SETTINGS = problem.SolverSettings(
     scores={}, replica_usd_per_hour=0.0, churn_usd_per_replica=0.0, relative_gap=0.0, spot_capacity_credit=1.0,
-    num_search_workers=1, small_model_workers=1, aggregate_pools=False, demand_region_filters=False)
+    num_search_workers=1, small_model_workers=1, aggregate_pools=False, demand_region_filters=False,
+    spot_hedges=False)
 
 
 # The rules a floor keeps, as its reports name them.

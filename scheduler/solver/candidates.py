@@ -22,6 +22,7 @@ from scheduler.solver import filters as _filters  # noqa: F401  (registers the f
 from scheduler.solver import framework, problem, scores as _scores, throughput  # noqa: F401
 
 log = logging.getLogger("meridian.scheduler.solver")
+HEDGE_NEED = 2  # a hedged region's need: one on-demand replica (2) or two spot replicas on two nodes (1 + 1)
 
 
 @dataclasses.dataclass
@@ -100,6 +101,7 @@ class Candidates:
     filter_names: tuple[str, ...] = ()  # the filter plugins of the solve, for explanations
     relax_max_rtt: bool = True
     built_for: frozenset[int] = frozenset()  # deployments whose pairs and arcs were built
+    hedges: bool = True  # SolverSettings.spot_hedges: False ignores spot.hedge (bounds: no preemption)
 
     def built(self, d: int) -> bool:
         return d in self.built_for
@@ -107,6 +109,34 @@ class Candidates:
     def uncovered(self, d: int, counts: Mapping[int, int]) -> list[str]:
         """Covered regions of ``d`` some pair could reach but no replica of ``counts`` does."""
         return [r for r, ps in sorted(self.cover[d].items()) if not any(counts.get(p, 0) > 0 for p in ps)]
+
+    def hedge_weight(self, p: int) -> int:
+        """What a replica of pair ``p`` gives a hedged region (``unhedged``): 1 on spot (a second one
+        is needed), 2 otherwise (one suffices)."""
+        return hedge_weight(self.groups[self.pairs[p].g].offer)
+
+    def hedge_per_replica(self, p: int) -> bool:
+        """Whether each replica of pair ``p`` counts toward a hedge: it fills its node, so two are on
+        two nodes. Replicas that may share a node count once per group (one node's preemption can
+        take them all)."""
+        return hedge_per_replica(self.pairs[p].gpus_packed, self.groups[self.pairs[p].g].offer.gpus_per_node)
+
+    def hedge_count(self, p: int, replicas: int) -> int:
+        """What ``replicas`` replicas of pair ``p`` give a hedged region."""
+        return self.hedge_weight(p) * (replicas if self.hedge_per_replica(p) else min(1, replicas))
+
+    def hedged(self, d: int) -> bool:
+        spot = self.views[d].demand.spec.placement.spot
+        return self.hedges and spot.allowed and spot.hedge
+
+    def unhedged(self, d: int, counts: Mapping[int, int]) -> list[str]:
+        """Covered regions of a hedged deployment ``d`` (``SpotRules.hedge``) that ``counts`` leaves
+        with neither an on-demand replica nor two spot replicas within reach (an uncovered region
+        among them)."""
+        if not self.hedged(d):
+            return []
+        return [r for r, ps in sorted(self.cover[d].items())
+                if sum(self.hedge_count(p, counts.get(p, 0)) for p in ps) < HEDGE_NEED]
 
     def rejections(self, d: int) -> Rejections:
         """Why candidates of deployment ``d`` were pruned, by constraint (for explanations)."""
@@ -181,6 +211,16 @@ def group_pools(pools: Sequence[problem.PoolOffer], aggregate: bool) -> list[Gro
                 rep, cluster_id=f"group:{rep.cloud}:{rep.region}", gpus_capacity=total,
                 pool=dataclasses.replace(rep.pool, pool_id=f"{rep.pool.instance_type}:{rep.tier.value}:{group.index}"))
     return groups
+
+
+def hedge_weight(offer: problem.PoolOffer) -> int:
+    """A replica's worth toward a hedged region (``SpotRules.hedge``): 1 on spot, 2 otherwise."""
+    return 1 if offer.tier is fleet.Tier.SPOT else 2
+
+
+def hedge_per_replica(gpus_packed: int, gpus_per_node: int) -> bool:
+    """Replicas that fill their node each count toward a hedge; those that may share one count once."""
+    return gpus_packed >= gpus_per_node
 
 
 def packed_gpus(gpus: int, gpus_per_node: int) -> int:
@@ -315,7 +355,7 @@ def build(prob: problem.PlacementProblem, settings: problem.SolverSettings,
                 arcs.append(Arc(p, d, region, g, score, _rtt(cycle, region, offer.region)))
     return Candidates(views, groups, arcs, arcs_by_d, pairs, pairs_by_d, arcs_by_p, survivors, cycle, excluded,
                       pair_failed, region_failed, excluded_failed, cover, tuple(settings.filters),
-                      settings.relax_max_rtt, frozenset(chosen))
+                      settings.relax_max_rtt, frozenset(chosen), settings.spot_hedges)
 
 
 def reachable(memo: dict[tuple, bool], cycle: framework.Cycle, filters: Sequence[framework.Filter],

@@ -24,10 +24,12 @@ class Breakdown:
     churn_usd: float
     unplaced_usd: float
     uncovered_usd: float = 0.0
+    unhedged_usd: float = 0.0
 
     @property
     def objective(self) -> float:
-        return self.cost_usd + self.score_usd + self.churn_usd + self.unplaced_usd + self.uncovered_usd
+        return (self.cost_usd + self.score_usd + self.churn_usd + self.unplaced_usd + self.uncovered_usd
+                + self.unhedged_usd)
 
 
 def split(c: cand_mod.Candidates, sol: greedy.Solution, current: problem.Placement | None,
@@ -195,8 +197,8 @@ def breakdown(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: 
     (``formulation``'s docstring): member-level cost, scores per replica
     (``formulation.replica_score``, as the model weighs them), member-level churn, the penalty of
     demand left unserved (by ``covered_scaled``) among demand some candidate can serve, the
-    priority protection's, and that of covered regions some candidate could reach but no replica
-    does, for the deployments the model decided (``scope``). On a plan whose groups are single pools
+    priority protection's, that of covered regions some candidate could reach but no replica
+    does, and that of hedged regions one preemption would uncover, for the deployments the model decided (``scope``). On a plan whose groups are single pools
     it equals the model's objective at that plan; merged groups can only cost more here (a split
     that opens a node the group count did not), and so do reserved nodes beyond a commitment, which
     bill on demand here (``node_price``) and at the offer's price in the model."""
@@ -226,7 +228,9 @@ def breakdown(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: 
             unplaced += (settings.unplaced_usd_per_replica * protect[d] / formulation.SCALE) * max(0, keep - served)
     uncovered = sum(formulation.coverage_weight(c.views[d].demand, settings) * len(c.uncovered(d, sol.counts))
                     for d in sorted(scope))
-    return Breakdown(cost_per_hour(prob, placement), score, churn, unplaced, uncovered)
+    unhedged = sum(formulation.hedge_weight(c.views[d].demand, settings) * len(c.unhedged(d, sol.counts))
+                   for d in sorted(scope))
+    return Breakdown(cost_per_hour(prob, placement), score, churn, unplaced, uncovered, unhedged)
 
 
 def _groups_of(c: cand_mod.Candidates, placement: problem.Placement) -> dict[tuple[int, int], int]:

@@ -18,6 +18,7 @@ Minimise  sum_g price_g * nodes_g                       (hourly cost; nodes_min 
         + W_d / 100 * u_dr                              (unserved demand, W_d grows with priority)
         + W_d * (1 + D_d) * m_dr                        (an uncovered region: more than all of d's demand
                                                           D_d, in reference replicas, left unserved)
+        + W_d * h_dr                                    (a hedged region one preemption would uncover)
         + P_d / 100 * s_d                               (displacing a class its betters may not preempt)
 subject to
   demand        for every set S of the deployment's regions (Hall):
@@ -29,6 +30,11 @@ subject to
   budgets       team: sum price_per_gpu * gpus * x <= budget; fleet: sum price_g nodes_g <= budget
   coverage      for every covered region r of d: sum_{p within r's SLA} x_p + m_dr >= 1 (a replica within
                 reach, even where d's demand alone asks for fewer replicas than regions)
+  hedge         (spot.hedge) for every covered region r of d: sum_{p within r's SLA} w_p k_p + 2 h_dr >= 2,
+                w_p = 1 on spot, 2 otherwise; k_p = x_p where a replica fills its node, else a binary
+                b_p <= x_p (replicas that may share a node count once: one preemption takes them all):
+                an on-demand replica or two spot replicas on two nodes, or h_dr = 1 at hedge_weight
+                (below an uncovered region)
   replicas      sum_p x_p <= max_replicas
   spot share    sum_p w_p (den is_spot_p - num) x_p <= 0 with w_p = round(10^4 capacity_p) and share =
                 num/den: spot capacity <= share x all capacity in the exact integers every check uses
@@ -75,6 +81,8 @@ class Built:
     active: list[int]
     fixed_packed: dict[int, int]  # group -> GPUs held by fixed deployments
     const_nodes: dict[int, int] = dataclasses.field(default_factory=dict)  # group no variable uses -> its nodes
+    unhedged: dict[tuple[int, str], int] = dataclasses.field(default_factory=dict)  # (d, region) -> hedge miss
+    used: dict[int, int] = dataclasses.field(default_factory=dict)  # pair on shared nodes -> binary "in use"
 
 
 def priority_weight(priority: int) -> float:
@@ -87,6 +95,13 @@ def coverage_weight(demand: problem.DeploymentDemand, settings: problem.SolverSe
     than all of the deployment's demand left unserved (so within a deployment coverage comes first),
     scaled by its priority like demand."""
     return settings.unplaced_usd_per_replica * priority_weight(demand.priority) * (1 + demand.demand_replicas)
+
+
+def hedge_weight(demand: problem.DeploymentDemand, settings: problem.SolverSettings) -> float:
+    """USD/h the objective charges for a hedged region (``SpotRules.hedge``) that one preemption
+    would leave uncovered: one reference replica of unserved demand, so a plan hedges wherever
+    another replica within reach can be had, and an uncovered region still weighs more."""
+    return settings.unplaced_usd_per_replica * priority_weight(demand.priority)
 
 
 def coverage(units: float) -> int:
@@ -227,7 +242,8 @@ def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.Solv
     m, arcs, pairs, view = b.model, c.arcs, c.pairs, c.views[d]
     scaling = view.demand.spec.scaling
     placement = view.demand.spec.placement
-    iso_extra = max(placement.min_distinct_clouds, placement.min_distinct_regions)
+    # Beyond demand a pair may need a replica for isolation or coverage, and a second for a hedge.
+    iso_extra = max(placement.min_distinct_clouds, placement.min_distinct_regions) + (c.hedged(d) and 1)
     weight = settings.unplaced_usd_per_replica * priority_weight(view.demand.priority) / SCALE
     my_pairs = [p for p in c.pairs_by_d[d] if subset is None or p in subset]
     reachable = {arcs[a].region for a in c.arcs_by_d[d]}
@@ -286,6 +302,8 @@ def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.Solv
         near = [b.x[p] for p in reach_pairs if p in b.x]
         miss = b.miss[(d, region)] = m.var(0, 1, miss_usd)
         m.row(near + [miss], [1] * (len(near) + 1), lo=1)
+    if c.hedged(d):
+        _hedge(b, c, d, settings)
     xs = [b.x[p] for p in my_pairs]
     if xs:
         m.row(xs, [1] * len(xs), hi=scaling.max_replicas)
@@ -308,6 +326,26 @@ def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.Solv
     _isolation(b, c, d, my_pairs)
     if with_churn:
         _churn(b, c, d, my_pairs, current, settings)
+
+
+def _hedge(b: Built, c: cand_mod.Candidates, d: int, settings: problem.SolverSettings) -> None:
+    """Each covered region keeps an on-demand replica or two spot replicas on two nodes within reach."""
+    m = b.model
+    usd = hedge_weight(c.views[d].demand, settings)
+    need = cand_mod.HEDGE_NEED
+    for region, reach_pairs in sorted(c.cover[d].items()):
+        near = [p for p in reach_pairs if p in b.x]
+        counted = []
+        for p in near:
+            if c.hedge_per_replica(p):
+                counted.append(b.x[p])
+                continue
+            if p not in b.used:
+                b.used[p] = m.var(0, 1)
+                m.row([b.x[p], b.used[p]], [1, -1], lo=0)  # in use -> a replica there
+            counted.append(b.used[p])
+        h = b.unhedged[(d, region)] = m.var(0, 1, usd)
+        m.row(counted + [h], [c.hedge_weight(p) for p in near] + [need], lo=need)
 
 
 def _mir_cuts(m: linear.LinearModel, xs: list[int], covs: list[int], us: list[int], need: int,

@@ -283,6 +283,17 @@ class Uncovered:
 
 
 @dataclasses.dataclass(frozen=True)
+class Unhedged:
+    """A covered region of a deployment with ``placement.spot.hedge`` that the plan serves within
+    its SLA's reach from one spot replica alone: one preemption leaves it uncovered until a
+    replacement is ready."""
+
+    deployment: str
+    client_region: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
 class PlacementResult:
     status: SolveStatus
     placement: Placement
@@ -295,6 +306,7 @@ class PlacementResult:
     message: str = ""
     stats: Mapping[str, float] = dataclasses.field(default_factory=dict)
     uncovered: tuple[Uncovered, ...] = ()
+    unhedged: tuple[Unhedged, ...] = ()
 
     @property
     def gap(self) -> float:
@@ -346,6 +358,10 @@ class SolverSettings(pydantic.BaseModel):
         default=True, description="False: a deployment's demand may be served from any pool that passes the pair "
                                   "filters (its regions' latency rules lifted) while coverage still needs a pool "
                                   "within each covered region's SLA: the cost floor's relaxation.")
+    spot_hedges: bool = pydantic.Field(
+        default=True, description="Keep the deployments' spot.hedge (a second replica within reach of each "
+                                  "covered region where one is spot); False: ignore it, as the cost floor and "
+                                  "the simulator's demand-following bound do (they see no preemption).")
     spot_capacity_credit: float = pydantic.Field(
         default=0.85, gt=0, le=1, description="Share of a spot replica's capacity counted toward demand (SpotHedge).")
     num_search_workers: int = pydantic.Field(default=2, ge=1, le=64,

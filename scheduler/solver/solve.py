@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Mapping
 
 from scheduler.solver import candidates as cand_mod
 from scheduler.solver import (backends, dive, evaluate, explain, formulation, framework, greedy, ledger, linear,
@@ -374,7 +375,9 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
             unplaced.append(explain.unplaced(c, book, d, region, short, False))
     if repaired is not None:
         unplaced.extend(repaired.unplaced)
-    uncovered = _uncovered(prob, settings, placement, views, c, book, iso_off | no_isolation)
+    reach = validate.coverage(prob, placement, settings, views)
+    uncovered = _uncovered(prob, settings, reach, views, c, book, iso_off | no_isolation)
+    unhedged = _unhedged(prob, settings, placement, reach)
     parts = evaluate.breakdown(prob, c, settings, sol, placement, current, covered, set(active))
     if repaired is not None:
         # Dropped demand pays its penalty; scores of dropped replicas stay in (an upper bound).
@@ -383,23 +386,61 @@ def _solve(prob: problem.PlacementProblem, settings: problem.SolverSettings, cur
         parts = dataclasses.replace(parts, unplaced_usd=parts.unplaced_usd + extra)
     elapsed = time.perf_counter() - start
     stats.update(cost_usd=parts.cost_usd, score_usd=parts.score_usd, churn_usd=parts.churn_usd,
-                 unplaced_usd=parts.unplaced_usd, uncovered_usd=parts.uncovered_usd)
+                 unplaced_usd=parts.unplaced_usd, uncovered_usd=parts.uncovered_usd,
+                 unhedged_usd=parts.unhedged_usd)
     result = problem.PlacementResult(status, placement, parts.cost_usd, parts.objective, min(lower, parts.objective),
                                      elapsed, tuple(unplaced), "incremental" if changed is not None else "full",
-                                     message, stats, tuple(uncovered))
+                                     message, stats, tuple(uncovered), tuple(unhedged))
     log.info("solver mode=%s status=%s cost_usd_per_h=%.2f objective=%.2f bound=%.2f gap=%.4f solve_s=%.3f "
-             "variables=%d unplaced=%d uncovered=%d", result.mode, status.value, result.cost_per_hour_usd,
-             result.objective, result.lower_bound, result.gap, elapsed, built.model.size, len(unplaced), len(uncovered))
+             "variables=%d unplaced=%d uncovered=%d unhedged=%d", result.mode, status.value, result.cost_per_hour_usd,
+             result.objective, result.lower_bound, result.gap, elapsed, built.model.size, len(unplaced), len(uncovered),
+             len(unhedged))
     return result
 
 
-def _uncovered(prob: problem.PlacementProblem, settings: problem.SolverSettings, placement: problem.Placement,
-               views, c: cand_mod.Candidates, book: ledger.Ledger, isolation_off: set[int]) -> list[problem.Uncovered]:
+def _unhedged(prob: problem.PlacementProblem, settings: problem.SolverSettings, placement: problem.Placement,
+              reach: Mapping[tuple[str, str], validate.Reach]) -> list[problem.Unhedged]:
+    """Every covered region of a hedged deployment (``placement.spot.hedge``) that the final plan
+    reaches with spot replicas one preemption can take at once (one replica, or several that may
+    share a node), and no on-demand one; a region with no replica is uncovered, reported as such."""
+    if not settings.spot_hedges:
+        return []
+    offers = {p.key: p for p in prob.pools}
+    out = []
+    for dep in prob.deployments:
+        spot = dep.spec.placement.spot
+        if not (spot.allowed and spot.hedge):
+            continue
+        for region in dep.coverage:
+            r = reach.get((dep.name, region))
+            near = {} if r is None else {k: n for k in (*r.strict, *r.relaxed)
+                                         if k in offers and (n := placement.replicas.get((dep.name, k), 0)) > 0}
+            if not near:
+                continue
+            have = 0
+            for k, n in near.items():
+                offer = offers[k]
+                packed = cand_mod.packed_gpus(dep.spec.resources.gpus_for(offer.gpu_type), offer.pool.gpus_per_node)
+                per_replica = cand_mod.hedge_per_replica(packed, offer.pool.gpus_per_node)
+                have += cand_mod.hedge_weight(offer) * (n if per_replica else 1)
+            if have >= cand_mod.HEDGE_NEED:
+                continue
+            where = ", ".join(f"{n} on {k}" for k, n in sorted(near.items()))
+            out.append(problem.Unhedged(dep.name, region, (
+                f"{region} of {dep.name} is reached only by spot replicas one preemption can take at once ({where}): "
+                f"it is uncovered until a replacement is ready; no second node or on-demand replica within reach fit "
+                f"the plan's limits (pool sizes, scaling.max_replicas {dep.spec.scaling.max_replicas}, quotas, "
+                f"budgets)")))
+    return out
+
+
+def _uncovered(prob: problem.PlacementProblem, settings: problem.SolverSettings,
+               reach: Mapping[tuple[str, str], validate.Reach], views, c: cand_mod.Candidates, book: ledger.Ledger,
+               isolation_off: set[int]) -> list[problem.Uncovered]:
     """Every covered region the final plan leaves without a replica within its SLA's reach (or
-    serves only beyond max_rtt_ms), each explained: read from the last check's coverage, so it holds
-    whichever path made the plan (a deployment kept by an incremental re-solve is explained from
-    candidates built for it here)."""
-    reach = validate.coverage(prob, placement, settings, views)
+    serves only beyond max_rtt_ms), each explained: read from the last check's coverage (``reach``),
+    so it holds whichever path made the plan (a deployment kept by an incremental re-solve is
+    explained from candidates built for it here)."""
     index = {d.name: i for i, d in enumerate(prob.deployments)}
     missing = [(name, region, r) for (name, region), r in sorted(reach.items()) if not r.covered]
     if not missing:

@@ -140,6 +140,11 @@ def complete(c: cand_mod.Candidates, built: formulation.Built, sol: greedy.Solut
         hint[u] = max(0, built.wanted[key] - cov.get(key, 0))
     for (d, region), v in built.miss.items():
         hint[v] = 0 if any(hint.get(built.x[p], 0) > 0 for p in c.cover[d].get(region, ()) if p in built.x) else 1
+    for p, v in built.used.items():
+        hint[v] = min(1, hint[built.x[p]])
+    for (d, region), v in built.unhedged.items():
+        have = sum(c.hedge_count(p, hint[built.x[p]]) for p in c.cover[d].get(region, ()) if p in built.x)
+        hint[v] = 0 if have >= cand_mod.HEDGE_NEED else 1
     for g, v in built.nodes.items():
         group = c.groups[g]
         hint[v] = max(group.nodes_min, math.ceil(packed.get(g, 0) / group.offer.gpus_per_node))

@@ -26,7 +26,7 @@ def dep(name: str, *, regions: dict[str, int], gpu_types: Iterable[str] = ("L4",
         profile: dict[str, float] | None = None, placement_clouds: Iterable[str] = (),
         min_memory_gib: int | None = None, covered: Iterable[str] | None = None, always_served: Iterable[str] = (),
         tpot_ms: float = 200, embedding: bool = False, source_regions: Iterable[str] | None = None,
-        spot_region_share: float | None = None) -> solver.DeploymentDemand:
+        spot_region_share: float | None = None, hedge: bool = False) -> solver.DeploymentDemand:
     spec = deployment_spec.ModelDeploymentSpec.model_validate({
         "model": {"source": source, "served_name": name},
         "resources": {"gpus_per_replica": gpus, "gpu_types": list(gpu_types), "gpus_by_type": gpus_by_type or {},
@@ -38,7 +38,7 @@ def dep(name: str, *, regions: dict[str, int], gpu_types: Iterable[str] = ("L4",
         "runtime": {"is_embedding": embedding},
         "scaling": {"min_replicas": 0, "max_replicas": max_replicas},
         "placement": {"min_distinct_clouds": clouds, "min_distinct_regions": distinct_regions,
-                      "clouds": list(placement_clouds), "spot": {"allowed": spot, "max_share": spot_share,
+                      "clouds": list(placement_clouds), "spot": {"allowed": spot, "max_share": spot_share, "hedge": hedge,
                                                                    **({} if spot_region_share is None else
                                                                       {"max_share_per_region": spot_region_share})}},
         "priority_class": priority_class,
