@@ -2,7 +2,8 @@
 must be covered (it sends traffic, or is always served), which live replicas are within its SLA's
 reach (the solver's own filters, through ``scheduler.solver.validate.coverage``), the expected TTFT
 p99 from the nearest of them (RTT + the capacity model's prefill + the TTFT headroom the plan keeps),
-the TTFT p99 routers measure for that region's requests, and why the plan leaves it unmet.
+the TTFT p99 routers measure for that region's requests, and why the plan leaves it unmet (or at risk:
+demand unplaced, a hedge the plan could not keep, a measured TTFT near the target).
 ``meridian get deployment NAME`` prints it; the admin API serves it with the deployment's document.
 
 Pure: the plan, the live replicas and the traffic in, a JSON-ready dict out."""
@@ -52,6 +53,7 @@ def status(name: str, doc: deployment_spec.ModelDeployment, *, plan: problem.Pla
         one = problem.PlacementProblem((probe,), prob.pools, prob.policy, prob.latency_map, prob.excluded_pools)
         reach = validate.coverage(one, live, settings)
     unmet = {u.client_region: u for u in plan.uncovered_of(name)} if plan is not None else {}
+    unhedged = {u.client_region: u for u in plan.unhedged if u.deployment == name} if plan is not None else {}
     short = {}
     for u in plan.unplaced_of(name) if plan is not None else ():
         short.setdefault(u.client_region, u)
@@ -74,7 +76,7 @@ def status(name: str, doc: deployment_spec.ModelDeployment, *, plan: problem.Pla
             "expected_ttft_p99_ms": near[0]["expected_ttft_p99_ms"] if near else None,
             "measured_ttft_p99_ms": round(traffic.ttft_p99_ms, 1) if traffic and traffic.ttft_p99_ms > 0 else None,
         }
-        entry.update(_verdict(entry, sla, unmet.get(region), short.get(region), basis))
+        entry.update(_verdict(entry, sla, unmet.get(region), short.get(region), unhedged.get(region), basis))
         regions.append(entry)
     return {"deployment": name, "basis": basis, "ttft_p99_ms": sla.ttft_p99_ms, "tpot_p99_ms": sla.tpot_p99_ms,
             "max_rtt_ms": sla.max_rtt_ms, "ttft_headroom_ms": settings.ttft_headroom_ms, "regions": regions}
@@ -99,7 +101,7 @@ def _replica(by_key: dict, key: str, region: str, spec: deployment_spec.ModelDep
 
 
 def _verdict(entry: dict, sla: deployment_spec.Sla, uncovered: problem.Uncovered | None,
-             unplaced: problem.Unplaced | None, basis: str) -> dict:
+             unplaced: problem.Unplaced | None, unhedged: problem.Unhedged | None, basis: str) -> dict:
     """status (met, at_risk, unmet, not_required, unknown), cause (a constraint code, or measured)
     and reason in words."""
     measured = entry["measured_ttft_p99_ms"]
@@ -115,6 +117,8 @@ def _verdict(entry: dict, sla: deployment_spec.Sla, uncovered: problem.Uncovered
                                                                   f"target {sla.ttft_p99_ms:g} ms"}
     if unplaced is not None:
         return {"status": "at_risk", "cause": unplaced.constraint, "reason": unplaced.reason}
+    if unhedged is not None:
+        return {"status": "at_risk", "cause": "hedge", "reason": unhedged.reason}
     if measured is not None and measured > AT_RISK_SHARE * sla.ttft_p99_ms:
         return {"status": "at_risk", "cause": "measured", "reason": f"routers measure TTFT p99 {measured:g} ms, "
                                                                     f"within {100 * (1 - AT_RISK_SHARE):.0f}% of "

@@ -357,3 +357,59 @@ def test_the_autoscaler_lines_say_what_was_wanted_where_and_why():
                      "  why: SLO: TTFT p99 901 ms > SLA 800 ms"]
     assert get_cmd.autoscaling_lines({"replicas": 0, "by_region": {}, "slo_breach": False, "reason": ""}) == [
         "autoscaler: 0 replicas wanted"]
+
+
+SPOT_POLICY = """
+apiVersion: meridian/v1
+kind: CapacityPolicy
+metadata: {name: default}
+spec:
+  clouds: [{name: aws}]
+  spot: {max_share: 1.0}
+"""
+HEDGED_EMBED = """
+apiVersion: meridian/v1
+kind: ModelDeployment
+metadata: {name: embed}
+spec:
+  model: {source: BAAI/bge-large-en-v1.5, served_name: embed}
+  runtime: {is_embedding: true}
+  resources: {gpu_types: [L4]}
+  sla: {ttft_p99_ms: 60, client_regions: [na-east]}
+  scaling: {min_replicas: 1, max_replicas: 2, scale_up_delay_s: 0}
+  placement: {spot: {allowed: true, max_share: 1.0, max_share_per_region: 1.0, hedge: true}}
+"""
+
+
+async def test_a_region_the_plan_cannot_hedge_is_at_risk_and_says_why(make_service, capsys, monkeypatch):
+    """spot.hedge where the only pool is spot nodes of 8 L4s: its two replicas share a node (one
+    preemption takes both), so na-east is covered but not hedged; meridian get deployment shows the
+    region at risk (hedge), naming the pool, and the plan's risks say so too."""
+    svc = await leading(await make_service())
+    c = client(svc)
+    await call(c.apply, [{"name": "p.yaml", "text": SPOT_POLICY}, {"name": "e.yaml", "text": HEDGED_EMBED}])
+    agent = testing.FakeAgent([f"127.0.0.1:{svc.grpc_port}"], "c1", TOKENS["c1"], cloud=fm.Cloud.AWS,
+                              region="us-east-1")
+    cluster = testing.FakeCluster(agent, [testing.gpu_pool("l4-spot", nodes=1, nodes_max=2, gpus_per_node=8,
+                                                           tier=fm.Tier.SPOT, price_per_node_hour_usd=2.8)])
+    await cluster.connect()
+    try:
+        async def covered() -> dict | None:
+            await cluster.step()
+            item = await call(c.get, "deployment", "embed")
+            regions = {r["client_region"]: r for r in item["sla"]["regions"]}
+            return regions if regions["na-east"]["covered_by"] else None
+
+        regions = await testing.wait_for(covered, interval_s=0.2, what="a replica covering na-east")
+        na = regions["na-east"]
+        assert na["covered"] and (na["status"], na["cause"]) == ("at_risk", "hedge"), na
+        assert "one preemption can take at once (2 on c1/l4-spot)" in na["reason"], na["reason"]
+        monkeypatch.setenv("MERIDIAN_SCHEDULER_URL", f"http://127.0.0.1:{svc.admin_port}")
+        monkeypatch.setenv("MERIDIAN_ADMIN_TOKEN", ADMIN_TOKEN)
+        assert await call(cli.main, ["get", "deployment", "embed"]) == 0
+        assert "#   na-east: at_risk (hedge): covered by " in capsys.readouterr().out
+        plan = await call(c.plan, [{"name": "e.yaml", "text": HEDGED_EMBED}])
+        assert [u["client_region"] for u in plan["unhedged"]] == ["na-east"]
+        assert any(r.startswith("embed: na-east not hedged (spot.hedge): ") for r in plan["risks"]), plan["risks"]
+    finally:
+        await agent.close()
