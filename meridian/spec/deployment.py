@@ -266,6 +266,9 @@ class ModelDeploymentSpec(base.StrictModel):
             problems.add("scaling.scale_to_zero", f"scale_to_zero needs min_replicas: 0 (got {s.min_replicas})")
         if s.warm_pool > s.max_replicas:
             problems.add("scaling.warm_pool", f"warm_pool ({s.warm_pool}) exceeds max_replicas ({s.max_replicas})")
+        if p.spot.hedge and not p.spot.allowed:
+            problems.add("placement.spot.hedge", "hedge guards spot replicas against preemption: it needs "
+                                                 "placement.spot.allowed: true (on-demand replicas need no hedge)")
         for gpu_type, count in [("", res.gpus_per_replica), *res.gpus_by_type.items()]:
             if r.tp_size is not None and count % r.tp_size != 0:
                 where = f" for {gpu_type}" if gpu_type else ""

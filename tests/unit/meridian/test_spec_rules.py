@@ -64,6 +64,15 @@ def test_spot_share_must_lie_in_unit_interval(share):
     assert err.startswith("spec.placement.spot.max_share:")
 
 
+def test_a_spot_hedge_needs_spot_allowed():
+    """placement.spot.hedge without spot allowed is rejected on the field."""
+    assert _errors(_deployment(placement__spot={"hedge": True})) == [
+        "spec.placement.spot.hedge: hedge guards spot replicas against preemption: it needs "
+        "placement.spot.allowed: true (on-demand replicas need no hedge)"]
+    (loaded,) = spec.load_text(_deployment(placement__spot={"allowed": True, "hedge": True})).documents
+    assert loaded.doc.spec.placement.spot.hedge is True
+
+
 @pytest.mark.parametrize("share", [0.0, 1.0])
 def test_spot_share_bounds_are_valid(share):
     """0 and 1 are valid spot shares."""
