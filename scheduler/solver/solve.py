@@ -182,6 +182,11 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
                 reaching[region] = keys
         if ok and any(region not in reaching for region in demand.coverage):
             ok = False  # a covered region without a replica within its reach
+        if ok and _hedges(demand, settings):
+            counts = dict(mine)
+            # A hedged region one preemption would uncover (its second replica lost): re-solve it.
+            ok = all(_hedged_by({k: counts[k] for k in reaching[region]}, demand, offers) >= cand_mod.HEDGE_NEED
+                     for region in demand.coverage)
         total = sum(n for _, n in mine)
         if planned is not None:
             # Planned for this very demand on pools that still qualify: what it serves, or leaves
@@ -403,27 +408,16 @@ def _unhedged(prob: problem.PlacementProblem, settings: problem.SolverSettings, 
     """Every covered region of a hedged deployment (``placement.spot.hedge``) that the final plan
     reaches with spot replicas one preemption can take at once (one replica, or several that may
     share a node), and no on-demand one; a region with no replica is uncovered, reported as such."""
-    if not settings.spot_hedges:
-        return []
     offers = {p.key: p for p in prob.pools}
     out = []
     for dep in prob.deployments:
-        spot = dep.spec.placement.spot
-        if not (spot.allowed and spot.hedge):
+        if not _hedges(dep, settings):
             continue
         for region in dep.coverage:
             r = reach.get((dep.name, region))
             near = {} if r is None else {k: n for k in (*r.strict, *r.relaxed)
                                          if k in offers and (n := placement.replicas.get((dep.name, k), 0)) > 0}
-            if not near:
-                continue
-            have = 0
-            for k, n in near.items():
-                offer = offers[k]
-                packed = cand_mod.packed_gpus(dep.spec.resources.gpus_for(offer.gpu_type), offer.pool.gpus_per_node)
-                per_replica = cand_mod.hedge_per_replica(packed, offer.pool.gpus_per_node)
-                have += cand_mod.hedge_weight(offer) * (n if per_replica else 1)
-            if have >= cand_mod.HEDGE_NEED:
+            if not near or _hedged_by(near, dep, offers) >= cand_mod.HEDGE_NEED:
                 continue
             where = ", ".join(f"{n} on {k}" for k, n in sorted(near.items()))
             out.append(problem.Unhedged(dep.name, region, (
@@ -432,6 +426,23 @@ def _unhedged(prob: problem.PlacementProblem, settings: problem.SolverSettings, 
                 f"the plan's limits (pool sizes, scaling.max_replicas {dep.spec.scaling.max_replicas}, quotas, "
                 f"budgets)")))
     return out
+
+
+def _hedges(dep: problem.DeploymentDemand, settings: problem.SolverSettings) -> bool:
+    spot = dep.spec.placement.spot
+    return settings.spot_hedges and spot.allowed and spot.hedge
+
+
+def _hedged_by(near: Mapping[str, int], dep: problem.DeploymentDemand, offers: Mapping[str, problem.PoolOffer]) -> int:
+    """What replicas ``near`` (pool key -> replicas, all within a region's reach) give its hedge
+    (``candidates.hedge_count`` on member pools)."""
+    have = 0
+    for key, n in near.items():
+        offer = offers[key]
+        packed = cand_mod.packed_gpus(dep.spec.resources.gpus_for(offer.gpu_type), offer.pool.gpus_per_node)
+        per_replica = cand_mod.hedge_per_replica(packed, offer.pool.gpus_per_node)
+        have += cand_mod.hedge_weight(offer) * (n if per_replica else min(1, n))
+    return have
 
 
 def _uncovered(prob: problem.PlacementProblem, settings: problem.SolverSettings,

@@ -130,3 +130,20 @@ def test_the_linear_model_states_the_hedge_as_one_row_per_region():
     out = linear.solve_sat(built.model, time_limit_s=5, workers=1, relative_gap=0.0)
     counts = {p: out.values[v] for p, v in built.x.items() if out.values[v] > 0}
     assert c.unhedged(0, counts) == [] and out.values[built.unhedged[(0, "na-east")]] == 0
+
+
+def test_an_incremental_re_solve_restores_a_hedge_a_preemption_broke():
+    """The plan hedges na-east with two spot replicas; one is preempted (the current placement has
+    one left): the deployment counts as changed, and the re-solve starts a second one again. A
+    hedged plan as it is re-solves nothing."""
+    prob = problem(chat(), sc.dep("other", regions={"na-east": 1}))
+    first = solve(prob)
+    assert first.placement.of("chat") == {"use1/l4-spot": 2}
+    assert solver.changed_deployments(prob, first.placement, solver.SolverSettings()) == set()
+    left = dict(first.placement.replicas)
+    left[("chat", "use1/l4-spot")] = 1
+    broken = solver.Placement(left, dict(first.placement.serving), first.placement.demand, first.placement.coverage)
+    assert solver.changed_deployments(prob, broken, solver.SolverSettings()) == {0}
+    again = solve(prob, current=broken)
+    assert again.placement.of("chat") == {"use1/l4-spot": 2}
+    assert again.unhedged == ()
