@@ -9,6 +9,7 @@ reconnect to the new leader) and forgets its fleet view."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Mapping
 
@@ -358,8 +359,7 @@ class SchedulerService:
                 "uncovered": [{"deployment": u.deployment, "client_region": u.client_region,
                                "constraint": u.constraint, "reason": u.reason, "served_from": u.served_from}
                               for u in plan.result.uncovered],
-                "unhedged": [{"deployment": u.deployment, "client_region": u.client_region, "reason": u.reason}
-                             for u in plan.result.unhedged]},
+                "unhedged": [dataclasses.asdict(u) for u in plan.result.unhedged]},
             "open_directives": [{"id": r.directive_id, "cluster_id": r.cluster_id, "status": r.status.value,
                                  "action": records.action_name(r.directive.action), "age_s": round(now - r.created_at, 1)}
                                 for r in self.executor.open_records()[:100]],

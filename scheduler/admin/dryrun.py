@@ -11,6 +11,7 @@ the specs' cost floor (``scheduler.control.floor``: the least any fleet keeping 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 
 from meridian import latency
@@ -76,8 +77,7 @@ async def plan_report(loop: loop_mod.ControlLoop, hypothetical: planner.SpecView
                       "constraint": u.constraint, "reason": u.reason} for u in result.unplaced],
         "uncovered": [{"deployment": u.deployment, "client_region": u.client_region, "constraint": u.constraint,
                        "reason": u.reason, "served_from": u.served_from} for u in result.uncovered],
-        "unhedged": [{"deployment": u.deployment, "client_region": u.client_region, "reason": u.reason}
-                     for u in result.unhedged],
+        "unhedged": [dataclasses.asdict(u) for u in result.unhedged],
         "risks": risks(prob, result, hypothetical.latency_map),
         "cost_floor": floor.to_dict() if floor is not None else None,
     }

@@ -53,7 +53,7 @@ def status(name: str, doc: deployment_spec.ModelDeployment, *, plan: problem.Pla
         one = problem.PlacementProblem((probe,), prob.pools, prob.policy, prob.latency_map, prob.excluded_pools)
         reach = validate.coverage(one, live, settings)
     unmet = {u.client_region: u for u in plan.uncovered_of(name)} if plan is not None else {}
-    unhedged = {u.client_region: u for u in plan.unhedged if u.deployment == name} if plan is not None else {}
+    unhedged = {u.client_region: u for u in plan.unhedged_of(name)} if plan is not None else {}
     short = {}
     for u in plan.unplaced_of(name) if plan is not None else ():
         short.setdefault(u.client_region, u)

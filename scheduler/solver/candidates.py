@@ -110,24 +110,16 @@ class Candidates:
         """Covered regions of ``d`` some pair could reach but no replica of ``counts`` does."""
         return [r for r, ps in sorted(self.cover[d].items()) if not any(counts.get(p, 0) > 0 for p in ps)]
 
-    def hedge_weight(self, p: int) -> int:
-        """What a replica of pair ``p`` gives a hedged region (``unhedged``): 1 on spot (a second one
-        is needed), 2 otherwise (one suffices)."""
-        return hedge_weight(self.groups[self.pairs[p].g].offer)
-
-    def hedge_per_replica(self, p: int) -> bool:
-        """Whether each replica of pair ``p`` counts toward a hedge: it fills its node, so two are on
-        two nodes. Replicas that may share a node count once per group (one node's preemption can
-        take them all)."""
-        return hedge_per_replica(self.pairs[p].gpus_packed, self.groups[self.pairs[p].g].offer.gpus_per_node)
+    def hedge_worth(self, p: int) -> tuple[int, bool]:
+        """``hedge_worth`` of a replica of pair ``p``."""
+        return hedge_worth(self.groups[self.pairs[p].g].offer, self.pairs[p].gpus)
 
     def hedge_count(self, p: int, replicas: int) -> int:
-        """What ``replicas`` replicas of pair ``p`` give a hedged region."""
-        return self.hedge_weight(p) * (replicas if self.hedge_per_replica(p) else min(1, replicas))
+        """What ``replicas`` replicas of pair ``p`` give a hedged region (``hedge_count``)."""
+        return hedge_count(self.groups[self.pairs[p].g].offer, self.pairs[p].gpus, replicas)
 
     def hedged(self, d: int) -> bool:
-        spot = self.views[d].demand.spec.placement.spot
-        return self.hedges and spot.allowed and spot.hedge
+        return hedges(self.views[d].demand, self.hedges)
 
     def unhedged(self, d: int, counts: Mapping[int, int]) -> list[str]:
         """Covered regions of a hedged deployment ``d`` (``SpotRules.hedge``) that ``counts`` leaves
@@ -213,14 +205,25 @@ def group_pools(pools: Sequence[problem.PoolOffer], aggregate: bool) -> list[Gro
     return groups
 
 
-def hedge_weight(offer: problem.PoolOffer) -> int:
-    """A replica's worth toward a hedged region (``SpotRules.hedge``): 1 on spot, 2 otherwise."""
-    return 1 if offer.tier is fleet.Tier.SPOT else 2
+def hedges(demand: problem.DeploymentDemand, enabled: bool = True) -> bool:
+    """Whether ``demand`` asks for a hedge (``SpotRules.hedge``, spot allowed) and the solve keeps
+    hedges (``enabled``: ``SolverSettings.spot_hedges``)."""
+    spot = demand.spec.placement.spot
+    return enabled and spot.allowed and spot.hedge
 
 
-def hedge_per_replica(gpus_packed: int, gpus_per_node: int) -> bool:
-    """Replicas that fill their node each count toward a hedge; those that may share one count once."""
-    return gpus_packed >= gpus_per_node
+def hedge_worth(offer: problem.PoolOffer, gpus: int) -> tuple[int, bool]:
+    """What a replica of ``gpus`` GPUs on ``offer`` gives a hedged region (need ``HEDGE_NEED``): 1 on
+    spot (a second one is needed), 2 otherwise (one suffices); and whether each replica counts, as
+    it fills its node (replicas that may share a node count once per pool: one preemption takes
+    them all)."""
+    return (1 if offer.tier is fleet.Tier.SPOT else 2), packed_gpus(gpus, offer.gpus_per_node) >= offer.gpus_per_node
+
+
+def hedge_count(offer: problem.PoolOffer, gpus: int, replicas: int) -> int:
+    """What ``replicas`` replicas of ``gpus`` GPUs on ``offer`` give a hedged region."""
+    worth, per_replica = hedge_worth(offer, gpus)
+    return worth * (replicas if per_replica else min(1, replicas))
 
 
 def packed_gpus(gpus: int, gpus_per_node: int) -> int:

@@ -198,10 +198,11 @@ def breakdown(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: 
     (``formulation.replica_score``, as the model weighs them), member-level churn, the penalty of
     demand left unserved (by ``covered_scaled``) among demand some candidate can serve, the
     priority protection's, that of covered regions some candidate could reach but no replica
-    does, and that of hedged regions one preemption would uncover, for the deployments the model decided (``scope``). On a plan whose groups are single pools
-    it equals the model's objective at that plan; merged groups can only cost more here (a split
-    that opens a node the group count did not), and so do reserved nodes beyond a commitment, which
-    bill on demand here (``node_price``) and at the offer's price in the model."""
+    does, and that of hedged regions one preemption would uncover, for the deployments the model
+    decided (``scope``). On a plan whose groups are single pools it equals the model's objective at
+    that plan; merged groups can only cost more here (a split that opens a node the group count did
+    not), and so do reserved nodes beyond a commitment, which bill on demand here (``node_price``)
+    and at the offer's price in the model."""
     score = sum(n * (formulation.replica_score(c, p) + settings.replica_usd_per_hour)
                 for p, n in sol.counts.items() if n > 0)
     churn = 0.0

@@ -243,7 +243,7 @@ def _deployment(b: Built, c: cand_mod.Candidates, d: int, settings: problem.Solv
     scaling = view.demand.spec.scaling
     placement = view.demand.spec.placement
     # Beyond demand a pair may need a replica for isolation or coverage, and a second for a hedge.
-    iso_extra = max(placement.min_distinct_clouds, placement.min_distinct_regions) + (c.hedged(d) and 1)
+    iso_extra = max(placement.min_distinct_clouds, placement.min_distinct_regions) + int(c.hedged(d))
     weight = settings.unplaced_usd_per_replica * priority_weight(view.demand.priority) / SCALE
     my_pairs = [p for p in c.pairs_by_d[d] if subset is None or p in subset]
     reachable = {arcs[a].region for a in c.arcs_by_d[d]}
@@ -334,18 +334,18 @@ def _hedge(b: Built, c: cand_mod.Candidates, d: int, settings: problem.SolverSet
     usd = hedge_weight(c.views[d].demand, settings)
     need = cand_mod.HEDGE_NEED
     for region, reach_pairs in sorted(c.cover[d].items()):
-        near = [p for p in reach_pairs if p in b.x]
-        counted = []
-        for p in near:
-            if c.hedge_per_replica(p):
-                counted.append(b.x[p])
+        counted, worths = [], []
+        for p in reach_pairs:
+            if p not in b.x:
                 continue
-            if p not in b.used:
+            worth, per_replica = c.hedge_worth(p)
+            if not per_replica and p not in b.used:
                 b.used[p] = m.var(0, 1)
                 m.row([b.x[p], b.used[p]], [1, -1], lo=0)  # in use -> a replica there
-            counted.append(b.used[p])
+            counted.append(b.x[p] if per_replica else b.used[p])
+            worths.append(worth)
         h = b.unhedged[(d, region)] = m.var(0, 1, usd)
-        m.row(counted + [h], [c.hedge_weight(p) for p in near] + [need], lo=need)
+        m.row(counted + [h], worths + [need], lo=need)
 
 
 def _mir_cuts(m: linear.LinearModel, xs: list[int], covs: list[int], us: list[int], need: int,

@@ -326,6 +326,9 @@ class PlacementResult:
     def uncovered_of(self, deployment: str) -> list[Uncovered]:
         return [u for u in self.uncovered if u.deployment == deployment]
 
+    def unhedged_of(self, deployment: str) -> list[Unhedged]:
+        return [u for u in self.unhedged if u.deployment == deployment]
+
 
 class SolverSettings(pydantic.BaseModel):
     """Knobs of the solve; defaults suit a fleet of hundreds of deployments on a 2-core scheduler."""

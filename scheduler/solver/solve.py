@@ -182,7 +182,7 @@ def changed_deployments(prob: problem.PlacementProblem, current: problem.Placeme
                 reaching[region] = keys
         if ok and any(region not in reaching for region in demand.coverage):
             ok = False  # a covered region without a replica within its reach
-        if ok and _hedges(demand, settings):
+        if ok and cand_mod.hedges(demand, settings.spot_hedges):
             counts = dict(mine)
             # A hedged region one preemption would uncover (its second replica lost): re-solve it.
             ok = all(_hedged_by({k: counts[k] for k in reaching[region]}, demand, offers) >= cand_mod.HEDGE_NEED
@@ -411,7 +411,7 @@ def _unhedged(prob: problem.PlacementProblem, settings: problem.SolverSettings, 
     offers = {p.key: p for p in prob.pools}
     out = []
     for dep in prob.deployments:
-        if not _hedges(dep, settings):
+        if not cand_mod.hedges(dep, settings.spot_hedges):
             continue
         for region in dep.coverage:
             r = reach.get((dep.name, region))
@@ -428,21 +428,10 @@ def _unhedged(prob: problem.PlacementProblem, settings: problem.SolverSettings, 
     return out
 
 
-def _hedges(dep: problem.DeploymentDemand, settings: problem.SolverSettings) -> bool:
-    spot = dep.spec.placement.spot
-    return settings.spot_hedges and spot.allowed and spot.hedge
-
-
 def _hedged_by(near: Mapping[str, int], dep: problem.DeploymentDemand, offers: Mapping[str, problem.PoolOffer]) -> int:
-    """What replicas ``near`` (pool key -> replicas, all within a region's reach) give its hedge
-    (``candidates.hedge_count`` on member pools)."""
-    have = 0
-    for key, n in near.items():
-        offer = offers[key]
-        packed = cand_mod.packed_gpus(dep.spec.resources.gpus_for(offer.gpu_type), offer.pool.gpus_per_node)
-        per_replica = cand_mod.hedge_per_replica(packed, offer.pool.gpus_per_node)
-        have += cand_mod.hedge_weight(offer) * (n if per_replica else min(1, n))
-    return have
+    """What replicas ``near`` (member pool key -> replicas, all within a region's reach) give its hedge."""
+    return sum(cand_mod.hedge_count(offers[k], dep.spec.resources.gpus_for(offers[k].gpu_type), n)
+               for k, n in near.items())
 
 
 def _uncovered(prob: problem.PlacementProblem, settings: problem.SolverSettings,

@@ -290,6 +290,18 @@ spec:
 """
 
 
+async def sla_regions_once_covered(c, cluster, name: str, region: str) -> dict:
+    """Step the fake cluster until deployment ``name``'s SLA status shows a replica covering
+    ``region``; its regions by name."""
+    async def covered() -> dict | None:
+        await cluster.step()
+        item = await call(c.get, "deployment", name)
+        regions = {r["client_region"]: r for r in item["sla"]["regions"]}
+        return regions if regions[region]["covered_by"] else None
+
+    return await testing.wait_for(covered, interval_s=0.2, what=f"a replica covering {region}")
+
+
 async def test_get_deployment_shows_the_sla_per_client_region(make_service, capsys, monkeypatch):
     """meridian get deployment NAME prints, per client region: covered by which replicas, expected
     TTFT p99 (RTT + prefill + headroom), the TTFT p99 routers report, and why a region is unmet; the
@@ -308,13 +320,7 @@ async def test_get_deployment_shows_the_sla_per_client_region(make_service, caps
         async with grpc.aio.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as ch:
             await routing_pb2_grpc.RoutingServiceStub(ch).ReportTraffic(wire.traffic_to_pb(report, ROUTER_TOKEN))
 
-        async def covered() -> dict | None:
-            await cluster.step()
-            item = await call(c.get, "deployment", "embed")
-            regions = {r["client_region"]: r for r in item["sla"]["regions"]}
-            return regions if regions["na-east"]["covered_by"] else None
-
-        regions = await testing.wait_for(covered, interval_s=0.2, what="a replica covering na-east")
+        regions = await sla_regions_once_covered(c, cluster, "embed", "na-east")
         na = regions["na-east"]
         assert na["required"] and na["covered"] and na["status"] == "met"
         assert na["covered_by"][0]["cluster"] == "c1" and na["covered_by"][0]["gpu_type"] == "L4"
@@ -367,18 +373,10 @@ spec:
   clouds: [{name: aws}]
   spot: {max_share: 1.0}
 """
-HEDGED_EMBED = """
-apiVersion: meridian/v1
-kind: ModelDeployment
-metadata: {name: embed}
-spec:
-  model: {source: BAAI/bge-large-en-v1.5, served_name: embed}
-  runtime: {is_embedding: true}
-  resources: {gpu_types: [L4]}
-  sla: {ttft_p99_ms: 60, client_regions: [na-east]}
-  scaling: {min_replicas: 1, max_replicas: 2, scale_up_delay_s: 0}
-  placement: {spot: {allowed: true, max_share: 1.0, max_share_per_region: 1.0, hedge: true}}
-"""
+# EMBED, na-east only, at most 2 replicas, wholly on spot and hedged.
+HEDGED_EMBED = EMBED.replace("client_regions: [na-east, eu-west, ap-south], always_served_regions: [eu-west]",
+                             "client_regions: [na-east]").replace("max_replicas: 4", "max_replicas: 2") + (
+    "  placement: {spot: {allowed: true, max_share: 1.0, max_share_per_region: 1.0, hedge: true}}\n")
 
 
 async def test_a_region_the_plan_cannot_hedge_is_at_risk_and_says_why(make_service, capsys, monkeypatch):
@@ -394,13 +392,7 @@ async def test_a_region_the_plan_cannot_hedge_is_at_risk_and_says_why(make_servi
                                                            tier=fm.Tier.SPOT, price_per_node_hour_usd=2.8)])
     await cluster.connect()
     try:
-        async def covered() -> dict | None:
-            await cluster.step()
-            item = await call(c.get, "deployment", "embed")
-            regions = {r["client_region"]: r for r in item["sla"]["regions"]}
-            return regions if regions["na-east"]["covered_by"] else None
-
-        regions = await testing.wait_for(covered, interval_s=0.2, what="a replica covering na-east")
+        regions = await sla_regions_once_covered(c, cluster, "embed", "na-east")
         na = regions["na-east"]
         assert na["covered"] and (na["status"], na["cause"]) == ("at_risk", "hedge"), na
         assert "one preemption can take at once (2 on c1/l4-spot)" in na["reason"], na["reason"]
