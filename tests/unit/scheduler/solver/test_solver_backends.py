@@ -140,10 +140,11 @@ def test_portfolio_keeps_the_mip_plan_when_the_search_finds_nothing():
 
 def test_portfolio_keeps_the_search_plan_when_the_mip_answer_breaks_the_model():
     """HiGHS claiming "optimal" for a point that breaks the model's rows (every variable at least 1)
-    is dropped: the portfolio returns the search's plan, valid."""
+    is dropped: the portfolio returns its search's plan, valid. (Its own search phase, not a separate
+    search run: two timed searches need not find the same plan, and on a loaded machine one found a
+    plan 0.2% better than the other.)"""
     prob = fleet.make(12, 16, seed=5)
     settings = solver.SolverSettings(backend="portfolio", aggregate_pools=False)
-    searched = solver.solve(prob, time_limit_s=5, settings=settings.model_copy(update={"backend": "search"}))
 
     def worse(model: linear.LinearModel, **kw: object) -> linear.SatOutcome:
         values = [int(min(max(1, lo), hi)) for lo, hi in zip(model.lb, model.ub, strict=True)]
@@ -157,7 +158,7 @@ def test_portfolio_keeps_the_search_plan_when_the_mip_answer_breaks_the_model():
     with mock.patch.object(linear, "solve_sat", sat), mock.patch.object(mip, "solve_mip", worse):
         result = solver.solve(prob, time_limit_s=5, settings=settings)
     assert result.stats["portfolio_mip"] == pytest.approx(result.stats["portfolio_search"])
-    assert result.objective == pytest.approx(searched.objective, rel=1e-3)
+    assert result.objective == pytest.approx(result.stats["portfolio_search"], rel=1e-6)
     assert validate.violations(prob, result.placement, settings, None) == []
 
 
