@@ -25,7 +25,10 @@ Rules, in order (all times from ``ctx.now_s``):
    at least one replica.
 7. Split: the replicas are apportioned over client regions by their share of the request rate over
    the stable window (by requests in flight only while no rate is known), since they are counted in
-   replicas of the reference GPU type, whose capacity is a request rate.
+   replicas of the reference GPU type, whose capacity is a request rate. A window without traffic
+   (``min_replicas`` held through a quiet spell) keeps the split of the last window that had some,
+   so the replicas stay near the regions that will most likely send the next requests rather than
+   move; only a deployment that never had traffic is split round-robin over the SLA's regions.
 8. Coverage: the SLA's client regions that sent traffic (rate or requests in flight) within the last
    ``max(stable_window_s, scale_down_delay_s)`` are ``covered_regions``: the solver keeps a replica
    within reach of each (held as long as a scale-down would wait, so an intermittent region does
@@ -134,7 +137,11 @@ class ConcurrencyPolicy:
         if how:
             reasons.append(how)
         demand_replicas = max(0, min(decided, demand) if decided > 0 else 0)
-        by_region = _apportion(decided, _region_weights(samples), ctx.spec.sla.client_regions)
+        weights = _region_weights(samples)
+        split = weights if any(w > 0 for w in weights.values()) else dict(state.region_split)
+        if split is not weights and split and decided > 0:
+            reasons.append("no traffic in the window: regions split as when it last had some")
+        by_region = _apportion(decided, split, ctx.spec.sla.client_regions)
         hold_s = max(cfg.stable_window_s, scaling.scale_down_delay_s)
         seen = {r: t for r, t in state.region_seen_s.items() if t > now - hold_s}
         seen.update({r: now for r, w in sample.region_weight.items() if w > 0})
@@ -150,7 +157,8 @@ class ConcurrencyPolicy:
             covered_regions=covered,
         )
         last_change_s = now if decided != current else state.last_change_s
-        return decision, types.AutoscaleState(samples, history, last_traffic_s, panic_until_s, last_change_s, seen)
+        return decision, types.AutoscaleState(samples, history, last_traffic_s, panic_until_s, last_change_s, seen,
+                                              split)
 
 
 def _observe(ctx: types.AutoscaleContext) -> types.Sample:
@@ -278,7 +286,8 @@ def _region_weights(samples: Sequence[types.Sample]) -> dict[str, float]:
 
 def _apportion(total: int, weights: Mapping[str, float], client_regions: Sequence[str]) -> dict[str, int]:
     """Split ``total`` replicas over regions: one for each region with demand (largest first), the
-    rest by largest remainder of demand share. Without demand, round-robin over the SLA's regions."""
+    rest by largest remainder of demand share. Without any demand known, round-robin over the SLA's
+    regions."""
     out = {region: 0 for region in client_regions}
     if total <= 0:
         return out

@@ -115,6 +115,9 @@ class AutoscaleState:
     last_change_s: float | None = None
     # client region (of the SLA's) -> the last time it sent traffic: coverage holds that long.
     region_seen_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    # client region -> its share of the demand over the last stable window that had any: how the
+    # replicas are split while a window has no traffic (a quiet spell keeps them where they were).
+    region_split: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

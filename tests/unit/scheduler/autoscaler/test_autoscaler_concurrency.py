@@ -360,3 +360,21 @@ def test_regions_with_traffic_are_covered_and_stay_covered_for_the_down_delay():
     assert decision.covered_regions == ("na-east",)
     idle = Driver(make_spec(min_replicas=0, scale_to_zero=True, scale_to_zero_after_s=0), replicas=0)
     assert idle.step(5, {}).covered_regions == ()
+
+
+def test_a_quiet_spell_keeps_the_replicas_split_as_the_last_traffic_was():
+    """min_replicas held through a quiet spell: the replicas stay split as the traffic last was
+    (all eu-west here) instead of being dealt round-robin over the SLA's regions, which would send
+    the solver moving replicas toward a region that sent nothing; a deployment that never had
+    traffic is still dealt round-robin."""
+    drv = Driver(make_spec(min_replicas=3), replicas=3)
+    for _ in range(12):
+        busy = drv.step(5, {"eu-west": 6})
+    assert busy.replicas_by_region == {"na-east": 0, "eu-west": 3}
+    for _ in range(120):  # ten minutes without a request
+        quiet = drv.step(5, {})
+    assert quiet.replicas == 3
+    assert quiet.replicas_by_region == {"na-east": 0, "eu-west": 3}
+    assert "regions split as when it last had some" in quiet.reason
+    never = Driver(make_spec(min_replicas=3), replicas=3).step(5, {})
+    assert never.replicas_by_region == {"na-east": 2, "eu-west": 1}
