@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: the scenario's)")
     parser.add_argument("--trace", metavar="NAME|FILE", default=None,
                         help="replay this trace for every traffic entry (shipped: azure-conv, azure-code, mooncake; "
-                             "or a .csv/.jsonl file), keeping the scenario's rates and day shape")
+                             "or a file: .csv Azure 2023/2024 or BurstGPT, .jsonl Mooncake), keeping the scenario's rates "
+                             "and day shape")
     parser.add_argument("--policies", default=",".join(policies.DEFAULT), metavar="NAME[,NAME...]",
                         help=f"policies to compare (default: all): {', '.join(policies.POLICIES)}")
     parser.add_argument("--jobs", type=int, default=None,

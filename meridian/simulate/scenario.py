@@ -37,8 +37,8 @@ class TraceReplay(_Model):
     """Replay a recorded trace instead of drawing Poisson arrivals (``meridian.simulate.trace.replay``).
 
     ``file``: a trace shipped with Meridian by short name (``azure-conv``, ``azure-code``,
-    ``mooncake``) or file name stem (``azure-llm-2023-conv``), or a ``.csv`` (Azure) / ``.jsonl``
-    (Mooncake) path relative to the scenario file. Every client region of the traffic entry replays
+    ``mooncake``) or file name stem (``azure-llm-2023-conv``), or a ``.csv`` (Azure 2023/2024 or
+    BurstGPT, told by its header) / ``.jsonl`` (Mooncake) path relative to the scenario file. Every client region of the traffic entry replays
     the whole trace, tiled end to end to cover the run (a one-hour trace repeats every hour) and
     shifted to the region's local time: at local midnight each region is at the trace's start. Its
     rate is scaled by ``peak_rps[region] / the trace's mean requests/s`` (so the region's mean rate

@@ -4,6 +4,7 @@ traffic entry with ``trace``, the recorded arrivals of a trace file, replayed (`
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import functools
 import math
@@ -97,15 +98,16 @@ class Recorded:
 
 @functools.lru_cache(maxsize=16)
 def recorded(path: str | pathlib.Path) -> Recorded:
-    """Read a trace (a shipped short name or a file) once per process."""
-    times, prompts, output = [], [], 0
+    """Read a trace (a shipped short name or a file) once per process. Arrivals and prompt lengths
+    are held as packed arrays (16 bytes a request, not Python objects), so a week-long trace fits."""
+    times, prompts, output = array.array("d"), array.array("q"), 0
     for r in traces.read(path):
         times.append(r.arrival_s)
         prompts.append(r.input_tokens)
         output += r.output_tokens
     if not times:
         raise traces.TraceError(str(path), 0, "the trace has no requests")
-    arr = np.sort(np.asarray(times, dtype=float))
+    arr = np.sort(np.frombuffer(times, dtype=float))
     period = max(60.0, math.ceil((arr[-1] + 1e-9) / 60.0) * 60.0)
     mean = sum(prompts) / len(prompts)
     enough = len(prompts) >= perf.MIN_RECORDED and mean > 0

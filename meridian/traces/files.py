@@ -3,11 +3,12 @@ sources, licenses and citations) and reading any trace file by its format."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import pathlib
 from collections.abc import Callable, Iterator
 
-from meridian.traces import azure, mooncake, records
+from meridian.traces import azure, burstgpt, mooncake, records
 
 DATA_DIR = pathlib.Path(__file__).resolve().parent.parent / "data" / "traces"
 
@@ -37,9 +38,25 @@ SHIPPED: dict[str, Shipped] = {s.name: s for s in (
 
 READERS: dict[str, Callable[[pathlib.Path], Iterator[records.Request]]] = {
     "azure": azure.read,
+    "burstgpt": burstgpt.read,
     "mooncake": mooncake.read,
 }
-SUFFIXES = {".csv": "azure", ".jsonl": "mooncake"}
+# A .csv file's format is told by its header (``_csv_format``), a .jsonl file is Mooncake's.
+SUFFIXES = {".csv": "csv", ".jsonl": "mooncake"}
+CSV_HEADERS = (f"Azure: {','.join(azure.HEADER)}; BurstGPT: {burstgpt.HEADER_EXAMPLE}")
+
+
+def _csv_format(path: pathlib.Path) -> str:
+    """Azure's or BurstGPT's, from the file's header line."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        header = next(csv.reader(fh), None)
+    if header is None:
+        raise records.TraceError(path, 0, f"empty file; a .csv trace starts with a header ({CSV_HEADERS})")
+    if tuple(h.strip() for h in header) == azure.HEADER:
+        return "azure"
+    if burstgpt.matches(header):
+        return "burstgpt"
+    raise records.TraceError(path, 1, f"header is {','.join(header)!r}; expected {CSV_HEADERS}")
 
 
 def shipped(name: str) -> Shipped:
@@ -51,8 +68,8 @@ def shipped(name: str) -> Shipped:
 
 
 def resolve(name_or_path: str | pathlib.Path) -> tuple[pathlib.Path, str]:
-    """(path, format) of a shipped trace's short name or of a file (format from its suffix:
-    .csv is Azure's, .jsonl Mooncake's)."""
+    """(path, format) of a shipped trace's short name or of a file (format from its suffix and,
+    for .csv, its header: Azure's or BurstGPT's; .jsonl is Mooncake's)."""
     if isinstance(name_or_path, str) and name_or_path in SHIPPED:
         s = SHIPPED[name_or_path]
         return s.path, s.format
@@ -60,10 +77,12 @@ def resolve(name_or_path: str | pathlib.Path) -> tuple[pathlib.Path, str]:
     fmt = SUFFIXES.get(path.suffix.lower())
     if fmt is None:
         raise records.TraceError(path, 0, f"unknown trace format {path.suffix!r}: use a .csv file "
-                                 "(Azure: TIMESTAMP,ContextTokens,GeneratedTokens), a .jsonl file (Mooncake), "
+                                 f"({CSV_HEADERS}), a .jsonl file (Mooncake), "
                                  f"or a shipped trace ({', '.join(SHIPPED)})")
     if not path.is_file():
         raise records.TraceError(path, 0, "no such file")
+    if fmt == "csv":
+        fmt = _csv_format(path)
     return path, fmt
 
 

@@ -47,7 +47,7 @@ def _row(doc: object, block_tokens: int) -> tuple[float, int, int, tuple[int, ..
     if len(hashes) != blocks:
         raise ValueError(f"{len(hashes)} hash_ids for input_length {input_tokens}; expected {blocks} "
                          f"(one per {block_tokens}-token block)")
-    return stamp / 1000.0, input_tokens, output_tokens, tuple(hashes)
+    return stamp, input_tokens, output_tokens, tuple(hashes)
 
 
 def read(path: str | pathlib.Path, block_tokens: int = BLOCK_TOKENS) -> Iterator[records.Request]:
@@ -55,23 +55,16 @@ def read(path: str | pathlib.Path, block_tokens: int = BLOCK_TOKENS) -> Iterator
     line) at the first bad row."""
     if block_tokens < 1:
         raise ValueError(f"block_tokens={block_tokens} must be >= 1")
-    start: float | None = None
-    previous = 0.0
+    arrivals = records.Arrivals(path, "timestamp", per_second=1000.0)
     with open(path, "rb") as fh:
         for line, raw in enumerate(fh, start=1):
             if not raw.strip():
                 continue
             try:
-                stamp_s, input_tokens, output_tokens, hashes = _row(orjson.loads(raw), block_tokens)
+                stamp_ms, input_tokens, output_tokens, hashes = _row(orjson.loads(raw), block_tokens)
             except orjson.JSONDecodeError as exc:
                 raise records.TraceError(path, line, f"not JSON ({exc}); a row looks like {ROW_EXAMPLE}") from None
             except (TypeError, ValueError) as exc:
                 raise records.TraceError(path, line, str(exc)) from None
-            if start is None:
-                start = stamp_s
-            arrival_s = stamp_s - start
-            if arrival_s < previous:
-                raise records.TraceError(path, line, f"timestamp {stamp_s * 1000:g} is before the previous "
-                                         "row's; rows must be in arrival order")
-            previous = arrival_s
+            arrival_s = arrivals.at(stamp_ms, line, f"{stamp_ms:g}")
             yield records.Request(arrival_s, input_tokens, output_tokens, hashes)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 import pathlib
 from collections.abc import Iterable
+
+log = logging.getLogger("meridian.traces")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -31,6 +35,68 @@ class TraceError(ValueError):
         self.path = str(path)
         self.line = line
         super().__init__(f"{self.path}:{line}: {message}" if line else f"{self.path}: {message}")
+
+
+def token_count(text: str, field: str, minimum: int = 0) -> int:
+    """A CSV cell holding a token count: a whole number (``12``, or ``12.0`` as some exports write
+    it) of at least ``minimum``; a ValueError names the field and what it got."""
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        if not number.is_integer():
+            raise ValueError(f"{field} must be an integer, got {text!r}") from None
+        value = int(number)
+    if value < minimum:
+        raise ValueError(f"{field} must be >= {minimum}, got {value}")
+    return value
+
+
+class Arrivals:
+    """A file's arrival times as seconds from its first row, refused out of order: a replay needs
+    the rows in arrival order. ``at`` takes a row's stamp in the file's own unit (``per_second`` of
+    them make a second), subtracting before dividing so integer stamps stay exact."""
+
+    def __init__(self, path: str | pathlib.Path, field: str, per_second: float = 1.0):
+        self.path = str(path)
+        self.field = field
+        self.per_second = per_second
+        self.start: float | None = None
+        self.previous_s = 0.0
+
+    def at(self, stamp: float, line: int, shown: str) -> float:
+        if self.start is None:
+            self.start = stamp
+        arrival_s = (stamp - self.start) / self.per_second
+        if arrival_s < self.previous_s:
+            raise TraceError(self.path, line, f"{self.field} {shown} is before the previous row's; "
+                             "rows must be in arrival order")
+        self.previous_s = arrival_s
+        return arrival_s
+
+
+class Skipped:
+    """Rows a reader leaves out for one reason (a request a replay cannot send, such as one with
+    no prompt): counted while the file streams, reported once at its end as one structured log
+    line with the count and the first such line, so a trace that is mostly such rows is noticed."""
+
+    def __init__(self, path: str | pathlib.Path, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        self.rows = 0
+        self.first_line = 0
+
+    def add(self, line: int) -> None:
+        self.rows += 1
+        self.first_line = self.first_line or line
+
+    def report(self) -> None:
+        if self.rows:
+            log.warning("event=trace_rows_skipped file=%s rows=%d first_line=%d reason=%r", self.path, self.rows,
+                        self.first_line, self.reason)
 
 
 @dataclasses.dataclass(frozen=True)

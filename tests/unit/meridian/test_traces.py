@@ -85,7 +85,7 @@ def _write(tmp_path: pathlib.Path, name: str, text: str) -> pathlib.Path:
     ("2023-11-16 18:15:46.6805900,374\n", 2, "2 fields; expected 3"),
     ("2023-11-16 18:15:46.6805900,374,44\nyesterday,1,2\n", 3, "TIMESTAMP 'yesterday'"),
     ("2023-11-16 18:15:46.6805900,many,44\n", 2, "ContextTokens must be an integer"),
-    ("2023-11-16 18:15:46.6805900,0,44\n", 2, "ContextTokens must be >= 1"),
+    ("2023-11-16 18:15:46.6805900,-3,44\n", 2, "ContextTokens must be >= 0"),
     ("2023-11-16 18:15:46.6805900,3,-1\n", 2, "GeneratedTokens must be >= 0"),
     ("2023-11-16 18:15:46.6805900,3,1\n2023-11-16 18:15:45.0000000,3,1\n", 3, "arrival order"),
 ])
@@ -101,7 +101,8 @@ def test_bad_azure_row_names_file_and_line(tmp_path, body, line, words):
 def test_bad_azure_header_is_refused(tmp_path):
     """A CSV without the Azure header is refused at line 1, saying which header is expected."""
     path = _write(tmp_path, "t.csv", "time,in,out\n1,2,3\n")
-    with pytest.raises(traces.TraceError, match=r":1: .*expected TIMESTAMP,ContextTokens,GeneratedTokens"):
+    with pytest.raises(traces.TraceError, match=r":1: .*expected Azure: TIMESTAMP,ContextTokens,GeneratedTokens; "
+                                                r"BurstGPT: Timestamp,Model,Request tokens"):
         list(traces.read(path))
 
 
@@ -151,3 +152,71 @@ def test_unknown_format_and_missing_file_are_named(tmp_path):
         traces.read(tmp_path / "absent.csv")
     with pytest.raises(KeyError, match="shipped traces: azure-conv, azure-code, mooncake"):
         traces.shipped("azure")
+
+
+def test_azure_2024_rows_with_utc_offsets_read_like_2023_rows(tmp_path):
+    """The 2024 Azure traces stamp rows with a UTC offset (``+00:00``); offsets (and ``Z``, and a
+    ``T`` separator) are read into UTC, so arrivals are exact across rows written either way."""
+    path = _write(tmp_path, "week.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                  "2024-05-10 00:00:00.009930+00:00,2048,28\n"
+                  "2024-05-10 00:00:01.509930+00:00,13,0\n"
+                  "2024-05-10T02:00:02.009930+02:00,700,120\n"
+                  "2024-05-10 00:00:03Z,5,6\n")
+    rows = list(traces.read(path))
+    assert [r.arrival_s for r in rows] == pytest.approx([0.0, 1.5, 2.0, 2.99007], abs=1e-9)
+    assert [(r.input_tokens, r.output_tokens) for r in rows] == [(2048, 28), (13, 0), (700, 120), (5, 6)]
+
+
+def test_rows_without_a_prompt_are_skipped_counted_and_logged(tmp_path, caplog):
+    """A row with no prompt tokens cannot be replayed: it is left out, and the file's such rows are
+    reported once, with their count and the first line, so a mostly-empty trace is noticed."""
+    path = _write(tmp_path, "t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                  "2023-11-16 18:15:46.0000000,10,1\n"
+                  "2023-11-16 18:15:47.0000000,0,5\n"
+                  "2023-11-16 18:15:48.0000000,0,0\n"
+                  "2023-11-16 18:15:49.0000000,20,2\n")
+    with caplog.at_level("WARNING", logger="meridian.traces"):
+        rows = list(traces.read(path))
+    assert [(r.arrival_s, r.input_tokens) for r in rows] == [(0.0, 10), (3.0, 20)]
+    [record] = [r for r in caplog.records if "trace_rows_skipped" in r.getMessage()]
+    assert "rows=2 first_line=3" in record.getMessage() and str(path) in record.getMessage()
+
+
+BURST_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+def test_burstgpt_rows_and_totals(tmp_path):
+    """A BurstGPT file (told from Azure's by its header, both being .csv) reads with arrivals from
+    its first row, failed requests (0 response tokens) kept and prompt-less rows left out."""
+    path = _write(tmp_path, "BurstGPT_1.csv", BURST_HEADER +
+                  "5,ChatGPT,472,18,490,Conversation log\n"
+                  "5,GPT-4,1021,0,1021,API log\n"
+                  "7.5,ChatGPT,0,44,44,Conversation log\n"
+                  "12,ChatGPT,30,300,330,API log\n")
+    assert traces.resolve(path) == (path, "burstgpt")
+    rows = list(traces.read(path))
+    assert rows == [traces.Request(0.0, 472, 18), traces.Request(0.0, 1021, 0), traces.Request(7.0, 30, 300)]
+    s = traces.summarize(traces.read(path))
+    assert (s.rows, s.input_tokens, s.output_tokens, s.last_arrival_s) == (3, 1523, 318, 7.0)
+
+
+def test_burstgpt_columns_are_found_by_name(tmp_path):
+    """Columns are read by name: another order, or extra columns, read the same."""
+    path = _write(tmp_path, "b.csv", "Log Type,Response tokens,Model,Request tokens,Timestamp\n"
+                  "API log,18,ChatGPT,472,100.25\nAPI log,2,GPT-4,9.0,101\n")
+    assert list(traces.read(path)) == [traces.Request(0.0, 472, 18), traces.Request(0.75, 9, 2)]
+
+
+@pytest.mark.parametrize("body, line, words", [
+    ("5,ChatGPT,472\n", 2, "3 fields; expected 6"),
+    ("soon,ChatGPT,472,18,490,API log\n", 2, "Timestamp 'soon' must be seconds >= 0"),
+    ("5,ChatGPT,4.5,18,22.5,API log\n", 2, "Request tokens must be an integer"),
+    ("5,ChatGPT,4,-1,3,API log\n", 2, "Response tokens must be >= 0"),
+    ("5,ChatGPT,4,1,5,API log\n4,ChatGPT,4,1,5,API log\n", 3, "arrival order"),
+])
+def test_bad_burstgpt_row_names_file_and_line(tmp_path, body, line, words):
+    """A bad BurstGPT row raises TraceError naming the file, the line and what is wrong."""
+    path = _write(tmp_path, "b.csv", BURST_HEADER + body)
+    with pytest.raises(traces.TraceError) as err:
+        list(traces.read(path))
+    assert str(err.value).startswith(f"{path}:{line}: ") and words in str(err.value)

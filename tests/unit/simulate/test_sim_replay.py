@@ -171,3 +171,27 @@ def test_a_replay_models_the_traces_own_prompt_spread(tmp_path):
     assert tr.workload["chat-8b"] == (300.0, 10.0, 300.0)
     chat = next(d for d in specs.of_kind("ModelDeployment") if d.metadata.name == "chat-8b")
     assert chat.spec.workload.prompt_tokens_p99 == 300.0  # the scheduler is told the tail too
+
+
+def test_a_burstgpt_file_and_a_2024_azure_file_replay_like_a_2023_one(tmp_path):
+    """The same arrivals and tokens written as a 2023 Azure file, a 2024 one (UTC offsets) and a
+    BurstGPT file (seconds, columns by name, a prompt-less row that is left out) replay to the same
+    arrivals per tick and the same workload."""
+    offsets = [0.0, 15.0, 15.5, 40.0, 59.0, 61.0, 200.0]
+    azure_2023 = _azure_csv(tmp_path / "a2023.csv", offsets, prompt=700, output=70)
+    start = datetime.datetime(2024, 5, 10, 0, 0, 0)
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [
+        f"{(start + datetime.timedelta(seconds=t)).strftime('%Y-%m-%d %H:%M:%S.%f')}+00:00,700,70" for t in offsets]
+    (tmp_path / "a2024.csv").write_text("\n".join(rows) + "\n")
+    burst = ["Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"] + [
+        f"{1000 + t:g},ChatGPT,700,70,770,Conversation log" for t in offsets] + ["1300,ChatGPT,0,9,9,API log"]
+    (tmp_path / "burst.csv").write_text("\n".join(burst) + "\n")
+    built = {}
+    for name in (azure_2023.name, "a2024.csv", "burst.csv"):
+        specs, tr = runner.prepare(_replay_scenario(tmp_path, name, {"na-east": 0.5}, tokens="trace"))
+        chat = next(d for d in specs.of_kind("ModelDeployment") if d.metadata.name == "chat-8b")
+        built[name] = (tr.arrivals.copy(), chat.spec.workload.prompt_tokens_mean, chat.spec.workload.output_tokens_mean)
+    reference = built[azure_2023.name]
+    assert reference[0].sum() > 0 and reference[1:] == (700, 70)
+    for name in ("a2024.csv", "burst.csv"):
+        assert np.array_equal(built[name][0], reference[0]) and built[name][1:] == reference[1:]
