@@ -45,7 +45,11 @@ COUNTERS = ("sglang:cached_tokens_total", "sglang:prompt_tokens_total", "sglang:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prefix-requests", type=int, default=2000, help="Mooncake requests replayed (from the start)")
+    parser.add_argument("--prefix-trace", default="mooncake", metavar="NAME|FILE",
+                        help="trace replayed: the shipped Mooncake synthetic trace ('mooncake', the default) or "
+                             "a .jsonl file in Mooncake's format (e.g. its conversation or tool-agent trace): the "
+                             "prompts are built from its block hashes")
+    parser.add_argument("--prefix-requests", type=int, default=2000, help="trace requests replayed (from the start)")
     parser.add_argument("--prefix-time-scale", type=float, default=6.0,
                         help="arrivals this many times faster than recorded; emulator speedup the same")
     parser.add_argument("--prefix-replicas", type=int, default=4)
@@ -54,6 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefix-targets", default="meridian,sglang-router", help="comma list, run in this order")
     parser.add_argument("--prefix-policy-args", default="{}",
                         help="JSON object of Meridian prefix_cache policy args, e.g. '{\"cache_threshold\": 0.5}'")
+
+
+def trace_source(name_or_path: str) -> str:
+    """How the report names the replayed trace: a shipped one by its source, a file by its path."""
+    if name_or_path in traces.SHIPPED:
+        return traces.SHIPPED[name_or_path].source.split(" (")[0]
+    return f"the trace {name_or_path}"
 
 
 def parse_metrics(text: str, names: tuple[str, ...]) -> dict[str, float]:
@@ -208,13 +219,18 @@ def run(args: argparse.Namespace, workdir: str | None = None) -> int:
     scale = args.prefix_time_scale
     n_rep = args.prefix_replicas
     perf = capacity.replica_perf(capacity.KNOWN_ARCHITECTURES[MODEL], GPU, 1)
-    reqs = workload.window(traces.read("mooncake"), args.prefix_requests, scale, CONTEXT_TOKENS - 1024)
+    source = trace_source(args.prefix_trace)
+    reqs = workload.window(traces.read(args.prefix_trace), args.prefix_requests, scale, CONTEXT_TOKENS - 1024)
+    if not reqs or not any(r.block_hashes for r in reqs):
+        raise SystemExit(f"--prefix-trace {args.prefix_trace}: no request with prompt block hashes under "
+                         f"{CONTEXT_TOKENS - 1024} tokens; the prefix scenario needs a trace that records "
+                         "prompts as block hashes (Mooncake's .jsonl format)")
     prompts = workload.Prompts()
-    print(f"\n== prefix: Mooncake trace replay, {n_rep} emulator replicas, prefix-aware routing", flush=True)
+    print(f"\n== prefix: {source} replay, {n_rep} emulator replicas, prefix-aware routing", flush=True)
     t0 = time.monotonic()
     ideal = workload.ideal_replay(reqs, prompts, n_rep, perf.kv_budget_tokens)
     ideal_s = time.monotonic() - t0
-    warmup = workload.window(traces.read("mooncake"), args.prefix_warmup_requests, scale, CONTEXT_TOKENS - 1024,
+    warmup = workload.window(traces.read(args.prefix_trace), args.prefix_warmup_requests, scale, CONTEXT_TOKENS - 1024,
                              skip=len(reqs))
 
     def body(r: workload.TraceRequest) -> bytes:
@@ -223,9 +239,9 @@ def run(args: argparse.Namespace, workdir: str | None = None) -> int:
 
     bodies = [body(r) for r in reqs]
     send_s = [r.send_s for r in reqs]
-    recorded_s = reqs[-1].send_s * scale
+    recorded_s = max(reqs[-1].send_s * scale, 1e-3)
     prompt_tokens = sum(r.input_tokens for r in reqs)
-    print(f"workload: first {len(reqs)} requests of Mooncake's synthetic trace ({recorded_s:.0f} s recorded, "
+    print(f"workload: first {len(reqs)} requests of {source} ({recorded_s:.0f} s recorded, "
           f"{len(reqs) / recorded_s:.1f} req/s, {prompt_tokens / 1e6:.1f}M prompt tokens, "
           f"{prompt_tokens / recorded_s / 1000:.1f}k prompt tokens/s; requests over {CONTEXT_TOKENS - 1024} "
           f"tokens skipped), replayed {scale:g}x faster ({recorded_s / scale:.0f} s) against emulators at "
