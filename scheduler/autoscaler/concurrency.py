@@ -221,9 +221,12 @@ def _ttft_breach(ctx: types.AutoscaleContext) -> tuple[str, bool]:
     breach whose TTFT without that wait is still over the SLA is prefill or distance (the solver's
     to mend, with faster GPUs or nearer pools). The rule adds replicas unless every breach, at
     every replica and client region over the SLA, is of that kind; then the concurrency figure
-    alone sizes the deployment (it neither adds nor holds replicas for the breach). A replica
-    that does not report its queue time (an older agent) makes every breach count, as nothing
-    tells the two apart. The p90 misses queueing that only a few percent of requests meet (short
+    alone sizes the deployment (it neither adds nor holds replicas for the breach). A replica in
+    breach that does not report its queue time (an older agent) makes the breach count, as nothing
+    tells the two apart there, and so does a region's breach when no replica reports one. A replica
+    with no figures yet (just READY, not scraped: its load is empty) is in no breach and changes
+    nothing: it used to make every breach count, so each replica start during a prefill-bound
+    breach added a quarter more replicas. The p90 misses queueing that only a few percent of requests meet (short
     bursts): such a breach is read as prefill, and the concurrency and panic rules answer it."""
     sla_ms = ctx.spec.sla.ttft_p99_ms
     regions = [(t.client_region, t.ttft_p99_ms) for t in ctx.traffic if t.ttft_p99_ms > sla_ms]
@@ -232,10 +235,10 @@ def _ttft_breach(ctx: types.AutoscaleContext) -> tuple[str, bool]:
         return "", False
     worst = max([ms for _, ms in regions] + [load.ttft.p99_ms for load in replicas])
     reason = f"SLO: TTFT p99 {worst:.0f} ms > SLA {sla_ms:g} ms"
-    queues = [load.queue_time for load in ctx.loads]
-    if any(q is None for q in queues):
+    queues = [load.queue_time for load in ctx.loads if load.queue_time is not None]
+    if any(load.queue_time is None for load in replicas) or (regions and not queues):
         return reason, True
-    queue_ms = max(q.p90_ms for q in queues if q is not None)
+    queue_ms = max((q.p90_ms for q in queues), default=0.0)
     if (any(load.ttft.p99_ms - load.queue_time.p90_ms <= sla_ms for load in replicas if load.queue_time)
             or any(ms - queue_ms <= sla_ms for _, ms in regions)):
         return f"{reason} (queue time p90 up to {queue_ms:.0f} ms)", True

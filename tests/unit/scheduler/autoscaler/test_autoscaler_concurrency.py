@@ -378,3 +378,26 @@ def test_a_quiet_spell_keeps_the_replicas_split_as_the_last_traffic_was():
     assert "regions split as when it last had some" in quiet.reason
     never = Driver(make_spec(min_replicas=3), replicas=3).step(5, {})
     assert never.replicas_by_region == {"na-east": 2, "eu-west": 1}
+
+
+def test_a_replica_with_no_figures_yet_does_not_make_a_prefill_bound_breach_scale():
+    """ap-south's TTFT breach is its prompts' prefill (without the 40-ms queue it stays over the
+    SLA). A replica that has just become READY and has not been scraped reports an empty load (no
+    queue time): that tells nothing about the breach, and must not turn it into a +25% scale-up, as
+    it did on every replica start during such a breach. A region's breach with no replica reporting
+    queue time at all still counts."""
+    spec = make_spec(scale_up_delay_s=0)
+    policy = autoscaler.get("concurrency")
+    served = fleet.ReplicaLoad(running_requests=4, ttft=fleet.LatencyPercentiles(p99_ms=700),
+                               queue_time=fleet.LatencyPercentiles(20, 40, 90))
+    traffic = (autoscaler.RegionTraffic("na-east", requests_per_s=2.0, in_flight=8, ttft_p99_ms=900),)
+
+    def decide(loads: tuple[fleet.ReplicaLoad, ...]) -> autoscaler.Decision:
+        ctx = autoscaler.AutoscaleContext("chat", spec, T0, len(loads), loads, traffic)
+        return policy.decide(ctx, autoscaler.AutoscaleState())[0]
+
+    with_fresh = decide((served, served, served, fleet.ReplicaLoad()))
+    assert with_fresh.slo_breach and with_fresh.replicas == 4
+    assert "would not shorten" in with_fresh.reason
+    unknown = decide((fleet.ReplicaLoad(running_requests=4),) * 4)
+    assert unknown.replicas > 4
