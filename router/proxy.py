@@ -538,16 +538,25 @@ class Proxy:
         chunk = first
         # Written with the chunked terminator: the replica's last bytes (or the error event).
         last = b""
+        # Only whole events go to the client: the bytes after a chunk's last event boundary wait
+        # for the rest of their event. An error event (a broken stream, the deadline) then never
+        # lands inside a half-sent one, which would read as bad JSON rather than as an error.
+        held = b""
         try:
             await resp.prepare(request)
             outcome.ttft_s = time.monotonic() - started
             try:
                 while chunk:
                     tally.feed(chunk)
+                    if held:
+                        chunk, held = held + chunk, b""
                     if conn.complete:  # nothing more will come: one send for the end of the stream
                         last = chunk
                         break
-                    await resp.write(chunk)
+                    if not chunk.endswith(b"\n\n"):
+                        chunk, held = sse.split_events(chunk)
+                    if chunk:
+                        await resp.write(chunk)
                     chunk = await conn.read_chunk()
             except upstream.UpstreamError as exc:
                 self._failed(entry, ep, exc.kind)

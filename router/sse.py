@@ -2,7 +2,9 @@
 them: how many events passed, and the usage object of the last event that has one, whatever the
 chunking.
 
-The relay forwards each chunk as received (one write per chunk, never a re-framing), so this
+The relay forwards whole events as received (one write per chunk; a chunk's bytes after its last
+event boundary wait for the next chunk, ``split_events``, so nothing is ever written inside an
+event the replica did not finish), so this
 reads bytes as they pass without parsing events: it counts event starts (``data:`` at the start of
 a line) with the few bytes before each chunk carried over, so a ``data:`` split across two chunks
 counts once; and it keeps the last ``TAIL_BYTES`` or more of the stream (whole chunks, the last
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import collections
 
-__all__ = ["HEADERS", "TAIL_BYTES", "Tally", "usage"]
+__all__ = ["HEADERS", "TAIL_BYTES", "Tally", "split_events", "usage"]
 
 # A usage event (SGLang, OpenAI) is a few hundred bytes; the final chunks of a stream are the
 # finish event, the usage event and ``data: [DONE]``.
@@ -73,3 +75,11 @@ class Tally:
 
 # The response head of a relayed stream.
 HEADERS = (("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"))
+
+
+def split_events(data: bytes) -> tuple[bytes, bytes]:
+    """``data`` cut after its last event boundary (a blank line, ``\\n\\n`` or ``\\r\\n\\r\\n``):
+    (whole events, the start of an event still to come)."""
+    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+    cut = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+    return data[:cut], data[cut:]
