@@ -1,8 +1,10 @@
 """Overload protection: a bounded queue per served model.
 
 At most ``limit()`` requests of a model are in flight through this router; the next
-``queue_size`` wait (first come, first served) up to ``queue_timeout_s``; beyond that a request is
-refused at once with 429 and a Retry-After, instead of piling up latency for everyone."""
+``queue_size`` wait (first come, first served) up to ``queue_timeout_s``, or less when the request's
+own deadline comes first (then 504 ``deadline_exceeded``, as past the deadline anywhere else);
+beyond that a request is refused at once with 429 and a Retry-After, instead of piling up latency
+for everyone."""
 
 from __future__ import annotations
 
@@ -35,17 +37,24 @@ class Admission:
             return True
         return False
 
-    async def enter(self) -> None:
+    async def enter(self, deadline_in_s: float | None = None, timeout_s: float = 0.0) -> None:
         """Take a slot, queueing if needed; raise ApiError 429 when the queue is full or the wait
-        exceeds ``queue_timeout_s``."""
+        exceeds ``queue_timeout_s``, and 504 when the request's own deadline (``deadline_in_s``
+        from now; ``timeout_s`` the whole deadline, for the message) comes first."""
         if self.try_enter():
             return
         if len(self._waiters) >= self.queue_size:
             raise errors.overloaded(self.model, retry_after_s=1.0)
+        wait_s = self.queue_timeout_s
+        deadline_first = deadline_in_s is not None and deadline_in_s < wait_s
+        if deadline_first:
+            if deadline_in_s <= 0:
+                raise errors.deadline_exceeded(self.model, timeout_s)
+            wait_s = deadline_in_s
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout_s)
+            await asyncio.wait_for(asyncio.shield(waiter), wait_s)
         except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
             if waiter.done() and not waiter.cancelled():
                 self.leave()  # the slot was handed over just as we gave up: pass it on
@@ -54,6 +63,8 @@ class Admission:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
             if isinstance(exc, asyncio.TimeoutError):
+                if deadline_first:
+                    raise errors.deadline_exceeded(self.model, timeout_s) from None
                 raise errors.overloaded(self.model, retry_after_s=self.queue_timeout_s) from None
             raise
 

@@ -226,14 +226,16 @@ class Router:
 
     # ------------------------------------------------------------ small endpoints
 
-    async def _authorize(self, request: Request) -> Response | None:
+    async def _authorize(self, request: Request) -> tuple[Response | None, object]:
+        """(an error response or None, the caller's key: None when the router checks no keys)."""
         if self.proxy is None or self.proxy.keys is None:
-            return None
+            return None, None
         try:
-            await self.proxy.keys.authenticate(request.headers.get("Authorization"), request.headers.get("X-Api-Key"))
+            key = await self.proxy.keys.authenticate(request.headers.get("Authorization"),
+                                                     request.headers.get("X-Api-Key"))
         except errors.ApiError as err:
-            return err.response()
-        return None
+            return err.response(), None
+        return None, key
 
     def _model_card(self, entry) -> dict:
         created = int(self.state.table.generated_at) if self.state.table and self.state.table.generated_at else 0
@@ -242,20 +244,27 @@ class Router:
                 "max_model_len": entry.context_length or None}
 
     async def _models(self, request: Request) -> Response:
-        denied = await self._authorize(request)
+        """The served models the caller's key may use (all of them without keys); 503 while the
+        router has no routing table, as inference requests get."""
+        denied, key = await self._authorize(request)
         if denied is not None:
             return denied
-        data = [self._model_card(e) for _, e in sorted(self.state.models.items())]
+        if self.state.table is None:
+            return errors.not_ready().response()
+        data = [self._model_card(e) for name, e in sorted(self.state.models.items()) if key is None or key.allows(name)]
         return Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
 
     async def _model(self, request: Request) -> Response:
-        denied = await self._authorize(request)
+        denied, key = await self._authorize(request)
         if denied is not None:
             return denied
+        if self.state.table is None:
+            return errors.not_ready().response()
         name = request.match_info["model"]
         entry = self.state.models.get(name)
-        if entry is None:
-            return errors.model_not_found(name, self.state.model_names).response()
+        if entry is None or (key is not None and not key.allows(name)):
+            names = [n for n in self.state.model_names if key is None or key.allows(n)]
+            return errors.model_not_found(name, names).response()
         return Response(body=orjson.dumps(self._model_card(entry)), content_type="application/json")
 
     async def _health(self, request: Request) -> Response:
@@ -272,12 +281,14 @@ class Router:
                         headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _status(self, request: Request) -> Response:
-        denied = await self._authorize(request)
+        denied, key = await self._authorize(request)
         if denied is not None:
             return denied
         now = time.monotonic()
         models = []
         for name, entry in sorted(self.state.models.items()):
+            if key is not None and not key.allows(name):
+                continue  # a key limited to some models sees those models' replicas only
             models.append({
                 "model": name, "policy": entry.policy_name, "panic": entry.panic,
                 "in_flight": entry.admission.in_flight, "queued": entry.admission.queued,

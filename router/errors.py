@@ -78,6 +78,30 @@ def overloaded(model: str, retry_after_s: float) -> ApiError:
                     type_="rate_limit_error", code="overloaded", retry_after_s=retry_after_s)
 
 
+def not_ready() -> ApiError:
+    """No routing table yet (the router just started and neither the scheduler nor a last-known-good
+    copy has given one): every model is unknown for now, which is not a 404."""
+    return ApiError(503, "The router has no routing table yet (starting, or the scheduler is unreachable and no "
+                         "last-known-good table was kept); retry later", type_="server_error", code="not_ready",
+                    retry_after_s=1.0)
+
+
+def envelope(body: bytes) -> bytes:
+    """A replica's error body in the OpenAI shape: SGLang answers ``{"object": "error", "message",
+    "type", "param", "code"}`` at the top level, which the OpenAI SDKs do not read as an error
+    object; it is wrapped as ``{"error": {...}}``. A body already in that shape, or not a JSON
+    object with a message, is returned as it is."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    if not isinstance(doc, dict) or "error" in doc or not isinstance(doc.get("message"), str):
+        return body
+    code = doc.get("code")
+    return orjson.dumps({"error": {"message": doc["message"], "type": doc.get("type") or "upstream_error",
+                                   "param": doc.get("param"), "code": code}})
+
+
 def no_replica(model: str) -> ApiError:
     return ApiError(503, f"No healthy replica of model {model!r} can take the request right now; retry later",
                     type_="server_error", code="no_healthy_replica", retry_after_s=1.0)

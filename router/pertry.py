@@ -12,7 +12,8 @@ The limit is derived from the deployment's SLA, which the routing table carries 
 - a non-streaming answer arrives whole, after its last token, so its first byte is its last: the
   limit adds ``ttft_multiplier x tpot_p99_ms`` (``default_tpot_ms`` when the table has none) per
   token the answer may have: the request's ``max_tokens`` (``max_completion_tokens``,
-  ``sampling_params.max_new_tokens``), else the model's context length less the prompt's estimate;
+  ``sampling_params.max_new_tokens``), else the model's context length less the prompt's estimate
+  (the whole context when the estimate, the body's size over 4, reaches it: encoded images);
   without either bound the router cannot tell a hung replica from a long answer, and the try has no
   limit of its own (only the request's deadline). Embeddings have no output tokens.
 
@@ -62,5 +63,8 @@ def limit_s(first_s: float, token_s: float, *, stream: bool, max_new_tokens: int
     if max_new_tokens is None:
         if context_length <= 0:
             return None
-        max_new_tokens = max(1, context_length - prompt_tokens)
+        # The prompt estimate is the body's size (bytes / 4): a body of images or other encoded
+        # content reads as many more tokens than its prompt has. An estimate at or past the context
+        # cannot be the prompt (the replica would refuse it), so the whole context bounds the answer.
+        max_new_tokens = context_length - prompt_tokens if prompt_tokens < context_length else context_length
     return first_s + max_new_tokens * token_s

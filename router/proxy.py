@@ -190,9 +190,12 @@ class Proxy:
             parsed = validation.parse(kind, request.body, headers.get("Content-Type"), self.state.model_names)
             entry = self.state.models.get(parsed.model)
             if entry is None:
+                if self.state.table is None:
+                    raise errors.not_ready()
                 # Not a served model: metrics label it "" (a client's made-up names must not grow
-                # the label sets without bound).
-                raise errors.model_not_found(parsed.model, self.state.model_names)
+                # the label sets without bound). The names listed are those the key may use.
+                names = self.state.model_names
+                raise errors.model_not_found(parsed.model, names if key is None else [n for n in names if key.allows(n)])
             model = parsed.model
             if key is not None:
                 if not key.allows(model):
@@ -204,7 +207,7 @@ class Proxy:
                 if parsed.stream:
                     stream_key = self._open_stream(key)
             try:
-                entry = await self._admit(entry, model, region, timeout_s)
+                entry = await self._admit(entry, model, region, started + timeout_s, timeout_s)
             except BaseException:
                 self._close_stream(stream_key)
                 raise
@@ -253,9 +256,10 @@ class Proxy:
                                 outcome.completion_tokens, outcome.status >= 500 or outcome.status == 0,
                                 outcome.ttft_s * 1000.0 if outcome.ttft_s is not None else None, outcome.revision)
 
-    async def _admit(self, entry, model: str, region: str, timeout_s: float):
-        """Wait for a replica if the model has none yet (cold start), then take an admission slot;
-        the entry to serve from. Raises ApiError (503 no replica, 429 queue full)."""
+    async def _admit(self, entry, model: str, region: str, deadline: float, timeout_s: float):
+        """Wait for a replica if the model has none yet (cold start), then take an admission slot,
+        neither past the request's deadline (``deadline``, monotonic; ``timeout_s`` the whole of it);
+        the entry to serve from. Raises ApiError (503 no replica, 429 queue full, 504 deadline)."""
         if not entry.endpoints and self.cold_start_wait_s > 0:
             # No replica at all: scaled to zero or not placed yet. The traffic report counts this
             # request, the autoscaler wakes the model, and the request waits for the replica.
@@ -264,14 +268,15 @@ class Proxy:
             waiting[(model, region)] = waiting.get((model, region), 0) + 1
             self.traffic.urgent.set()
             try:
-                entry = await self.state.wait_for_replica(model, min(self.cold_start_wait_s, timeout_s))
+                entry = await self.state.wait_for_replica(
+                    model, max(0.0, min(self.cold_start_wait_s, deadline - time.monotonic())))
             finally:
                 waiting[(model, region)] -= 1
             if entry is None:
                 raise errors.no_replica(model)
         gate = entry.admission
         if not gate.try_enter():
-            await gate.enter()
+            await gate.enter(deadline - time.monotonic(), timeout_s)
         return entry
 
     def _open_stream(self, key) -> str | None:
@@ -402,7 +407,10 @@ class Proxy:
         return value
 
     def _relayed(self, status: int, content_type: bytes, body: bytes, rid: str) -> Response:
-        """A replica's whole answer as the client gets it: its status, body and content type."""
+        """A replica's whole answer as the client gets it: its status, body and content type; an
+        error body in the OpenAI shape (``errors.envelope``), as the router's own errors are."""
+        if status >= 400:
+            body = errors.envelope(body)
         return Response(body=body, status=status,
                         headers=[("Content-Type", self._content_type(content_type)), ("X-Request-Id", rid)])
 

@@ -124,7 +124,7 @@ async def test_when_every_replica_fails_the_last_answer_is_relayed(replicas, mak
     router = await make_router(testing.table(1, {"m": [testing.replica("a", a.port), testing.replica("b", b.port)]}))
     async with http.post(url(router), json=chat()) as resp:
         assert resp.status == 500
-        assert "failing" in (await resp.json())["message"]
+        assert "failing" in (await resp.json())["error"]["message"]
     assert a.requests + b.requests == 2
 
 

@@ -57,12 +57,13 @@ async def test_restart_serves_last_known_good_while_scheduler_is_down(replicas, 
 
 
 async def test_router_without_any_table_is_not_ready(make_router, http):
-    """With no scheduler reachable and no saved table, /ready is 503 and requests get 404."""
+    """With no scheduler reachable and no saved table, /ready is 503 and so are requests (not_ready,
+    retryable), not a 404 that would read as a model that does not exist."""
     router = await make_router(scheduler_address="127.0.0.1:1")
     async with http.get(f"http://127.0.0.1:{router.port}/ready") as resp:
         assert resp.status == 503
     async with http.post(f"http://127.0.0.1:{router.port}/v1/chat/completions", json=chat()) as resp:
-        assert resp.status == 404
+        assert resp.status == 503 and (await resp.json())["error"]["code"] == "not_ready"
 
 
 async def test_traffic_reports_reach_the_scheduler(replicas, make_router, http):

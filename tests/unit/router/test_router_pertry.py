@@ -34,3 +34,13 @@ def test_a_non_streaming_answer_gets_time_for_each_token_it_may_have():
     assert pertry.limit_s(2.4, 0.3, stream=False, max_new_tokens=None, context_length=100,
                           prompt_tokens=90) == pytest.approx(5.4)
     assert pertry.limit_s(2.4, 0.3, stream=False, max_new_tokens=None) is None
+
+
+def test_a_prompt_estimate_past_the_context_leaves_the_whole_context_for_the_answer():
+    """The prompt estimate is the body's size over 4: a body carrying an image reads as more tokens
+    than the context. That estimate cannot be the prompt, so the answer may take the whole
+    context (it used to get one token: a 2.7-s limit that abandoned every such try)."""
+    assert pertry.limit_s(2.4, 0.3, stream=False, max_new_tokens=None, context_length=100,
+                          prompt_tokens=75_000) == pytest.approx(2.4 + 100 * 0.3)
+    assert pertry.limit_s(2.4, 0.3, stream=False, max_new_tokens=None, context_length=100,
+                          prompt_tokens=100) == pytest.approx(2.4 + 100 * 0.3)
