@@ -8,6 +8,7 @@ Progress goes to stderr. Exit 0 on success, 1 for a scenario that cannot be used
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 
 from meridian import progress as progress_mod
@@ -62,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
             policies.get(name)
         if args.jobs is not None and args.jobs < 1:
             raise scenario.ScenarioError(f"--jobs must be >= 1, got {args.jobs}")
+        if args.plot:
+            _plot_dir(args.plot)
     except (scenario.ScenarioError, ValueError) as exc:
         print(f"meridian simulate: {exc}", file=sys.stderr)
         return 1
@@ -72,10 +75,24 @@ def run(args: argparse.Namespace) -> int:
     except scenario.ScenarioError as exc:
         print(f"meridian simulate: {exc}", file=sys.stderr)
         return 1
+    failed = 0
     if args.plot:
         from meridian.simulate import plot  # noqa: PLC0415  (matplotlib only when plots are asked for)
 
-        paths = plot.write(cmp, args.plot)
-        print(f"plots: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+        try:
+            paths = plot.write(cmp, args.plot)
+            print(f"plots: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+        except OSError as exc:  # the run's report still comes out below
+            print(f"meridian simulate: --plot {args.plot}: {exc}", file=sys.stderr)
+            failed = 1
     output.emit(report.as_dict(cmp), "json" if args.json else args.output, lambda: report.text(cmp))
-    return 0
+    return failed
+
+
+def _plot_dir(path: str) -> None:
+    """Make ``--plot``'s directory before the run, so a path that cannot be one fails in a second,
+    not after a whole simulated day."""
+    try:
+        pathlib.Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise scenario.ScenarioError(f"--plot {path}: cannot make the directory ({exc.strerror or exc})") from None

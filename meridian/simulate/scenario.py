@@ -245,16 +245,32 @@ class Scenario(_Model):
         return path if path.is_absolute() else pathlib.Path(self.base_dir) / path
 
     def check_traces(self) -> None:
-        """Every ``traffic[].trace.file`` resolves to a readable trace with requests in it."""
+        """Every ``traffic[].trace.file`` resolves to a trace whose rows all read, with requests in
+        it: a bad row is a scenario error naming the field, the file and the line, before anything
+        runs. Each file is read once (``trace.recorded`` keeps it for the run), and a file named by
+        several entries is reported once, under the first."""
+        from meridian.simulate import trace as trace_mod  # noqa: PLC0415  (trace imports this module)
+
         problems = []
+        seen: set[str] = set()
         for i, shape in enumerate(self.traffic):
             if shape.trace is None:
                 continue
+            path = self.trace_path(shape.trace)
+            if str(path) in seen:
+                continue
+            seen.add(str(path))
             try:
-                traces.resolve(self.trace_path(shape.trace))
+                traces.resolve(path)
             except traces.TraceError as exc:
                 problems.append(f"traffic.{i}.trace.file: {exc}; give a shipped trace "
-                                f"({', '.join(sorted(_SHIPPED_NAMES))}) or a .csv/.jsonl file")
+                                f"({', '.join(sorted(_SHIPPED_NAMES))}) or a file (.csv: Azure or BurstGPT, "
+                                ".jsonl: Mooncake)")
+                continue
+            try:
+                trace_mod.recorded(path)
+            except traces.TraceError as exc:
+                problems.append(f"traffic.{i}.trace.file: {exc}")
         if problems:
             raise ScenarioError("; ".join(problems))
 
@@ -289,9 +305,14 @@ class Scenario(_Model):
                 problems.append(f"traffic.{i}.deployment: unknown deployment {shape.deployment!r}; "
                                 f"known: {sorted(deployments)}")
                 continue
+            served = list(dep.spec.sla.client_regions)
             for region in shape.peak_rps:
                 if region not in client_regions:
-                    problems.append(f"traffic.{i}.peak_rps: unknown client region {region!r}")
+                    problems.append(f"traffic.{i}.peak_rps: unknown client region {region!r}; the latency map's: "
+                                    f"{sorted(client_regions)}")
+                elif region not in served:
+                    problems.append(f"traffic.{i}.peak_rps.{region}: deployment {shape.deployment!r} does not serve "
+                                    f"client region {region!r} (its sla.client_regions: {served})")
                 elif region not in self.client_utc_offsets_h:
                     problems.append(f"client_utc_offsets_h: no UTC offset for client region {region!r}")
         for i, s in enumerate(self.spikes):
@@ -317,9 +338,12 @@ class Scenario(_Model):
             if o.region not in regions:
                 problems.append(f"outages.{i}.region: no cluster in region {o.region!r}; with clusters: "
                                 f"{sorted(regions)}")
-        for cloud in self.spot.notice_s:
+        for cloud, notice in self.spot.notice_s.items():
             if cloud not in ("aws", "gcp", "azure", "local"):
                 problems.append(f"spot.notice_s: unknown cloud {cloud!r}; valid: aws, gcp, azure, local")
+            elif not 0 <= notice <= 3600:
+                problems.append(f"spot.notice_s.{cloud}: {notice:g} s; give the notice's lead time in seconds, "
+                                "0 to 3600 (AWS 120, GCP and Azure 30)")
         if problems:
             raise ScenarioError("; ".join(problems))
 
@@ -360,7 +384,13 @@ def load(name_or_path: str) -> Scenario:
 
 
 def dump(scenario: Scenario) -> str:
-    """The scenario as YAML (``meridian simulate --print-scenario``), ready to copy and edit."""
+    """The scenario as YAML (``meridian simulate --print-scenario``), ready to copy and edit: spec and
+    trace files as absolute paths, so the copy works wherever it is saved."""
     data = scenario.model_dump(mode="json", exclude={"base_dir"})
+    data["specs"] = [str(p.resolve()) for p in scenario.spec_paths()]
+    for shape, out in zip(scenario.traffic, data.get("traffic", []), strict=True):
+        if shape.trace is not None:
+            path = scenario.trace_path(shape.trace)
+            out["trace"]["file"] = path if isinstance(path, str) else str(path.resolve())
     return yaml.safe_dump(data, sort_keys=False)
 

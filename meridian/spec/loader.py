@@ -409,12 +409,29 @@ def load_texts(sources: Iterable[tuple[str, str]], context: base.Context | None 
                                     f"duplicate {item.kind} {item.name!r} (first at {first.file}:{first.line})",
                                     item.index))
         seen[key] = item
+    issues.extend(_references(loaded))
     if issues:
         order = {f: i for i, (f, _) in enumerate(sources)} if isinstance(sources, list) else {}
         issues.sort(key=lambda i: (order.get(i.file, 0), i.file, i.document, i.line or 0))
         raise SpecError(issues)
     loaded.sort(key=lambda d: (d.file, d.index))
     return SpecSet(tuple(loaded), ctx)
+
+
+def _references(loaded: list[Loaded]) -> list[SpecIssue]:
+    """Names one document gives that another of the set must define: a deployment's
+    ``priority_class`` must be one of the capacity policy's classes (when the set has a policy that
+    lists classes). A mistyped class used to pass and leave the deployment at the default priority
+    (100), below what its owner asked for, with nothing said."""
+    classes = sorted({c.name for item in loaded if item.kind == "CapacityPolicy"
+                      for c in item.doc.spec.priority_classes})
+    if not classes:
+        return []
+    return [SpecIssue(item.file, item.line_of("spec", "priority_class"), "spec.priority_class",
+                      base.unknown_name("priority class", item.doc.spec.priority_class, classes)
+                      + " (the capacity policy's priority_classes)", item.index)
+            for item in loaded
+            if item.kind == "ModelDeployment" and item.doc.spec.priority_class not in classes]
 
 
 def load_text(text: str, file: str = "<input>", context: base.Context | None = None) -> SpecSet:

@@ -49,7 +49,7 @@ def _timestamp(text: str) -> datetime.datetime:
 def read(path: str | pathlib.Path) -> Iterator[records.Request]:
     """The requests of an Azure trace file, in order; raises ``records.TraceError`` (file and
     line) at the first bad row."""
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None:

@@ -48,7 +48,7 @@ CSV_HEADERS = (f"Azure: {','.join(azure.HEADER)}; BurstGPT: {burstgpt.HEADER_EXA
 
 def _csv_format(path: pathlib.Path) -> str:
     """Azure's or BurstGPT's, from the file's header line."""
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         header = next(csv.reader(fh), None)
     if header is None:
         raise records.TraceError(path, 0, f"empty file; a .csv trace starts with a header ({CSV_HEADERS})")

@@ -103,6 +103,33 @@ def test_latency_map_regions_count_for_other_documents():
         spec.load_text(_deployment(sla__client_regions=["za-south"]))
 
 
+POLICY = """
+apiVersion: meridian/v1
+kind: CapacityPolicy
+metadata: {name: p}
+spec:
+  clouds: [{name: aws}]
+  priority_classes:
+    - {name: critical, value: 1000}
+    - {name: standard, value: 100}
+"""
+
+
+def test_a_priority_class_the_policy_does_not_define_is_refused():
+    """Beside a capacity policy that lists priority classes, a deployment naming another class is an
+    error at its line with the nearest valid name (a typo used to pass and leave the deployment at
+    the default priority); alone, or with a policy that lists none, it is not checked."""
+    typo = _deployment(priority_class="crtical")
+    with pytest.raises(spec.SpecError) as info:
+        spec.load_texts([("d.yaml", typo), ("p.yaml", POLICY)])
+    [issue] = info.value.issues
+    assert (issue.file, issue.path) == ("d.yaml", "spec.priority_class")
+    assert "unknown priority class 'crtical'; did you mean 'critical'?" in issue.message
+    assert issue.line == typo.splitlines().index("  priority_class: crtical") + 1
+    spec.load_texts([("d.yaml", _deployment(priority_class="critical")), ("p.yaml", POLICY)])
+    spec.load_text(typo)
+
+
 def test_model_must_fit_each_allowed_gpu_type():
     """A 70B model on one L4 is rejected with the memory it needs."""
     text = _deployment(model={"source": "meta-llama/Llama-3.1-70B-Instruct", "served_name": "big"},

@@ -182,6 +182,13 @@ def test_rows_without_a_prompt_are_skipped_counted_and_logged(tmp_path, caplog):
     assert "rows=2 first_line=3" in record.getMessage() and str(path) in record.getMessage()
 
 
+def test_a_csv_saved_with_a_byte_order_mark_reads(tmp_path):
+    """Spreadsheet exports start a UTF-8 CSV with a byte order mark; the header still matches."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n")
+    assert list(traces.read(path)) == [traces.Request(0.0, 374, 44)]
+
+
 BURST_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 
 from meridian.cli import main as cli
-from meridian.simulate import report, runner
+from meridian.simulate import report, runner, scenario
 
 
 def test_json_output_has_every_policy_and_region(capsys):
@@ -85,6 +86,30 @@ def test_print_scenario_is_loadable_yaml(capsys):
     text = capsys.readouterr().out
     for key in ("traffic:", "spikes:", "spot:", "stock_outs:", "outages:", "tick_s:"):
         assert key in text
+
+
+def test_a_printed_scenario_runs_from_wherever_it_is_saved(capsys, tmp_path, monkeypatch):
+    """The documented start of one's own scenario: --print-scenario saved anywhere (here a
+    directory of its own, from another working directory) loads with its specs; the paths it
+    prints are absolute."""
+    assert cli.main(["simulate", "--print-scenario"]) == 0
+    path = tmp_path / "mine" / "my-day.yaml"
+    path.parent.mkdir()
+    path.write_text(capsys.readouterr().out)
+    monkeypatch.chdir(tmp_path)
+    sc = scenario.load(str(path))
+    assert all(pathlib.Path(p).is_absolute() for p in sc.specs)
+    assert len(sc.load_specs().of_kind("ModelDeployment")) == 3
+
+
+def test_a_plot_path_that_cannot_be_a_directory_fails_before_the_run(capsys, tmp_path):
+    """--plot naming an existing file is refused at once (exit 1, the path and why), not after the
+    whole run, which used to end in a traceback with the report lost."""
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    assert cli.main(["simulate", "--hours", "24", "--policies", "meridian", "--plot", str(taken)]) == 1
+    err = capsys.readouterr().err
+    assert f"--plot {taken}: cannot make the directory" in err and "simulating" not in err
 
 
 def test_processes_give_the_same_results_as_one(make_scenario):

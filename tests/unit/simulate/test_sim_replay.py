@@ -101,6 +101,16 @@ def test_shipped_trace_names_resolve_by_short_name_and_file_stem(tmp_path):
         assert len(rec.arrival_s) == 19_366 and rec.period_s == 3540.0
 
 
+def test_a_bad_row_in_a_replayed_trace_is_a_scenario_error_before_the_run(tmp_path):
+    """A trace file whose third line is bad is refused when the scenario is read, naming the field,
+    the file and the line; it used to pass the header check and end the run in a traceback."""
+    path = _azure_csv(tmp_path / "t.csv", [0.0, 1.0])
+    path.write_text(path.read_text() + "2023-11-16 18:00:02.0000000,abc,4\n")
+    with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.file: .*t\.csv:4: ContextTokens must be an "
+                                                      "integer, got 'abc'"):
+        _replay_scenario(tmp_path, path.name, {"na-east": 1.0})
+
+
 def test_bad_trace_fields_name_the_field(tmp_path):
     """A missing trace file, an unknown format and a bad ``tokens`` value are scenario errors that
     name ``traffic.0.trace``'s field and what would be valid."""

@@ -36,6 +36,11 @@ def test_overrides_change_hours_and_seed_and_reject_bad_values():
     ({"outages": [{"at_h": 1, "duration_h": 1, "region": "moon-1"}]}, "outages.0.region"),
     ({"spot": {"waves": [{"at_h": 1, "share": 0.5, "cluster": "nope"}]}}, "spot.waves.0.cluster"),
     ({"spikes": [{"at_h": 1, "duration_min": 5, "multiplier": 2, "deployment": "nope"}]}, "spikes.0.deployment"),
+    # A real client region the deployment does not serve used to crash the bound's solver.
+    ({"traffic": [{"deployment": "reasoning-70b", "peak_rps": {"ap-south": 1}}]},
+     "traffic.0.peak_rps.ap-south: deployment 'reasoning-70b' does not serve client region 'ap-south'"),
+    # A negative notice used to raise a traceback from the simulated provider.
+    ({"spot": {"notice_s": {"aws": -100}}}, "spot.notice_s.aws: -100 s"),
 ])
 def test_names_are_checked_against_the_specs(override, needle, make_scenario):
     """A scenario naming a deployment, region, cluster or pool the specs lack is refused, naming the field."""
