@@ -8,12 +8,17 @@ Times in a scenario are hours from the start of the run (``at_h``); the run star
 
 from __future__ import annotations
 
+import logging
 import pathlib
+
 import pydantic
 import yaml
 
 from meridian import spec, traces, yamlread
 from meridian.simulate import defaults
+
+log = logging.getLogger("meridian.simulate.scenario")
+_WARNED: set[str] = set()
 
 
 # A shipped trace by short name or by its file's stem (``azure-llm-2023-conv`` is ``azure-conv``).
@@ -186,6 +191,10 @@ class Scenario(_Model):
     replicas: ReplicaSettings = ReplicaSettings()
     fidelity: FidelitySettings = FidelitySettings()
     base_dir: str = pydantic.Field(default=".", description="Set by the loader: where spec paths start.")
+    trace_from_cli: bool = pydantic.Field(
+        default=False, exclude=True,
+        description="Set by ``with_overrides(trace=...)`` (``--trace``): every entry replays one file, so a "
+                    "deployment whose context it does not fit is warned about rather than refused.")
 
     @pydantic.model_validator(mode="after")
     def _intervals(self) -> Scenario:
@@ -223,6 +232,7 @@ class Scenario(_Model):
                 t.model_copy(update={"trace": TraceReplay(file=file, **(
                     {"diurnal": t.trace.diurnal, "tokens": t.trace.tokens} if t.trace else {}))})
                 for t in self.traffic)
+            update["trace_from_cli"] = True
         if hours is not None:
             if not 0 < hours <= 24 * 14:
                 raise ScenarioError(f"hours must be in (0, 336], got {hours}")
@@ -288,6 +298,27 @@ class Scenario(_Model):
         self.check_against(specs)
         return specs
 
+    def _context_problems(self, i: int, shape: TrafficShape, dep) -> list[str]:
+        """A trace replayed with its own tokens whose mean request does not fit the deployment's
+        context: a replica would refuse most of its requests, which the report would otherwise show
+        as 0% attainable "for no pool within reach"."""
+        context = dep.spec.runtime.context_length
+        if shape.trace is None or shape.trace.tokens != "trace" or context is None:
+            return []
+        from meridian.simulate import trace as trace_mod  # noqa: PLC0415  (trace imports this module)
+
+        try:
+            rec = trace_mod.recorded(self.trace_path(shape.trace))
+        except traces.TraceError:
+            return []  # check_traces has said so
+        output = 0.0 if dep.spec.runtime.is_embedding else rec.output_tokens_mean
+        if rec.prompt_tokens_mean + output <= context:
+            return []
+        return [f"traffic.{i}.trace: {shape.trace.file}: its requests average {rec.prompt_tokens_mean:,.0f} prompt + {output:,.0f} "
+                f"output tokens, over deployment {shape.deployment}'s runtime.context_length {context:,}: a "
+                "replica would refuse most of them; replay it for a deployment with a longer context, or with "
+                "tokens: spec in the scenario file (the trace's arrivals, the spec's tokens)"]
+
     def check_against(self, specs: spec.SpecSet) -> None:
         """Cross-checks between the scenario and its specs: every name must exist."""
         problems: list[str] = []
@@ -305,6 +336,14 @@ class Scenario(_Model):
                 problems.append(f"traffic.{i}.deployment: unknown deployment {shape.deployment!r}; "
                                 f"known: {sorted(deployments)}")
                 continue
+            for problem in self._context_problems(i, shape, dep):
+                if self.trace_from_cli:  # --trace: one file for every entry; the user has no tokens: spec to give
+                    if problem not in _WARNED:  # once per process, not once per policy run
+                        _WARNED.add(problem)
+                        log.warning("event=trace_exceeds_context %s (the simulator serves them as if they fit)",
+                                    problem)
+                else:
+                    problems.append(problem)
             served = list(dep.spec.sla.client_regions)
             for region in shape.peak_rps:
                 if region not in client_regions:

@@ -309,6 +309,18 @@ class ModelDeploymentSpec(base.StrictModel):
                                  f"region {region!r} is in {known.cloud}, which placement.clouds does not allow")
         if not r.is_embedding and self.sla.tpot_p99_ms is None:
             problems.add("sla.tpot_p99_ms", "a generative model needs tpot_p99_ms")
+        w = self.workload
+        if r.context_length is not None:
+            output = 0.0 if r.is_embedding else w.output_tokens_mean  # an embedding has no output tokens
+            if w.prompt_tokens_mean + output > r.context_length:
+                problems.add("workload.prompt_tokens_mean",
+                             f"a mean request ({w.prompt_tokens_mean:g} prompt + {output:g} output tokens) does not "
+                             f"fit runtime.context_length ({r.context_length}): the replicas would refuse most "
+                             "requests")
+            elif w.prompt_tokens_p99 is not None and w.prompt_tokens_p99 > r.context_length:
+                problems.add("workload.prompt_tokens_p99",
+                             f"prompt_tokens_p99 ({w.prompt_tokens_p99:g}) exceeds runtime.context_length "
+                             f"({r.context_length}): the replicas would refuse the longest prompts")
         self._check_fit(problems)
         problems.raise_if_any()
         return self

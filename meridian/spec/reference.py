@@ -37,6 +37,8 @@ RULES = {
         "`placement.clouds` (when given); `min_distinct_clouds`/`min_distinct_regions` do not exceed "
         "what is allowed nor `max_replicas`.",
         "`sla.tpot_p99_ms` is required unless `runtime.is_embedding`.",
+        "With `runtime.context_length`: a mean request (`workload.prompt_tokens_mean` + "
+        "`output_tokens_mean`) and `workload.prompt_tokens_p99` fit in it.",
         "`sla.always_served_regions` are among `sla.client_regions`, and exclude `scaling.scale_to_zero`.",
         "`runtime.extra_args` may not set flags Meridian owns (`--port`, `--model-path`, `--tp-size`, ...).",
         "`priority_class` is one of the capacity policy's `priority_classes` when a CapacityPolicy that "

@@ -130,6 +130,19 @@ def test_a_priority_class_the_policy_does_not_define_is_refused():
     spec.load_text(typo)
 
 
+def test_the_declared_requests_must_fit_the_context():
+    """With runtime.context_length, a mean request and the p99 prompt must fit in it (the replicas
+    refuse longer ones); an embedding has no output tokens to count."""
+    assert any("workload.prompt_tokens_mean: a mean request (8000 prompt + 256 output tokens) does not fit "
+               "runtime.context_length (8192)" in e
+               for e in _errors(_deployment(runtime__context_length=8192, workload__prompt_tokens_mean=8000)))
+    assert any("workload.prompt_tokens_p99: prompt_tokens_p99 (9000) exceeds runtime.context_length (8192)" in e
+               for e in _errors(_deployment(runtime__context_length=8192, workload__prompt_tokens_p99=9000)))
+    spec.load_text(_deployment(runtime__context_length=8192, workload__prompt_tokens_mean=7000))
+    spec.load_text(_deployment(runtime__context_length=512, runtime__is_embedding=True, sla__tpot_p99_ms=None,
+                               workload__prompt_tokens_mean=512))
+
+
 def test_model_must_fit_each_allowed_gpu_type():
     """A 70B model on one L4 is rejected with the memory it needs."""
     text = _deployment(model={"source": "meta-llama/Llama-3.1-70B-Instruct", "served_name": "big"},

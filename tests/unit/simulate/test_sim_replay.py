@@ -111,6 +111,31 @@ def test_a_bad_row_in_a_replayed_trace_is_a_scenario_error_before_the_run(tmp_pa
         _replay_scenario(tmp_path, path.name, {"na-east": 1.0})
 
 
+def test_a_trace_whose_requests_do_not_fit_the_context_is_refused_for_what_it_is(tmp_path):
+    """Replayed with its own tokens, a trace of 9,000-token prompts is refused for chat-8b (context
+    8,192) with that reason, not run to a report of 0% attainable "for no pool within reach"; with
+    tokens: spec (arrivals only) it runs."""
+    path = _azure_csv(tmp_path / "long.csv", [0.0, 30.0, 59.0], prompt=9000, output=100)
+    with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace: long\.csv: its requests average 9,000 prompt \+ 100 "
+                                                      r"output tokens, over deployment chat-8b's runtime\.context_length "
+                                                      r"8,192"):
+        _replay_scenario(tmp_path, path.name, {"na-east": 1.0}).load_specs()
+    _replay_scenario(tmp_path, path.name, {"na-east": 1.0}, tokens="spec").load_specs()
+
+
+def test_a_trace_given_with_the_trace_option_that_does_not_fit_a_context_is_warned_about(tmp_path, caplog):
+    """``--trace FILE`` puts one file on every traffic entry, with no way to ask for the spec's
+    tokens: a deployment whose context the trace does not fit (the example embed model's 512
+    tokens) is named in one warning and the run goes on."""
+    path = _azure_csv(tmp_path / "mid.csv", [0.0, 30.0, 59.0], prompt=1000, output=10)
+    sc = scenario.load("default").with_overrides(hours=1, trace=str(path))
+    with caplog.at_level("WARNING", logger="meridian.simulate.scenario"):
+        sc.load_specs()
+        sc.load_specs()
+    warned = [r.getMessage() for r in caplog.records if "trace_exceeds_context" in r.getMessage()]
+    assert len(warned) == 1 and "over deployment embed's runtime.context_length 512" in warned[0]
+
+
 def test_bad_trace_fields_name_the_field(tmp_path):
     """A missing trace file, an unknown format and a bad ``tokens`` value are scenario errors that
     name ``traffic.0.trace``'s field and what would be valid."""
