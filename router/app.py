@@ -78,6 +78,8 @@ class Router:
 
     def _build_routes(self) -> dict:
         routes: dict = {path: {"POST": self._inference(kind)} for path, kind in validation.PATHS.items()}
+        # The proxy gives these their request id itself (and passes it to the replica).
+        self._inference_handlers = {methods["POST"] for methods in routes.values()}
         for path, handler in (("/v1/models", self._models), ("/health", self._health), ("/ready", self._ready),
                               ("/metrics", self._metrics), ("/router/status", self._status)):
             routes[path] = {"GET": handler, "HEAD": handler}
@@ -88,6 +90,14 @@ class Router:
             return await self.proxy.serve(request, kind)  # type: ignore[union-attr]
         return handle
 
+    def _with_request_id(self, request: Request, resp: Response) -> Response:
+        """Every answer the router builds itself carries ``X-Request-Id`` (the client's, or a new
+        one), as inference answers do (the proxy sets theirs), so an error a client reports can be
+        found in the logs."""
+        if self.proxy is not None:
+            resp.headers.append(("X-Request-Id", self.proxy.request_id(request)))
+        return resp
+
     async def _dispatch(self, request: Request) -> Response | StreamResponse:
         methods = self._routes.get(request.path)
         if methods is None and request.path.startswith("/v1/models/") and len(request.path) > 11:
@@ -96,9 +106,9 @@ class Router:
             methods = self._model_methods
         if methods is None:
             self.metrics.rejected[("", "not_found")] += 1
-            return errors.ApiError(404, f"No such path {request.path[:200]!r}; the router serves "
-                                        f"{', '.join(sorted(self._routes))} and /v1/models/<model>",
-                                   code="not_found").response()
+            return self._with_request_id(request, errors.ApiError(
+                404, f"No such path {request.path[:200]!r}; the router serves {', '.join(sorted(self._routes))} "
+                     "and /v1/models/<model>", code="not_found").response())
         handler = methods.get(request.method)
         if handler is None:
             self.metrics.rejected[("", "method_not_allowed")] += 1
@@ -106,8 +116,10 @@ class Router:
             resp = errors.ApiError(405, f"{request.path} takes {allowed}, not {request.method[:20]}",
                                    code="method_not_allowed").response()
             resp.headers.append(("Allow", allowed))
-            return resp
-        return await handler(request)
+            return self._with_request_id(request, resp)
+        if handler in self._inference_handlers:
+            return await handler(request)
+        return self._with_request_id(request, await handler(request))
 
     async def _dispatch_metrics(self, request: Request) -> Response:
         if request.path == "/metrics":

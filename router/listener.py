@@ -50,6 +50,8 @@ __all__ = ["HeadLimits", "Listener", "Request", "listen"]
 # Requests a client may pipeline before the listener stops reading its connection.
 _MAX_QUEUED = 8
 _SWEEP_S = 1.0
+# On shutdown, a request still being received is waited for only while its bytes keep coming.
+_STALLED_S = 1.0
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 _NO_HEADERS: CIMultiDict = CIMultiDict()
@@ -391,10 +393,14 @@ class _Connection(asyncio.Protocol):
         return self._listener.closing or self._final
 
     @property
+    def serving(self) -> bool:
+        """Serving a request or holding queued ones (received whole)."""
+        return self._task is not None or bool(self._queue)
+
+    @property
     def busy(self) -> bool:
         """Serving a request, holding queued ones, or in the middle of receiving one."""
-        return self._task is not None or bool(self._queue) or (
-            not self._closed and not self._refused and (self._in_head or bool(self._url)))
+        return self.serving or (not self._closed and not self._refused and (self._in_head or bool(self._url)))
 
     def close(self) -> None:
         if not self._closed and self._transport is not None:
@@ -440,7 +446,10 @@ class Listener:
         while True:
             await asyncio.sleep(_SWEEP_S)
             limit = time.monotonic() - self.keepalive_timeout_s
-            for conn in [c for c in self.connections if not c.busy and c.idle_since < limit]:
+            # Idle: nothing being served and no byte for the timeout, a request half received
+            # included (a client that stalls mid-head or mid-body holds a socket and its buffered
+            # head for nothing: slowloris).
+            for conn in [c for c in self.connections if not c.serving and c.idle_since < limit]:
                 conn.close()
 
     def close(self) -> None:
@@ -455,7 +464,9 @@ class Listener:
         """After ``close``: wait up to ``timeout_s`` for the requests being served, then cut the rest."""
         self.close()
         deadline = time.monotonic() + timeout_s
-        while any(c.busy for c in self.connections) and time.monotonic() < deadline:
+        while time.monotonic() < deadline and any(
+                c.serving or (c.busy and time.monotonic() - c.idle_since < _STALLED_S) for c in self.connections):
+            # A request being received is waited for while its bytes keep coming; a stalled one is not.
             await asyncio.sleep(0.05)
         for conn in list(self.connections):
             conn.abort()

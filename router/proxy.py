@@ -147,7 +147,7 @@ class Proxy:
 
     # ------------------------------------------------------------ request entry
 
-    def _request_id(self, request: Request) -> str:
+    def request_id(self, request: Request) -> str:
         given = request.headers.get("X-Request-Id")
         if given and len(given) <= 128 and given.isascii() and given.isprintable():
             return given
@@ -176,7 +176,7 @@ class Proxy:
 
     async def serve(self, request: Request, kind: Kind) -> Response | StreamResponse:
         started = time.monotonic()
-        rid = self._request_id(request)
+        rid = self.request_id(request)
         region = self._client_region(request)
         model = ""
         headers = request.headers

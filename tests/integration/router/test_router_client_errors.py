@@ -94,3 +94,18 @@ async def test_a_key_limited_to_some_models_sees_only_those(redis_url, replicas,
     assert [m["model"] for m in status["models"]] == ["tiny"]
     await narrow.close()
     await everyone.close()
+
+
+async def test_answers_the_router_builds_itself_carry_a_request_id(replicas, make_router, http):
+    """The model list and card, an unknown path, a wrong method and /health carry X-Request-Id (the
+    client's when it sent one), as inference answers do, so a reported error can be traced."""
+    (rep,) = await replicas(1)
+    router = await make_router(testing.table(1, {"m": [testing.replica("a", rep.port)]}))
+    base = f"http://127.0.0.1:{router.port}"
+    for method, path, status in (("GET", "/v1/models", 200), ("GET", "/v1/models/m", 200),
+                                 ("GET", "/v1/models/zzz", 404), ("GET", "/nope", 404),
+                                 ("GET", "/v1/chat/completions", 405), ("GET", "/health", 200)):
+        async with http.request(method, base + path) as resp:
+            assert resp.status == status and resp.headers.get("X-Request-Id"), (method, path)
+        async with http.request(method, base + path, headers={"X-Request-Id": "trace-7"}) as resp:
+            assert resp.headers["X-Request-Id"] == "trace-7", (method, path)

@@ -146,6 +146,27 @@ async def test_an_idle_connection_is_closed_after_the_keepalive_timeout(make_rou
         assert 0.9 <= loop.time() - t0 < 4
 
 
+async def test_a_request_half_sent_and_stalled_is_closed_after_the_keepalive_timeout(make_router):
+    """A client that stops mid-head or mid-body (slowloris) is idle like any other: closed after
+    client_keepalive_timeout_s without a byte, not held forever; and a stop does not wait for it."""
+    router = await make_router(None, client_keepalive_timeout_s=1.0)
+    loop = asyncio.get_running_loop()
+    async with _connected(router) as (head_r, head_w), _connected(router) as (body_r, body_w):
+        head_w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        body_w.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mo")
+        t0 = loop.time()
+        assert await asyncio.wait_for(head_r.read(), 6) == b""
+        assert await asyncio.wait_for(body_r.read(), 6) == b""
+        assert 0.9 <= loop.time() - t0 < 4
+    stalled = _connected(router)
+    async with stalled as (_reader, writer):
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        await asyncio.sleep(0.1)
+        t0 = loop.time()
+        await asyncio.wait_for(router.stop(), 10)
+        assert loop.time() - t0 < 3
+
+
 async def test_stop_lets_a_request_being_served_finish_and_refuses_new_connections(replicas, make_router):
     rep, router = await _served(replicas, make_router)
     rep.delay_s = 0.5
