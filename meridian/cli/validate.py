@@ -24,7 +24,8 @@ from meridian.cli import output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML spec files (several documents each)")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="YAML spec files (several documents each), or directories of them (*.yaml, *.yml)")
     output.add_argument(parser)
     parser.add_argument("--cost-floor", action="store_true",
                         help="also solve for the cheapest fleet the specs' rules allow (needs the Cluster specs)")
@@ -34,8 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    files = spec.expand_paths(args.files)
+    if not files:
+        print(f"no spec files in {', '.join(args.files)} (a directory's *.yaml and *.yml files are read)",
+              file=sys.stderr)
+        return 1
     try:
-        result = spec.load_files(args.files)
+        result = spec.load_files(files)
     except spec.SpecError as exc:
         if output.structured(args.output):
             output.emit({"valid": False, "errors": [i.to_dict() for i in exc.issues]}, args.output, lambda: None)
@@ -43,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
             for issue in exc.issues:
                 print(str(issue), file=sys.stderr)
             print(f"{len(exc.issues)} error(s) in {len({i.file for i in exc.issues})} file(s)", file=sys.stderr)
+        return 1
+    if not result.documents:
+        print(f"no documents in {', '.join(files)}: nothing to validate (an empty file, or only comments)",
+              file=sys.stderr)
         return 1
     if args.cost_floor and not result.of_kind("Cluster"):
         print("--cost-floor needs the Cluster specs (their pools are what a fleet can be made of) among the "

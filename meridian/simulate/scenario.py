@@ -273,9 +273,7 @@ class Scenario(_Model):
             try:
                 traces.resolve(path)
             except traces.TraceError as exc:
-                problems.append(f"traffic.{i}.trace.file: {exc}; give a shipped trace "
-                                f"({', '.join(sorted(_SHIPPED_NAMES))}) or a file (.csv: Azure or BurstGPT, "
-                                ".jsonl: Mooncake)")
+                problems.append(f"traffic.{i}.trace.file: {exc}")
                 continue
             try:
                 trace_mod.recorded(path)

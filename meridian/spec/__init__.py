@@ -7,11 +7,21 @@ from meridian.spec.cluster import Cluster
 from meridian.spec.deployment import ModelDeployment
 from meridian.spec.errors import SpecError, SpecIssue
 from meridian.spec.latencymap import LatencyMap
-from meridian.spec.loader import KINDS, Document, Loaded, SpecSet, json_schema, load_files, load_text, load_texts
+from meridian.spec.loader import (
+    KINDS,
+    Document,
+    Loaded,
+    SpecSet,
+    expand_paths,
+    json_schema,
+    load_files,
+    load_text,
+    load_texts,
+)
 from meridian.spec.policy import CapacityPolicy
 
 __all__ = [
     "API_VERSION", "KINDS", "CapacityPolicy", "Cluster", "Context", "Document", "LatencyMap", "Loaded",
     "ModelDeployment", "SpecError", "SpecIssue", "SpecSet", "base", "cluster", "default_context", "deployment",
-    "json_schema", "latencymap", "load_files", "load_text", "load_texts", "loader", "policy",
+    "expand_paths", "json_schema", "latencymap", "load_files", "load_text", "load_texts", "loader", "policy",
 ]

@@ -438,6 +438,18 @@ def load_text(text: str, file: str = "<input>", context: base.Context | None = N
     return load_texts([(file, text)], context)
 
 
+def expand_paths(paths: Iterable[str | pathlib.Path]) -> list[str]:
+    """Paths with each directory replaced by its *.yaml and *.yml files, sorted."""
+    out: list[str] = []
+    for p in paths:
+        path = pathlib.Path(p)
+        if path.is_dir():
+            out += sorted(str(f) for f in path.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file())
+        else:
+            out.append(str(p))
+    return out
+
+
 def load_files(paths: Iterable[str | pathlib.Path], context: base.Context | None = None) -> SpecSet:
     """Read and validate files as one set. Unreadable files are reported like invalid ones."""
     sources: list[tuple[str, str]] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import difflib
 import pathlib
 from collections.abc import Callable, Iterator
 
@@ -75,12 +76,18 @@ def resolve(name_or_path: str | pathlib.Path) -> tuple[pathlib.Path, str]:
         return s.path, s.format
     path = pathlib.Path(name_or_path)
     fmt = SUFFIXES.get(path.suffix.lower())
+    if fmt is None and not path.suffix and not path.exists():
+        close = difflib.get_close_matches(path.name, list(SHIPPED), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise records.TraceError(path, 0, f"not a shipped trace ({hint}shipped: {', '.join(SHIPPED)}) nor a file "
+                                 "with a .csv or .jsonl suffix")
     if fmt is None:
         raise records.TraceError(path, 0, f"unknown trace format {path.suffix!r}: use a .csv file "
                                  f"({CSV_HEADERS}), a .jsonl file (Mooncake), "
                                  f"or a shipped trace ({', '.join(SHIPPED)})")
     if not path.is_file():
-        raise records.TraceError(path, 0, "no such file")
+        raise records.TraceError(path, 0, f"no such file; give a file (.csv: Azure or BurstGPT, .jsonl: "
+                                 f"Mooncake) or a shipped trace ({', '.join(SHIPPED)})")
     if fmt == "csv":
         fmt = _csv_format(path)
     return path, fmt

@@ -17,22 +17,12 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 
+from meridian.spec.loader import expand_paths
+
 DEFAULT_URL = "http://127.0.0.1:7071"
 URL_ENV = "MERIDIAN_SCHEDULER_URL"
 TOKEN_ENV = "MERIDIAN_ADMIN_TOKEN"
 CA_ENV = "MERIDIAN_SCHEDULER_CA_FILE"
-
-
-def expand_paths(paths: Sequence[str]) -> list[str]:
-    """Paths with each directory replaced by its *.yaml and *.yml files, sorted."""
-    out: list[str] = []
-    for p in paths:
-        path = pathlib.Path(p)
-        if path.is_dir():
-            out += sorted(str(f) for f in path.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file())
-        else:
-            out.append(p)
-    return out
 
 
 class AdminError(RuntimeError):

@@ -60,6 +60,20 @@ def test_cli_exit_codes(capsys, repo_root):
     assert "cannot read file" in capsys.readouterr().err
 
 
+def test_validate_reads_directories_and_refuses_an_empty_set(capsys, repo_root, tmp_path):
+    """A directory stands for its *.yaml files, as for apply and plan; an empty file or a directory
+    with no spec file is exit 1 saying so, where it used to print "0 document(s) valid" and pass."""
+    assert cli.main(["validate", str(pathlib.Path(repo_root, "examples"))]) == 0
+    assert "document(s) valid" in capsys.readouterr().out
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    assert cli.main(["validate", str(empty)]) == 1
+    assert f"no documents in {empty}" in capsys.readouterr().err
+    (tmp_path / "none").mkdir()
+    assert cli.main(["validate", str(tmp_path / "none")]) == 1
+    assert "no spec files in" in capsys.readouterr().err
+
+
 def test_invalid_yaml_has_a_line():
     """A YAML syntax error names the line where the fix goes (an unclosed '[' : where it opened)."""
     with pytest.raises(spec.SpecError) as info:

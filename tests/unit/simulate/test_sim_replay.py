@@ -143,6 +143,9 @@ def test_bad_trace_fields_name_the_field(tmp_path):
         _replay_scenario(tmp_path, "nope.csv", {"na-east": 1.0})
     with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.file: .*unknown trace format"):
         _replay_scenario(tmp_path, "trace.txt", {"na-east": 1.0})
+    with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.file: .*azure-conversation: not a shipped "
+                                                      r"trace \(did you mean 'azure-conv'\? shipped: azure-conv, "):
+        _replay_scenario(tmp_path, "azure-conversation", {"na-east": 1.0})
     with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.tokens"):
         _replay_scenario(tmp_path, "azure-conv", {"na-east": 1.0}, tokens="recorded")
     with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.scale: Extra inputs"):
