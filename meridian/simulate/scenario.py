@@ -394,7 +394,10 @@ def parse(data: object, base_dir: str | pathlib.Path, source: str = "<scenario>"
         parts = []
         for err in exc.errors(include_url=False):
             path = ".".join(str(p) for p in err["loc"]) or "(top)"
-            parts.append(f"{path}: {err['msg']}")
+            if err["type"] == "extra_forbidden":
+                parts.append(f"{path}: {spec.loader.unknown_field(Scenario, tuple(err['loc']))}")
+            else:
+                parts.append(f"{path}: {err['msg'].removeprefix('Value error, ')}")
         raise ScenarioError(f"{source}: " + "; ".join(parts)) from None
     try:
         sc.check_traces()

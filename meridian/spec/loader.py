@@ -293,7 +293,7 @@ def _unwrap(annotation: Any) -> Any:
     if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
         return annotation
     if origin in (list, tuple, dict):
-        args = typing.get_args(annotation)
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]  # tuple[X, ...]: X
         return _unwrap(args[-1]) if args else None
     return None
 
@@ -317,14 +317,19 @@ def _field_names(model: type[pydantic.BaseModel]) -> list[str]:
     return [f.alias or name for name, f in model.model_fields.items()]
 
 
+def unknown_field(model: type[pydantic.BaseModel], loc: tuple) -> str:
+    """What to say of a field at ``loc`` that ``model`` does not have: the nearest valid name, or
+    the valid names (any pydantic model: the specs, a simulation scenario)."""
+    parent = _model_at(model, loc[:-1])
+    names = _field_names(parent) if parent else []
+    return base.unknown_name("field", str(loc[-1]), names) if names else f"unknown field {loc[-1]!r}"
+
+
 def _translate(raw: _Raw, model: type[pydantic.BaseModel], err: Mapping[str, Any]) -> list[SpecIssue]:
     loc = tuple(err["loc"])
     kind = err["type"]
     if kind == "extra_forbidden":
-        parent = _model_at(model, loc[:-1])
-        names = _field_names(parent) if parent else []
-        msg = base.unknown_name("field", str(loc[-1]), names) if names else f"unknown field {loc[-1]!r}"
-        return [_issue(raw, loc, msg)]
+        return [_issue(raw, loc, unknown_field(model, loc))]
     if kind == "missing":
         return [_issue(raw, loc, f"missing required field {loc[-1]!r}")]
     if kind == "literal_error":

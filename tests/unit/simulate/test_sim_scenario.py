@@ -55,6 +55,12 @@ def test_field_errors_name_the_path(make_scenario):
         make_scenario(traffic=[{"deployment": "embed", "peak_rps": {"na-east": 1}, "trough_share": 2}])
     with pytest.raises(scenario.ScenarioError, match="colour"):
         make_scenario(colour="blue")
+    # A misspelt field gets the nearest valid name, at the top and inside a list entry.
+    with pytest.raises(scenario.ScenarioError, match="sede: unknown field 'sede'; did you mean 'seed'"):
+        make_scenario(sede=3)
+    with pytest.raises(scenario.ScenarioError, match="traffic.0.trough: unknown field 'trough'; did you mean "
+                                                     "'trough_share'"):
+        make_scenario(traffic=[{"deployment": "embed", "peak_rps": {"na-east": 1}, "trough": 0.2}])
     with pytest.raises(scenario.ScenarioError, match="control_interval_s"):
         make_scenario(control_interval_s=90.0)
 
