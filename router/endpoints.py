@@ -146,8 +146,8 @@ class ModelEntry:
     """One served model: its replicas, its policy instance, and its admission (bounded queue)."""
 
     __slots__ = ("name", "deployment", "policy_name", "policy", "endpoints", "is_embedding", "context_length",
-                 "max_rtt_ms", "ttft_p99_ms", "tpot_p99_ms", "first_byte_s", "token_s", "admission", "panic",
-                 "routable")
+                 "max_rtt_ms", "ttft_p99_ms", "tpot_p99_ms", "first_byte_s", "token_s", "prompt_s", "admission",
+                 "panic", "routable")
 
     def __init__(self, routes: fm.ModelRoutes, endpoints: list[Endpoint], policy_name: str, policy, admission):
         self.name = routes.served_model_name
@@ -160,6 +160,7 @@ class ModelEntry:
         # Per-try limits (router.pertry), set by the routing state from its settings.
         self.first_byte_s = 0.0
         self.token_s = 0.0
+        self.prompt_s = 0.0
         self.endpoints = endpoints
         self.policy_name = policy_name
         self.policy = policy

@@ -8,7 +8,11 @@ The limit is derived from the deployment's SLA, which the routing table carries 
 
 - first byte of a stream (the first SSE event is the first token):
   ``clamp(ttft_multiplier x ttft_p99_ms, floor_s, cap_s)``; ``cap_s`` when the table has no TTFT
-  target (a static table without ``ttft_p99_ms``, an older scheduler);
+  target (a static table without ``ttft_p99_ms``, an older scheduler); plus, for every request,
+  ``ttft_multiplier`` x the prompt's prefill on the model's slowest replica (the prompt estimate x
+  the GPU's prefill time per token, ``prefill_s``): a 100k-token prompt takes seconds to prefill
+  on any GPU, and a limit blind to it abandoned such a try mid-prefill and paid the prefill again
+  on the next replica;
 - a non-streaming answer arrives whole, after its last token, so its first byte is its last: the
   limit adds ``ttft_multiplier x tpot_p99_ms`` (``default_tpot_ms`` when the table has none) per
   token the answer may have: the request's ``max_tokens`` (``max_completion_tokens``,
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["PerTrySettings", "first_byte_s", "limit_s", "per_token_s"]
+__all__ = ["PerTrySettings", "first_byte_s", "limit_s", "per_token_s", "prefill_s"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,12 +56,21 @@ def per_token_s(settings: PerTrySettings, tpot_p99_ms: float) -> float:
     return settings.ttft_multiplier * (tpot_p99_ms if tpot_p99_ms > 0 else settings.default_tpot_ms) / 1000.0
 
 
+def prefill_s(settings: PerTrySettings, prefill_ms_per_token: float) -> float:
+    """Seconds a try is allowed per prompt token for its prefill (``prefill_ms_per_token``: the
+    model's slowest replica's estimate)."""
+    return settings.ttft_multiplier * prefill_ms_per_token / 1000.0
+
+
 def limit_s(first_s: float, token_s: float, *, stream: bool, max_new_tokens: int | None,
-            context_length: int = 0, prompt_tokens: int = 0, embedding: bool = False) -> float | None:
+            context_length: int = 0, prompt_tokens: int = 0, embedding: bool = False,
+            prompt_s: float = 0.0) -> float | None:
     """One try's limit in seconds, or None for no limit of its own.
 
-    ``first_s`` and ``token_s`` come from ``first_byte_s`` and ``per_token_s`` for the model;
-    ``max_new_tokens`` is the request's bound on its answer (None: not given)."""
+    ``first_s`` and ``token_s`` come from ``first_byte_s`` and ``per_token_s`` for the model,
+    ``prompt_s`` from ``prefill_s`` (0: no allowance for the prompt); ``max_new_tokens`` is the
+    request's bound on its answer (None: not given)."""
+    first_s += prompt_tokens * prompt_s
     if stream or embedding:
         return first_s
     if max_new_tokens is None:

@@ -143,7 +143,7 @@ class Proxy:
         return pertry.limit_s(entry.first_byte_s, entry.token_s, stream=parsed.stream,
                               max_new_tokens=parsed.max_new_tokens(), context_length=entry.context_length,
                               prompt_tokens=parsed.prompt_tokens_estimate,
-                              embedding=parsed.kind is Kind.EMBEDDING or entry.is_embedding)
+                              embedding=parsed.kind is Kind.EMBEDDING or entry.is_embedding, prompt_s=entry.prompt_s)
 
     # ------------------------------------------------------------ request entry
 

@@ -135,6 +135,7 @@ class RoutingState:
             entry = endpoints.ModelEntry(routes, eps, policy_name, policy, gate)
             entry.first_byte_s = pertry.first_byte_s(self.per_try, routes.ttft_p99_ms)
             entry.token_s = pertry.per_token_s(self.per_try, routes.tpot_p99_ms)
+            entry.prompt_s = pertry.prefill_s(self.per_try, max((ep.prefill_ms_per_token for ep in eps), default=0.0))
             entry_ref[0] = entry
             new_models[entry.name] = entry
         gone = set(self.endpoints) - set(new_endpoints)

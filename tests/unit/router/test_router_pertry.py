@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from router import pertry
+from router import endpoints, pertry
 
 S = pertry.PerTrySettings(ttft_multiplier=3.0, floor_s=1.0, cap_s=30.0, default_tpot_ms=100.0)
 
@@ -44,3 +44,18 @@ def test_a_prompt_estimate_past_the_context_leaves_the_whole_context_for_the_ans
                           prompt_tokens=75_000) == pytest.approx(2.4 + 100 * 0.3)
     assert pertry.limit_s(2.4, 0.3, stream=False, max_new_tokens=None, context_length=100,
                           prompt_tokens=100) == pytest.approx(2.4 + 100 * 0.3)
+
+
+def test_a_long_prompt_gets_time_for_its_prefill():
+    """Every try gets ttft_multiplier x its prompt's prefill on the slowest replica on top: a
+    100k-token prompt on an H100 (about 0.04 ms a token for the reference 8B model) has about 12 s
+    more before its first byte, where a prompt-blind 2.4-s limit abandoned it mid-prefill."""
+    settings = pertry.PerTrySettings()
+    per_token = pertry.prefill_s(settings, endpoints.prefill_ms_per_token("H100"))
+    assert 0.00005 < per_token < 0.0005
+    assert pertry.limit_s(2.4, 0.3, stream=True, max_new_tokens=None, prompt_tokens=100_000,
+                          prompt_s=per_token) == pytest.approx(2.4 + 100_000 * per_token)
+    assert pertry.limit_s(2.4, 0.3, stream=False, max_new_tokens=10, prompt_tokens=100_000,
+                          prompt_s=per_token) == pytest.approx(2.4 + 100_000 * per_token + 3.0)
+    assert pertry.limit_s(2.4, 0.3, stream=True, max_new_tokens=None, prompt_tokens=20,
+                          prompt_s=per_token) == pytest.approx(2.4, abs=0.01)
