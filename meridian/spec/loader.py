@@ -428,7 +428,7 @@ def _references(loaded: list[Loaded]) -> list[SpecIssue]:
     ``priority_class`` must be one of the capacity policy's classes (when the set has a policy that
     lists classes). A mistyped class used to pass and leave the deployment at the default priority
     (100), below what its owner asked for, with nothing said."""
-    classes = sorted({c.name for item in loaded if item.kind == "CapacityPolicy"
+    classes = sorted({c.name for item in loaded if isinstance(item.doc, CapacityPolicy)
                       for c in item.doc.spec.priority_classes})
     if not classes:
         return []
@@ -436,7 +436,7 @@ def _references(loaded: list[Loaded]) -> list[SpecIssue]:
                       base.unknown_name("priority class", item.doc.spec.priority_class, classes)
                       + " (the capacity policy's priority_classes)", item.index)
             for item in loaded
-            if item.kind == "ModelDeployment" and item.doc.spec.priority_class not in classes]
+            if isinstance(item.doc, ModelDeployment) and item.doc.spec.priority_class not in classes]
 
 
 def load_text(text: str, file: str = "<input>", context: base.Context | None = None) -> SpecSet:

@@ -148,7 +148,7 @@ def test_bad_trace_fields_name_the_field(tmp_path):
         _replay_scenario(tmp_path, "azure-conversation", {"na-east": 1.0})
     with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.tokens"):
         _replay_scenario(tmp_path, "azure-conv", {"na-east": 1.0}, tokens="recorded")
-    with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.scale: Extra inputs"):
+    with pytest.raises(scenario.ScenarioError, match=r"traffic\.0\.trace\.scale: unknown field 'scale'"):
         _replay_scenario(tmp_path, "azure-conv", {"na-east": 1.0}, scale=2)
 
 
