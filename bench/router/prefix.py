@@ -28,6 +28,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import aiohttp
@@ -93,10 +94,22 @@ async def sample_kv_used(session: aiohttp.ClientSession, urls: list[str], sample
         await asyncio.sleep(1.0)
 
 
-def flush(url: str) -> None:
-    req = urllib.request.Request(url + "/flush_cache", data=b"", method="POST")
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        resp.read()
+def flush(url: str, wait_s: float = 30.0) -> None:
+    """Empty a replica's prefix cache. SGLang refuses (400) while requests are still running or
+    waiting there, as the last ones of the pass before may be for a moment after their client got
+    [DONE]: so it is asked again until they are gone, ``wait_s`` at most."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        req = urllib.request.Request(url + "/flush_cache", data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                resp.read()
+            return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 400 or time.monotonic() >= deadline:
+                raise SystemExit(f"{url}/flush_cache: HTTP {exc.code} after {wait_s:g} s: the replica still has "
+                                 "requests running; the passes cannot start on empty caches") from None
+            time.sleep(0.2)
 
 
 async def _one(session: aiohttp.ClientSession, url: str, body: bytes, send_at: float,
