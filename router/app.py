@@ -263,7 +263,7 @@ class Router:
             return denied
         if self.state.table is None:
             return errors.not_ready().response()
-        data = [self._model_card(e) for name, e in sorted(self.state.models.items()) if key is None or key.allows(name)]
+        data = [self._model_card(e) for name, e in sorted(self.state.models.items()) if auth.may_use(key, name)]
         return Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
 
     async def _model(self, request: Request) -> Response:
@@ -274,9 +274,8 @@ class Router:
             return errors.not_ready().response()
         name = request.match_info["model"]
         entry = self.state.models.get(name)
-        if entry is None or (key is not None and not key.allows(name)):
-            names = [n for n in self.state.model_names if key is None or key.allows(n)]
-            return errors.model_not_found(name, names).response()
+        if entry is None or not auth.may_use(key, name):
+            return errors.model_not_found(name, [n for n in self.state.model_names if auth.may_use(key, n)]).response()
         return Response(body=orjson.dumps(self._model_card(entry)), content_type="application/json")
 
     async def _health(self, request: Request) -> Response:
@@ -299,7 +298,7 @@ class Router:
         now = time.monotonic()
         models = []
         for name, entry in sorted(self.state.models.items()):
-            if key is not None and not key.allows(name):
+            if not auth.may_use(key, name):
                 continue  # a key limited to some models sees those models' replicas only
             models.append({
                 "model": name, "policy": entry.policy_name, "panic": entry.panic,

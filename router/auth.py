@@ -53,6 +53,12 @@ class KeyInfo:
         return self.models is None or model in self.models
 
 
+def may_use(key: KeyInfo | None, model: str) -> bool:
+    """Whether the caller may use (and so see) ``model``: every model when the router checks no
+    keys (``key`` None), else what its key allows."""
+    return key is None or key.allows(model)
+
+
 class _KeySpec(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
 

@@ -97,9 +97,8 @@ def envelope(body: bytes) -> bytes:
         return body
     if not isinstance(doc, dict) or "error" in doc or not isinstance(doc.get("message"), str):
         return body
-    code = doc.get("code")
     return orjson.dumps({"error": {"message": doc["message"], "type": doc.get("type") or "upstream_error",
-                                   "param": doc.get("param"), "code": code}})
+                                   "param": doc.get("param"), "code": doc.get("code")}})
 
 
 def no_replica(model: str) -> ApiError:

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 
-from router import errors, health, pertry, sse, upstream, validation
+from router import auth, errors, health, pertry, sse, upstream, validation
 from router.listener import Request
 from router.responses import Response, StreamResponse
 from router.validation import Kind
@@ -194,8 +194,8 @@ class Proxy:
                     raise errors.not_ready()
                 # Not a served model: metrics label it "" (a client's made-up names must not grow
                 # the label sets without bound). The names listed are those the key may use.
-                names = self.state.model_names
-                raise errors.model_not_found(parsed.model, names if key is None else [n for n in names if key.allows(n)])
+                raise errors.model_not_found(parsed.model,
+                                             [n for n in self.state.model_names if auth.may_use(key, n)])
             model = parsed.model
             if key is not None:
                 if not key.allows(model):

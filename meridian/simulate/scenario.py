@@ -271,12 +271,7 @@ class Scenario(_Model):
                 continue
             seen.add(str(path))
             try:
-                traces.resolve(path)
-            except traces.TraceError as exc:
-                problems.append(f"traffic.{i}.trace.file: {exc}")
-                continue
-            try:
-                trace_mod.recorded(path)
+                trace_mod.recorded(path)  # resolves the file, then reads every row
             except traces.TraceError as exc:
                 problems.append(f"traffic.{i}.trace.file: {exc}")
         if problems:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import difflib
 import pathlib
 from collections.abc import Callable, Iterator
 
+from meridian.spec import base as spec_base
 from meridian.traces import azure, burstgpt, mooncake, records
 
 DATA_DIR = pathlib.Path(__file__).resolve().parent.parent / "data" / "traces"
@@ -77,8 +77,8 @@ def resolve(name_or_path: str | pathlib.Path) -> tuple[pathlib.Path, str]:
     path = pathlib.Path(name_or_path)
     fmt = SUFFIXES.get(path.suffix.lower())
     if fmt is None and not path.suffix and not path.exists():
-        close = difflib.get_close_matches(path.name, list(SHIPPED), n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        close = spec_base.closest(path.name, list(SHIPPED))
+        hint = f"did you mean {close!r}? " if close else ""
         raise records.TraceError(path, 0, f"not a shipped trace ({hint}shipped: {', '.join(SHIPPED)}) nor a file "
                                  "with a .csv or .jsonl suffix")
     if fmt is None:

@@ -109,11 +109,12 @@ class ConcurrencyPolicy:
             reasons.append(breach)
 
         floor = scaling.least_replicas
+        weights = _region_weights(samples)  # each client region's share of the window's demand
         idle_s = now - last_traffic_s
         if scaling.scale_to_zero and not active and idle_s >= scaling.scale_to_zero_after_s:
             demand, floor_note = 0, f"idle {idle_s:.0f}s >= {scaling.scale_to_zero_after_s:g}s: scale to zero"
         else:
-            active_regions = sum(1 for w in _region_weights(samples).values() if w > 0)
+            active_regions = sum(1 for w in weights.values() if w > 0)
             keep_one = 1 if (active or current > 0) else 0
             demand = max(want, floor, keep_one, active_regions)
             floor_note = ""
@@ -137,7 +138,6 @@ class ConcurrencyPolicy:
         if how:
             reasons.append(how)
         demand_replicas = max(0, min(decided, demand) if decided > 0 else 0)
-        weights = _region_weights(samples)
         split = weights if any(w > 0 for w in weights.values()) else dict(state.region_split)
         if split is not weights and split and decided > 0:
             reasons.append("no traffic in the window: regions split as when it last had some")
