@@ -26,7 +26,8 @@ class StrictModel(pydantic.BaseModel):
 class Metadata(StrictModel):
     name: str = pydantic.Field(pattern=NAME_PATTERN, description="DNS-style name, unique per kind.")
     team: str | None = pydantic.Field(default=None, pattern=NAME_PATTERN,
-                                      description="Owning team; quotas and budgets are per team.")
+                                      description="Owning team; quotas and budgets are per team. Beside a capacity "
+                                                  "policy that lists teams, one of them.")
     labels: dict[str, str] = pydantic.Field(default_factory=dict)
 
 

@@ -424,19 +424,61 @@ def load_texts(sources: Iterable[tuple[str, str]], context: base.Context | None 
 
 
 def _references(loaded: list[Loaded]) -> list[SpecIssue]:
-    """Names one document gives that another of the set must define: a deployment's
-    ``priority_class`` must be one of the capacity policy's classes (when the set has a policy that
-    lists classes). A mistyped class used to pass and leave the deployment at the default priority
-    (100), below what its owner asked for, with nothing said."""
-    classes = sorted({c.name for item in loaded if isinstance(item.doc, CapacityPolicy)
-                      for c in item.doc.spec.priority_classes})
-    if not classes:
-        return []
-    return [SpecIssue(item.file, item.line_of("spec", "priority_class"), "spec.priority_class",
-                      base.unknown_name("priority class", item.doc.spec.priority_class, classes)
-                      + " (the capacity policy's priority_classes)", item.index)
-            for item in loaded
-            if isinstance(item.doc, ModelDeployment) and item.doc.spec.priority_class not in classes]
+    """Names one document gives that another of the set must define, where the set has that other
+    document (a capacity policy; clusters of the region):
+
+    - a deployment's ``priority_class`` must be one of the policy's classes (a mistyped class used
+      to pass and leave the deployment at the default priority, 100, with nothing said);
+    - a deployment's ``metadata.team`` must be one of the policy's ``teams`` when it lists any (a
+      mistyped team used to pass and escape that team's GPU quotas and budget);
+    - a reserved commitment must match a reserved-tier pool of the set's clusters in its cloud and
+      region, when the set has clusters there (one matching no pool is paid every hour and serves
+      nothing: a mistyped instance type, or a pool declared ``on_demand``)."""
+    policies = [item.doc for item in loaded if isinstance(item.doc, CapacityPolicy)]
+    classes = sorted({c.name for p in policies for c in p.spec.priority_classes})
+    teams = sorted({t.name for p in policies for t in p.spec.teams})
+    out: list[SpecIssue] = []
+    for item in loaded:
+        if not isinstance(item.doc, ModelDeployment):
+            continue
+        if classes and item.doc.spec.priority_class not in classes:
+            out.append(SpecIssue(item.file, item.line_of("spec", "priority_class"), "spec.priority_class",
+                                 base.unknown_name("priority class", item.doc.spec.priority_class, classes)
+                                 + " (the capacity policy's priority_classes)", item.index))
+        team = item.doc.metadata.team
+        if teams and team is not None and team not in teams:
+            out.append(SpecIssue(item.file, item.line_of("metadata", "team"), "metadata.team",
+                                 base.unknown_name("team", team, teams)
+                                 + " (the capacity policy's teams; a team without limits is listed by name alone)",
+                                 item.index))
+    out.extend(_commitments(loaded))
+    return out
+
+
+def _commitments(loaded: list[Loaded]) -> list[SpecIssue]:
+    """Reserved commitments that no reserved pool of the set's clusters in their region takes."""
+    pools: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    for item in loaded:
+        if isinstance(item.doc, Cluster):
+            s = item.doc.spec
+            pools.setdefault((s.cloud, s.region), []).extend(
+                (item.name, p.name, p.instance_type) for p in s.pools if p.tier == "reserved")
+            pools.setdefault((s.cloud, s.region), [])
+    out: list[SpecIssue] = []
+    for item in loaded:
+        if not isinstance(item.doc, CapacityPolicy):
+            continue
+        for i, r in enumerate(item.doc.spec.reserved):
+            here = pools.get((r.cloud, r.region))
+            if here is None or any(t == r.instance_type for _, _, t in here):
+                continue
+            have = ", ".join(f"{c}/{p} ({t})" for c, p, t in here) or "none"
+            out.append(SpecIssue(
+                item.file, item.line_of("spec", "reserved", i, "instance_type"), f"spec.reserved.{i}.instance_type",
+                f"no reserved-tier pool of {r.instance_type} in {r.cloud}/{r.region} takes this commitment "
+                f"({r.nodes} node(s) paid every hour, serving nothing); reserved pools of the clusters there: {have}",
+                item.index))
+    return out
 
 
 def load_text(text: str, file: str = "<input>", context: base.Context | None = None) -> SpecSet:

@@ -29,7 +29,9 @@ class TeamQuota(base.StrictModel):
 
 
 class ReservedCommitment(base.StrictModel):
-    """Capacity already paid for: the solver uses it before anything else."""
+    """Capacity already paid for: the solver uses it before anything else. Where the spec set has
+    clusters in its cloud and region, one of their pools must be a reserved-tier pool of its
+    instance type (else the commitment is paid and serves nothing)."""
 
     cloud: base.CloudName
     region: rules.CloudRegion

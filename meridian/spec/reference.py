@@ -3,6 +3,7 @@ document cannot drift from what the validator accepts (a test compares the two).
 
 from __future__ import annotations
 
+import inspect
 import types
 import typing
 from typing import Any
@@ -42,7 +43,7 @@ RULES = {
         "`sla.always_served_regions` are among `sla.client_regions`, and exclude `scaling.scale_to_zero`.",
         "`runtime.extra_args` may not set flags Meridian owns (`--port`, `--model-path`, `--tp-size`, ...).",
         "`priority_class` is one of the capacity policy's `priority_classes` when a CapacityPolicy that "
-        "lists classes is in the same set of files.",
+        "lists classes is in the same set of files; `metadata.team` is one of its `teams` when it lists any.",
     ],
     "CapacityPolicy": [
         "Cloud, team and priority class names are unique; a region is not both allowed and blocked and "
@@ -50,6 +51,8 @@ RULES = {
         "A priority class may only preempt existing classes with a lower value.",
         "GPU-type quota keys exist in the catalog; reserved and price-override instance types exist "
         "in the cloud's catalog.",
+        "A reserved commitment matches a reserved-tier pool of its instance type when the same set of "
+        "files has clusters in its cloud and region.",
     ],
     "Cluster": [
         "`region` belongs to `cloud`; every pool's `instance_type` is offered there (catalog).",
@@ -132,7 +135,7 @@ def render() -> str:
     done: set[type] = set()
     for kind, model in loader.KINDS.items():
         lines.append(f"\n## {kind}\n")
-        lines.append((model.__doc__ or "").strip() + "\n")
+        lines.append(inspect.cleandoc(model.__doc__ or "") + "\n")
         lines.append("Cross-field rules:\n")
         lines.extend(f"- {rule}" for rule in RULES.get(kind, []))
         for sub in _models(model)[1:]:
@@ -141,7 +144,7 @@ def render() -> str:
             done.add(sub)
             lines.append(f"\n### {sub.__name__}\n")
             if sub.__doc__ and not sub.__doc__.startswith("!!!") and "BaseModel" not in sub.__doc__:
-                lines.append(sub.__doc__.strip().split("\n\n")[0] + "\n")
+                lines.append(inspect.cleandoc(sub.__doc__).split("\n\n")[0] + "\n")
             lines.append("| field | type | default | constraints | description |")
             lines.append("|---|---|---|---|---|")
             for name, field in sub.model_fields.items():

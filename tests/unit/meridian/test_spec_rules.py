@@ -130,6 +130,77 @@ def test_a_priority_class_the_policy_does_not_define_is_refused():
     spec.load_text(typo)
 
 
+TEAMS_POLICY = """
+apiVersion: meridian/v1
+kind: CapacityPolicy
+metadata: {name: p}
+spec:
+  clouds: [{name: aws}]
+  teams:
+    - {name: assistant, max_gpus: 8}
+    - {name: research}
+"""
+
+
+def test_a_team_the_policy_does_not_list_is_refused():
+    """Beside a policy that lists teams, a deployment of another team is an error at its line with
+    the nearest listed name: a typo used to pass and escape the team's GPU quota and budget. A
+    team listed by name alone (no limits) is valid; with a policy that lists no teams, or with no
+    policy, it is not checked."""
+    typo = _deployment().replace("team: assistant", "team: asistant")
+    with pytest.raises(spec.SpecError) as info:
+        spec.load_texts([("d.yaml", typo), ("p.yaml", TEAMS_POLICY)])
+    [issue] = info.value.issues
+    assert (issue.file, issue.path) == ("d.yaml", "metadata.team")
+    assert issue.line == next(i for i, line in enumerate(typo.splitlines(), 1) if "team: asistant" in line)
+    assert "unknown team 'asistant'; did you mean 'assistant'?" in issue.message
+    spec.load_texts([("d.yaml", _deployment().replace("team: assistant", "team: research")), ("p.yaml", TEAMS_POLICY)])
+    spec.load_texts([("d.yaml", typo), ("p.yaml", POLICY)])
+    spec.load_text(typo)
+
+
+RESERVED_POLICY = """
+apiVersion: meridian/v1
+kind: CapacityPolicy
+metadata: {name: p}
+spec:
+  clouds: [{name: aws}]
+  reserved:
+    - {cloud: aws, region: us-east-1, instance_type: p5.48xlarge, nodes: 1, price_per_hour_usd: 60}
+"""
+
+CLUSTER_USE1 = """
+apiVersion: meridian/v1
+kind: Cluster
+metadata: {name: use1}
+spec:
+  cloud: aws
+  region: us-east-1
+  auth: {token_env: T}
+  pools:
+    - {name: h100, instance_type: p5.48xlarge, tier: TIER}
+    - {name: l4, instance_type: g6.xlarge, tier: reserved}
+"""
+
+
+def test_a_reserved_commitment_no_pool_takes_is_refused():
+    """A commitment that no reserved pool of the set's clusters in its region matches is paid every
+    hour and serves nothing (the pool declared on-demand, or the instance type mistyped): an error at
+    the commitment naming the reserved pools there. A set without clusters in that region is not
+    checked (the agents there may carry their own cluster files)."""
+    with pytest.raises(spec.SpecError) as info:
+        spec.load_texts([("p.yaml", RESERVED_POLICY), ("c.yaml", CLUSTER_USE1.replace("TIER", "on_demand"))])
+    [issue] = info.value.issues
+    assert (issue.file, issue.path) == ("p.yaml", "spec.reserved.0.instance_type")
+    assert issue.line == RESERVED_POLICY.splitlines().index(
+        "    - {cloud: aws, region: us-east-1, instance_type: p5.48xlarge, nodes: 1, price_per_hour_usd: 60}") + 1
+    assert issue.message == ("no reserved-tier pool of p5.48xlarge in aws/us-east-1 takes this commitment (1 node(s) "
+                             "paid every hour, serving nothing); reserved pools of the clusters there: use1/l4 (g6.xlarge)")
+    spec.load_texts([("p.yaml", RESERVED_POLICY), ("c.yaml", CLUSTER_USE1.replace("TIER", "reserved"))])
+    spec.load_texts([("p.yaml", RESERVED_POLICY),
+                     ("c.yaml", CLUSTER_USE1.replace("TIER", "on_demand").replace("us-east-1", "us-west-2"))])
+
+
 def test_the_declared_requests_must_fit_the_context():
     """With runtime.context_length, a mean request and the p99 prompt must fit in it (the replicas
     refuse longer ones); an embedding has no output tokens to count."""

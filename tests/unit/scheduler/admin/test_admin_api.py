@@ -25,7 +25,7 @@ EXAMPLES = sorted(str(p) for p in (ROOT / "examples").glob("*.yaml"))
 DEPLOYMENT = """
 apiVersion: meridian/v1
 kind: ModelDeployment
-metadata: {name: chat, team: t}
+metadata: {name: chat, team: assistant}
 spec:
   model: {source: meta-llama/Llama-3.1-8B-Instruct, served_name: chat}
   resources: {gpus_per_replica: 1, gpu_types: [L4]}
