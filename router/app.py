@@ -18,7 +18,7 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from meridian import redisconn, retrybudget
-from router import auth, config as config_mod, errors, health, listener, metrics, ratelimit, routes_file
+from router import auth, config as config_mod, cors, errors, health, listener, metrics, ratelimit, routes_file
 from router import store, table, tls, traffic, upstream, validation, watch
 from router.listener import Request
 from router.proxy import Proxy
@@ -64,6 +64,7 @@ class Router:
         # Exact paths -> {method: handler}; /v1/models/<name> is matched apart.
         self._routes = self._build_routes()
         self._model_methods = {"GET": self._model, "HEAD": self._model}
+        self._cors = cors.Cors(cfg.cors_allow_origins, cfg.cors_max_age_s) if cfg.cors_allow_origins else None
 
     # ------------------------------------------------------------ construction
 
@@ -104,6 +105,14 @@ class Router:
             # As a client library sends it: percent-encoded where the name needs it.
             request.match_info["model"] = urllib.parse.unquote(request.path[11:])
             methods = self._model_methods
+        if self._cors is not None:
+            origin = request.headers.get("Origin")
+            if origin is not None and self._cors.allows(origin):
+                if methods is not None and request.method == "OPTIONS" \
+                        and "Access-Control-Request-Method" in request.headers:
+                    return self._cors.preflight(origin, methods,
+                                                request.headers.get("Access-Control-Request-Headers", ""))
+                request.extra_head = self._cors.head(origin)
         if methods is None:
             self.metrics.rejected[("", "not_found")] += 1
             return self._with_request_id(request, errors.ApiError(

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 
 from meridian import latency, spec, yamlread
-from router import health, pertry, policies, scheduler_tls, secret_files, tls
+from router import cors, health, pertry, policies, scheduler_tls, secret_files, tls
 
 
 class _Frozen(pydantic.BaseModel):
@@ -140,6 +140,12 @@ class RouterConfig(_Frozen):
         default=0, ge=0, le=1_000_000, description="Streaming requests one API key may have open at once through "
                                                   "this router process (a key's max_concurrent_streams overrides "
                                                   "it); 0: unlimited. Beyond it: 429 with Retry-After.")
+    cors_allow_origins: tuple[str, ...] = pydantic.Field(
+        default=(), description="Origins whose browser pages may call the router (CORS): exact origins "
+                                "(https://app.example.com) or '*' for any. Empty: no CORS headers, and browsers "
+                                "refuse cross-origin calls (router.cors says why this is not '*' by default).")
+    cors_max_age_s: int = pydantic.Field(
+        default=600, ge=0, le=86_400, description="How long a browser may reuse a preflight's answer.")
     policy: str = policies.DEFAULT
     policy_args: dict[str, dict[str, Any]] = pydantic.Field(default_factory=dict)
     max_body_bytes: int = pydantic.Field(default=8 * 1024 * 1024, ge=1024, le=1 << 30)
@@ -186,6 +192,14 @@ class RouterConfig(_Frozen):
     def _policy_args(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for name, args in value.items():
             policies.check(name, args)
+        return value
+
+    @pydantic.field_validator("cors_allow_origins")
+    @classmethod
+    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        problems = [p for p in map(cors.origin_problem, value) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
         return value
 
     @pydantic.field_validator("trusted_region_header")

@@ -68,8 +68,8 @@ class HeadLimits:
 class Request:
     """One complete request, as the handler sees it."""
 
-    __slots__ = ("body", "connection", "headers", "keep_alive", "match_info", "method", "path", "raw_path",
-                 "version")
+    __slots__ = ("body", "connection", "extra_head", "headers", "keep_alive", "match_info", "method", "path",
+                 "raw_path", "version")
 
     def __init__(self, method: str, raw_path: str, headers: CIMultiDict, body: bytes, version: str,
                  keep_alive: bool, connection: _Connection):
@@ -82,6 +82,8 @@ class Request:
         self.keep_alive = keep_alive
         self.connection = connection
         self.match_info: dict[str, str] = {}
+        # Header lines (bytes) every answer to this request carries, whoever builds it (CORS).
+        self.extra_head = b""
 
 
 class _Refused(Exception):
@@ -308,7 +310,8 @@ class _Connection(asyncio.Protocol):
                 elif not self._closed:
                     keep_alive = keep_alive and not self.closing
                     self._transport.write(resp.encode(keep_alive=keep_alive,  # type: ignore[union-attr]
-                                                      head_only=request.method == "HEAD"))
+                                                      head_only=request.method == "HEAD",
+                                                      extra=request.extra_head))
             except (ConnectionError, asyncio.CancelledError):
                 raise
             except Exception:

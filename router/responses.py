@@ -99,8 +99,9 @@ class Response(_Headed):
         self.body = body
         self.headers = _as_items(headers, content_type)
 
-    def encode(self, *, keep_alive: bool, head_only: bool = False) -> bytes:
-        first = head(self.status, _header_lines(self.headers), length=len(self.body), keep_alive=keep_alive)
+    def encode(self, *, keep_alive: bool, head_only: bool = False, extra: bytes = b"") -> bytes:
+        """``extra``: header lines the request adds to whatever answers it (``Request.extra_head``)."""
+        first = head(self.status, _header_lines(self.headers) + extra, length=len(self.body), keep_alive=keep_alive)
         return first if head_only else first + self.body
 
 
@@ -136,7 +137,7 @@ class StreamResponse(_Headed):
         # HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
         self._raw = request.version == "1.0"
         self._keep_alive = request.keep_alive and not self._raw and not conn.closing
-        lines = _header_lines(self.headers)
+        lines = _header_lines(self.headers) + request.extra_head
         if self._raw:
             self._head = _status_line(self.status) + lines + date_header() + b"Connection: close\r\n\r\n"
         else:
