@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import sys
 
 from meridian import spec
 from meridian.cli import output
@@ -21,6 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out in ("json", "yaml", "markdown", "table", "wide") and not pathlib.Path(args.out).exists():
+        # Every other command's -o is the output format: `schema -o yaml` used to write a file named yaml.
+        fmt = args.out if args.out in ("json", "yaml", "markdown") else "json, yaml or markdown"
+        print(f"meridian schema: -o/--out is the file to write; for the format use --format {fmt} "
+              f"(and -o FILE to write it to a file)", file=sys.stderr)
+        return 2
     if args.format == "markdown":
         text = reference.render()
     elif args.format == "yaml":

@@ -132,3 +132,14 @@ def test_validate_and_schema_print_yaml(repo_root, capsys):
     assert out["valid"] is True and {d["kind"] for d in out["documents"]} >= {"ModelDeployment", "Cluster"}
     assert cli.main(["schema", "--format", "yaml"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["title"].startswith("Meridian spec")
+
+
+def test_schema_o_with_a_format_name_is_refused(tmp_path, monkeypatch, capsys):
+    """`-o` is the output format in every other command; `schema -o yaml` wrote a file named yaml.
+    It now says to use --format, and writes nothing."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["schema", "-o", "yaml"]) == 2
+    assert "-o/--out is the file to write; for the format use --format yaml" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    assert cli.main(["schema", "--format", "yaml", "-o", "schema.yaml"]) == 0
+    assert yaml.safe_load((tmp_path / "schema.yaml").read_text())["title"].startswith("Meridian spec")
