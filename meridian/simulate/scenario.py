@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import pathlib
+from collections.abc import Mapping
 
 import pydantic
 import yaml
@@ -195,6 +196,10 @@ class Scenario(_Model):
         default=False, exclude=True,
         description="Set by ``with_overrides(trace=...)`` (``--trace``): every entry replays one file, so a "
                     "deployment whose context it does not fit is warned about rather than refused.")
+    # Set by ``load``: the file, and the line of each YAML path in it, so errors found after
+    # validation (names checked against the specs, trace rows) say where the field is.
+    _source: str = pydantic.PrivateAttr(default="")
+    _lines: dict[tuple, int] = pydantic.PrivateAttr(default_factory=dict)
 
     @pydantic.model_validator(mode="after")
     def _intervals(self) -> Scenario:
@@ -275,7 +280,7 @@ class Scenario(_Model):
             except traces.TraceError as exc:
                 problems.append(f"traffic.{i}.trace.file: {exc}")
         if problems:
-            raise ScenarioError("; ".join(problems))
+            raise ScenarioError(located(problems, self._source, self._lines))
 
     def spec_paths(self) -> list[pathlib.Path]:
         base = pathlib.Path(self.base_dir)
@@ -340,7 +345,7 @@ class Scenario(_Model):
             served = list(dep.spec.sla.client_regions)
             for region in shape.peak_rps:
                 if region not in client_regions:
-                    problems.append(f"traffic.{i}.peak_rps: unknown client region {region!r}; the latency map's: "
+                    problems.append(f"traffic.{i}.peak_rps.{region}: unknown client region {region!r}; the latency map's: "
                                     f"{sorted(client_regions)}")
                 elif region not in served:
                     problems.append(f"traffic.{i}.peak_rps.{region}: deployment {shape.deployment!r} does not serve "
@@ -377,10 +382,26 @@ class Scenario(_Model):
                 problems.append(f"spot.notice_s.{cloud}: {notice:g} s; give the notice's lead time in seconds, "
                                 "0 to 3600 (AWS 120, GCP and Azure 30)")
         if problems:
-            raise ScenarioError("; ".join(problems))
+            raise ScenarioError(located(problems, self._source, self._lines))
 
 
-def parse(data: object, base_dir: str | pathlib.Path, source: str = "<scenario>") -> Scenario:
+def located(problems: list[str], source: str, lines: Mapping[tuple, int]) -> str:
+    """Problems written ``"a.0.b: message"``, one per line, each as ``source:line: a.0.b: message``
+    (the line of the deepest part of the path the file has; ``source: ...`` without one)."""
+    out = []
+    for problem in problems:
+        head = problem.split(": ", 1)[0]
+        path = () if " " in head else tuple(int(t) if t.isdigit() else t for t in head.split("."))
+        line = next((lines[path[:end]] for end in range(len(path), 0, -1) if path[:end] in lines), None)
+        where = f"{source}:{line}" if source and line else source
+        out.append(f"{where}: {problem}" if where else problem)
+    return "\n".join(out)
+
+
+def parse(data: object, base_dir: str | pathlib.Path, source: str = "<scenario>",
+          lines: Mapping[tuple, int] | None = None) -> Scenario:
+    """``lines``: the line of each YAML path in ``source`` (``load`` reads them), for errors."""
+    lines = lines or {}
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario is a YAML mapping, got {type(data).__name__}")
     try:
@@ -393,11 +414,9 @@ def parse(data: object, base_dir: str | pathlib.Path, source: str = "<scenario>"
                 parts.append(f"{path}: {spec.loader.unknown_field(Scenario, tuple(err['loc']))}")
             else:
                 parts.append(f"{path}: {err['msg'].removeprefix('Value error, ')}")
-        raise ScenarioError(f"{source}: " + "; ".join(parts)) from None
-    try:
-        sc.check_traces()
-    except ScenarioError as exc:
-        raise ScenarioError(f"{source}: {exc}") from None
+        raise ScenarioError(located(parts, source, lines)) from None
+    sc._source, sc._lines = source, dict(lines)
+    sc.check_traces()
     return sc
 
 
@@ -415,7 +434,7 @@ def load(name_or_path: str) -> Scenario:
         data = yamlread.safe_load(text, str(path))
     except yamlread.YAMLFileError as exc:
         raise ScenarioError(str(exc)) from None
-    return parse(data, path.resolve().parent, str(path))
+    return parse(data, path.resolve().parent, str(path), spec.loader.yaml_lines(text))
 
 
 def dump(scenario: Scenario) -> str:

@@ -93,6 +93,16 @@ def _index(node: yaml.Node, path: tuple, out: dict[tuple, int]) -> None:
             _index(item, path + (i,), out)
 
 
+def yaml_lines(text: str) -> dict[tuple, int]:
+    """The line of each YAML path (``("traffic", 0, "peak_rps")``) of a one-document text that
+    parses; for files other than specs (scenarios) whose errors should say where."""
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    out: dict[tuple, int] = {}
+    if node is not None:
+        _index(node, (), out)
+    return out
+
+
 # Limits on what one spec file may be, so that no input exhausts memory or the stack: YAML's
 # anchors and aliases can make a few hundred bytes expand to billions of nodes ("billion laughs"),
 # an alias can point at its own ancestor (a cycle), and nesting is parsed recursively. Real specs

@@ -79,6 +79,34 @@ def test_yaml_file_round_trip(tmp_path):
     assert len(again.load_specs().of_kind("Cluster")) == 9
 
 
+def test_errors_in_a_scenario_file_name_its_lines(tmp_path):
+    """Each problem of a scenario file is one line, ``file:line: field: message``, at the line of
+    the field: schema errors, and names checked against the specs once they are loaded."""
+    data = yaml.safe_load(scenario.dump(scenario.load("default")))
+    data["traffic"][0]["trough_share"] = 2
+    path = tmp_path / "day.yaml"
+    text = yaml.safe_dump(data, sort_keys=False)
+    path.write_text(text)
+    line_of = {line.strip().removeprefix("- "): i for i, line in enumerate(text.splitlines(), 1)}
+    with pytest.raises(scenario.ScenarioError) as err:
+        scenario.load(str(path))
+    assert str(err.value) == (f"{path}:{line_of['trough_share: 2']}: traffic.0.trough_share: "
+                              "Input should be less than or equal to 1")
+
+    data["traffic"][0]["trough_share"] = 0.2
+    data["traffic"][0]["peak_rps"]["mars"] = 1.0
+    data["outages"][0]["region"] = "us-eats-1"
+    text = yaml.safe_dump(data, sort_keys=False)
+    path.write_text(text)
+    line_of = {line.strip().removeprefix("- "): i for i, line in enumerate(text.splitlines(), 1)}
+    with pytest.raises(scenario.ScenarioError) as err:
+        scenario.load(str(path)).load_specs()
+    first, second = str(err.value).splitlines()
+    assert first.startswith(f"{path}:{line_of['mars: 1.0']}: traffic.0.peak_rps.mars: unknown client region 'mars'")
+    assert second.startswith(f"{path}:{line_of['region: us-eats-1']}: outages.0.region: no cluster in region "
+                             "'us-eats-1'")
+
+
 def test_unreadable_or_invalid_files_are_reported(tmp_path):
     """A missing file or a file that is not a YAML mapping gives a ScenarioError saying so."""
     with pytest.raises(scenario.ScenarioError, match="cannot read"):
