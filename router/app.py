@@ -132,7 +132,7 @@ class Router:
 
     async def _dispatch_metrics(self, request: Request) -> Response:
         if request.path == "/metrics":
-            return await self._metrics(request)
+            return self._metrics_page()
         return errors.ApiError(404, "This port serves /metrics only", code="not_found").response()
 
     # ------------------------------------------------------------ lifecycle
@@ -297,6 +297,18 @@ class Router:
         return Response(status=200 if ready else 503, body=orjson.dumps(body), content_type="application/json")
 
     async def _metrics(self, request: Request) -> Response:
+        """/metrics on the client port: with ``metrics_port`` set, only there (the client port faces
+        clients, the metrics port the scraper); else behind the API keys when there are any, like
+        every page but the probes (a scraper sends one as a bearer token)."""
+        if self.config.metrics_port:
+            return errors.ApiError(404, "This router serves /metrics on its metrics port, not to clients",
+                                   code="not_found").response()
+        denied, _key = await self._authorize(request)
+        if denied is not None:
+            return denied
+        return self._metrics_page()
+
+    def _metrics_page(self) -> Response:
         return Response(body=generate_latest(self.metrics.registry),
                         headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -7,6 +7,7 @@ import asyncio
 import redis.asyncio as aioredis
 
 from router import auth, testing
+from tests.conftest import free_port
 
 
 def chat(model: str = "m") -> dict:
@@ -96,3 +97,30 @@ async def test_last_known_good_in_redis(redis_url, replicas, make_router, http):
     await first.stop()
     second = await make_router(scheduler_address=address, lkg_store="redis", redis_url=redis_url, router_id="edge-r")
     assert second.state.version == 9 and second.state.source == "lkg"
+
+
+async def test_metrics_on_the_client_port_need_a_key_or_are_on_the_metrics_port_only(tmp_path, make_router, http):
+    """With API keys, the client port's /metrics needs one (a scraper sends it as a bearer token),
+    like every page but the probes; with metrics_port set, /metrics is served there only, without
+    a key, and the client port answers 404. Without either, it stays open for local runs."""
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(f"keys:\n  - {{name: scraper, sha256: {auth.hash_key('sk-scrape')}}}\n")
+    keyed = await make_router(api_keys_file=str(keys))
+    url = f"http://127.0.0.1:{keyed.port}/metrics"
+    async with http.get(url) as resp:
+        assert resp.status == 401
+    async with http.get(url, headers=bearer("sk-scrape")) as resp:
+        assert resp.status == 200 and "meridian_router" in await resp.text()
+    async with http.get(f"http://127.0.0.1:{keyed.port}/health") as resp:
+        assert resp.status == 200
+
+    port = free_port()
+    split = await make_router(api_keys_file=str(keys), metrics_port=port)
+    async with http.get(f"http://127.0.0.1:{split.port}/metrics", headers=bearer("sk-scrape")) as resp:
+        assert resp.status == 404 and (await resp.json())["error"]["message"].endswith("on its metrics port, not to clients")
+    async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+        assert resp.status == 200 and "meridian_router" in await resp.text()
+
+    plain = await make_router()
+    async with http.get(f"http://127.0.0.1:{plain.port}/metrics") as resp:
+        assert resp.status == 200
