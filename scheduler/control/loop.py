@@ -116,6 +116,9 @@ class ControlLoop:
         self._pruned_at = 0.0
         self._waiting_for: tuple[str, ...] = ()
         self._store_empty_logged = False
+        # The stored specs' problems when they no longer validate (a rule added in an upgrade): the
+        # loop keeps the set it had, none after a restart, and says why rather than "no specs".
+        self._stored_invalid: list[str] = []
         self._unmet: dict[tuple[str, str, str], problem.Uncovered] = {}
         self._short: dict[tuple[str, str, str], problem.Unplaced] = {}
 
@@ -171,9 +174,11 @@ class ControlLoop:
             spec_set = await asyncio.to_thread(records.spec_set, stored)
         except spec.SpecError as exc:
             self._metrics.errors.labels("stored_specs").inc()
+            self._stored_invalid = [str(i) for i in exc.issues]
             log.error("event=stored_specs_invalid generation=%d errors=%r (keeping generation %d)", gen,
-                      [str(i) for i in exc.issues][:20], self.specs.generation)
+                      self._stored_invalid[:20], self.specs.generation)
             return False
+        self._stored_invalid = []
         self.specs = planner.SpecView.of(spec_set, gen)
         if self.specs.policy is not None and self.specs.policy.spot.fallback == "none":
             log.warning("event=spot_fallback_unsupported generation=%d detail=%r", gen,
@@ -294,9 +299,15 @@ class ControlLoop:
             self._store_empty_logged = False
             return ()
         clusters = sorted({c.cluster_id for c, _ in replicas})
-        why = (f"the state store holds no specs (never applied here, or the store was lost) while agents report "
-               f"{len(replicas)} replica(s): nothing is drained or started (routes stay) until the specs are applied "
-               f"(meridian apply) or a backup is imported (meridian state import)")
+        if self._stored_invalid:
+            why = (f"the stored specs no longer validate ({len(self._stored_invalid)} problem(s), first: "
+                   f"{self._stored_invalid[0]}; all in event=stored_specs_invalid) while agents report "
+                   f"{len(replicas)} replica(s): nothing is drained or started (routes stay) until corrected specs "
+                   f"are applied (meridian validate shows every problem; meridian apply the fixed files)")
+        else:
+            why = (f"the state store holds no specs (never applied here, or the store was lost) while agents report "
+                   f"{len(replicas)} replica(s): nothing is drained or started (routes stay) until the specs are "
+                   f"applied (meridian apply) or a backup is imported (meridian state import)")
         if not self._store_empty_logged:
             log.warning("event=store_empty replicas=%d clusters=%s detail=%r", len(replicas), ",".join(clusters), why)
             self._store_empty_logged = True

@@ -434,3 +434,31 @@ async def test_an_always_served_region_no_cluster_reaches_is_named_in_the_log_an
         assert h.loop.plan.result.uncovered == ()
         assert h.metrics.registry.get_sample_value("meridian_scheduler_unmet_sla", sample) == 0.0
         assert any("event=sla_met deployment=chat client_region=ap-south" in r.getMessage() for r in caplog.records)
+
+
+async def test_stored_specs_that_no_longer_validate_hold_everything_and_say_why(store):
+    """Specs stored under an older version can fail a rule added since (here: the deployment's team
+    is not among the policy's teams). A leader starting on them sends no directive and its hold
+    names the stored specs' problem, not "the state store holds no specs"."""
+    from meridian import spec  # noqa: PLC0415
+
+    await apply_specs(store)
+    policy = ("apiVersion: meridian/v1\nkind: CapacityPolicy\nmetadata: {name: default}\n"
+              "spec:\n  clouds: [{name: aws}]\n  teams: [{name: research}]\n")
+    await records.SpecStore(store).apply(spec.load_text(policy, "p.yaml").documents, 0.0)
+    h = await lead(store, CLOCK)
+    c1 = SimCluster("c1")
+    c1.replicas["chat-old"] = fm.ReplicaReport("chat-old", "chat", "r1", "http://chat-old", fm.ReplicaState.READY,
+                                               pool_id="l4", gpu_count=1, served_model_name="chat")
+    await c1.hello(h)
+    report = await h.loop.tick()
+    for _ in range(30):  # past the new term's adoption wait
+        if report.stage != "adopting":
+            break
+        CLOCK.advance(5.0)
+        await c1.report(h)
+        report = await h.loop.tick()
+    assert report.stage == "store_empty" and h.transport.sent == []
+    [held] = report.held
+    assert "the stored specs no longer validate (1 problem(s), first: " in held.reason
+    assert "unknown team 't'" in held.reason and "holds no specs" not in held.reason
