@@ -49,6 +49,16 @@ class _Ticks:
                         note="  ".join(f"{n} {100 * f:3.0f}%" for n, f in self.done.items()))
 
 
+def _error(exc: Exception) -> None:
+    """One problem on the command's line; several, one per line under a count, each starting with
+    its FILE:LINE as the scenario module writes them."""
+    lines = str(exc).splitlines()
+    if len(lines) > 1:
+        print(f"meridian simulate: {len(lines)} problems:", *lines, sep="\n", file=sys.stderr)
+    else:
+        print(f"meridian simulate: {exc}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         sc = scenario.load(args.scenario).with_overrides(hours=args.hours, seed=args.seed,
@@ -66,14 +76,14 @@ def run(args: argparse.Namespace) -> int:
         if args.plot:
             _plot_dir(args.plot)
     except (scenario.ScenarioError, ValueError) as exc:
-        print(f"meridian simulate: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     runner.quiet_components()
     try:
         with progress_mod.Progress("simulating", len(names), unit="policies") as bar:
             cmp = runner.run(sc, names, jobs=args.jobs, progress=_Ticks(bar, names))
     except scenario.ScenarioError as exc:
-        print(f"meridian simulate: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     failed = 0
     if args.plot:

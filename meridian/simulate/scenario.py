@@ -280,6 +280,8 @@ class Scenario(_Model):
             except traces.TraceError as exc:
                 problems.append(f"traffic.{i}.trace.file: {exc}")
         if problems:
+            if self.trace_from_cli:  # the file is the command line's, not a line of the scenario file
+                raise ScenarioError(f"--trace: {problems[0].split(': ', 1)[1]}")
             raise ScenarioError(located(problems, self._source, self._lines))
 
     def spec_paths(self) -> list[pathlib.Path]:
@@ -291,8 +293,8 @@ class Scenario(_Model):
         try:
             specs = spec.load_files(self.spec_paths())
         except spec.SpecError as exc:
-            lines = "; ".join(str(i) for i in exc.issues[:10])
-            raise ScenarioError(f"specs: {len(exc.issues)} problem(s): {lines}") from None
+            more = f"\n... and {len(exc.issues) - 10} more (meridian validate lists them all)" if len(exc.issues) > 10 else ""
+            raise ScenarioError("\n".join(f"specs: {i}" for i in exc.issues[:10]) + more) from None
         self.check_against(specs)
         return specs
 

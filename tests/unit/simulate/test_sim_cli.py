@@ -136,8 +136,25 @@ def test_trace_option_replays_a_shipped_trace_with_the_bound(capsys):
 
 
 def test_trace_option_with_a_missing_file_names_the_field(capsys, tmp_path):
-    """A trace that cannot be read is exit 1 with the field and the valid choices named."""
+    """A trace that cannot be read is exit 1 naming the option (not a line of the scenario file: the
+    file is the command line's) and the valid choices."""
     code = cli.main(["simulate", "--trace", str(tmp_path / "missing.csv")])
     assert code == 1
     err = capsys.readouterr().err
-    assert "traffic.0.trace.file" in err and "no such file" in err and "azure-conv" in err
+    assert err.startswith("meridian simulate: --trace: ") and "no such file" in err and "azure-conv" in err
+
+
+def test_several_scenario_problems_are_listed_one_per_line(capsys, tmp_path):
+    """Each problem of a scenario file is a line of its own starting with FILE:LINE, under a count."""
+    import yaml  # noqa: PLC0415
+
+    data = yaml.safe_load(scenario.dump(scenario.load("default")))
+    data["outages"][0]["region"] = "us-eats-1"
+    data["spot"]["notice_s"] = {"aws": -5}
+    path = tmp_path / "day.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert cli.main(["simulate", "--scenario", str(path), "--hours", "1"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    at = lines.index("meridian simulate: 2 problems:")
+    assert lines[at + 1].startswith(f"{path}:") and "outages.0.region: no cluster in region 'us-eats-1'" in lines[at + 1]
+    assert lines[at + 2].startswith(f"{path}:") and "spot.notice_s.aws: -5 s" in lines[at + 2]
