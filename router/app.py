@@ -91,6 +91,13 @@ class Router:
             return await self.proxy.serve(request, kind)  # type: ignore[union-attr]
         return handle
 
+    def _cors_head(self, headers) -> bytes:
+        """CORS header lines for an answer to a request with ``headers`` (the listener's own refusals)."""
+        origin = headers.get("Origin")
+        if origin is None or self._cors is None or not self._cors.allows(origin):
+            return b""
+        return self._cors.head(origin)
+
     def _with_request_id(self, request: Request, resp: Response) -> Response:
         """Every answer the router builds itself carries ``X-Request-Id`` (the client's, or a new
         one), as inference answers do (the proxy sets theirs), so an error a client reports can be
@@ -110,8 +117,8 @@ class Router:
             if origin is not None and self._cors.allows(origin):
                 if methods is not None and request.method == "OPTIONS" \
                         and "Access-Control-Request-Method" in request.headers:
-                    return self._cors.preflight(origin, methods,
-                                                request.headers.get("Access-Control-Request-Headers", ""))
+                    return self._with_request_id(request, self._cors.preflight(
+                        origin, methods, request.headers.get("Access-Control-Request-Headers", "")))
                 request.extra_head = self._cors.head(origin)
         if methods is None:
             self.metrics.rejected[("", "not_found")] += 1
@@ -203,7 +210,8 @@ class Router:
         self._listener = await listener.listen(
             self._dispatch, cfg.listen_host, cfg.listen_port, ssl_context=ssl_context, reuse_port=cfg.workers > 1,
             limits=limits, max_body_bytes=cfg.max_body_bytes, on_bad_request=self._bad_request,
-            keepalive_timeout_s=cfg.client_keepalive_timeout_s)
+            keepalive_timeout_s=cfg.client_keepalive_timeout_s,
+            extra_head=self._cors_head if self._cors is not None else None)
         sockets = self._listener.sockets
         self.port = sockets[0].getsockname()[1] if sockets else cfg.listen_port
         log.info("event=router_listening router_id=%s host=%s port=%d tls=%s region=%s policy=%s models=%d",

@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", help="HOST:PORT to serve on (default 127.0.0.1:8080)")
     parser.add_argument("--workers", type=int, help="processes sharing the port with SO_REUSEPORT (default 1)")
     parser.add_argument("--metrics-port", type=int,
-                        help="also serve /metrics on this port; worker i on this port + i (default 0: off)")
+                        help="serve /metrics on this port (not on the client port); worker i on this port + i "
+                             "(default 0: on the client port)")
     parser.add_argument("--router-id", help="name in logs and reports (default hostname-port)")
     parser.add_argument("--region", help="client region this router serves (a latency-map region)")
     parser.add_argument("--trusted-region-header",

@@ -85,9 +85,9 @@ class RouterConfig(_Frozen):
     workers: int = pydantic.Field(default=1, ge=1, le=64, description="Processes sharing the port (SO_REUSEPORT).")
     metrics_port: int = pydantic.Field(
         default=0, ge=0, le=65535,
-        description="0: off. Else /metrics is also served on listen_host at this port, by worker i at this "
-                    "port + i, so Prometheus scrapes every worker (the shared port's /metrics answers for "
-                    "whichever worker takes the connection).")
+        description="0: off (/metrics on the client port, behind the API keys when there are any). Else "
+                    "/metrics is served on listen_host at this port only, without a key, by worker i at this "
+                    "port + i, so Prometheus scrapes every worker; the client port answers 404 for it.")
     router_id: str = pydantic.Field(default="", max_length=128, description="Default: hostname-port.")
     region: str = pydantic.Field(default="", description="Client region of this router (latency map name).")
     trusted_region_header: str = pydantic.Field(

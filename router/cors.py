@@ -23,6 +23,7 @@ from router.responses import Response
 # Headers a page's script may read beyond the CORS-safelisted ones.
 EXPOSED = "X-Request-Id, Retry-After"
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_ORIGIN_CHARS = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[A-Za-z0-9.:\[\]-]+$")
 
 
 def origin_problem(origin: str) -> str | None:
@@ -34,6 +35,15 @@ def origin_problem(origin: str) -> str | None:
         return f"{origin!r}: give scheme://host[:port] (https://app.example.com) or '*'"
     if parts.path or parts.query or parts.fragment or parts.username or origin.endswith("/"):
         return f"{origin!r}: an origin has no path, query or user (https://app.example.com)"
+    if not _ORIGIN_CHARS.match(origin):
+        return f"{origin!r}: an origin is scheme://host[:port] in letters, digits and . - : [ ] only"
+    try:
+        port = parts.port
+    except ValueError:
+        return f"{origin!r}: the port must be a number from 1 to 65535"
+    if port == {"http": 80, "https": 443}[parts.scheme]:
+        # Browsers leave the default port out of Origin, so this entry would never match.
+        return f"{origin!r}: leave out the default port ({parts.scheme}://{parts.hostname}), as browsers send it"
     return None
 
 

@@ -86,6 +86,17 @@ class Request:
         self.extra_head = b""
 
 
+class _Refusal:
+    """An error the listener answers itself, with the header lines the request's head called for
+    (``Listener.extra_head``: CORS), empty when the head was not read."""
+
+    __slots__ = ("error", "extra")
+
+    def __init__(self, error: errors.ApiError, extra: bytes):
+        self.error = error
+        self.extra = extra
+
+
 class _Refused(Exception):
     """Raised from a parser callback: the request breaks a limit; answer ``error`` and close."""
 
@@ -290,7 +301,7 @@ class _Connection(asyncio.Protocol):
         item = self._queue.popleft()
         if self._reading_paused and len(self._queue) < _MAX_QUEUED // 2:
             self._resume_reading()
-        if isinstance(item, errors.ApiError):
+        if isinstance(item, _Refusal):
             self._write_error(item)
             return
         self._task = self._listener.loop.create_task(self._serve(item))
@@ -323,7 +334,7 @@ class _Connection(asyncio.Protocol):
                 if not self._closed:
                     self._transport.write(errors.ApiError(  # type: ignore[union-attr]
                         500, "The router failed on this request; retry", type_="server_error",
-                        code="internal_error").response().encode(keep_alive=False))
+                        code="internal_error").response().encode(keep_alive=False, extra=request.extra_head))
                 keep_alive = False
         except ConnectionError:
             keep_alive = False
@@ -359,16 +370,18 @@ class _Connection(asyncio.Protocol):
         self._listener.on_bad_request(error.status, error.code or "")
         log.debug("event=bad_http_request status=%d code=%s remote=%s detail=%s", error.status, error.code,
                   self.peer, error.message)
+        extra = self._listener.extra_head
+        refusal = _Refusal(error, extra(self._parsed) if extra is not None and self._parsed is not _NO_HEADERS else b"")
         if self._task is None and not self._queue:
-            self._write_error(error)
+            self._write_error(refusal)
         else:
-            self._queue.append(error)
+            self._queue.append(refusal)
 
-    def _write_error(self, error: errors.ApiError) -> None:
+    def _write_error(self, refusal: _Refusal) -> None:
         if self._closed:
             return
         transport = self._transport
-        transport.write(error.response().encode(keep_alive=False))  # type: ignore[union-attr]
+        transport.write(refusal.error.response().encode(keep_alive=False, extra=refusal.extra))  # type: ignore[union-attr]
         self._closed = True
         if not transport.can_write_eof():  # type: ignore[union-attr]
             transport.close()  # type: ignore[union-attr]
@@ -420,8 +433,12 @@ class Listener:
     """The listening sockets, their connections and the sweeper that closes idle ones."""
 
     def __init__(self, handler: Handler, *, limits: HeadLimits, max_body_bytes: int,
-                 on_bad_request: Callable[[int, str], None], keepalive_timeout_s: float):
+                 on_bad_request: Callable[[int, str], None], keepalive_timeout_s: float,
+                 extra_head: Callable[[CIMultiDict], bytes] | None = None):
         self.handler = handler
+        # Header lines for an answer the listener writes itself (a 413 past the head), from the
+        # request's headers; the handler sets ``Request.extra_head`` for the answers it gives.
+        self.extra_head = extra_head
         self.limits = limits
         self.max_body_bytes = max_body_bytes
         self.on_bad_request = on_bad_request
@@ -485,9 +502,9 @@ class Listener:
 async def listen(handler: Handler, host: str, port: int, *, limits: HeadLimits, max_body_bytes: int,
                  on_bad_request: Callable[[int, str], None], keepalive_timeout_s: float = 75.0,
                  ssl_context: ssl.SSLContext | None = None, reuse_port: bool = False,
-                 backlog: int = 2048) -> Listener:
+                 backlog: int = 2048, extra_head: Callable[[CIMultiDict], bytes] | None = None) -> Listener:
     """Serve ``handler`` on ``host:port``; ``await listener.shutdown(...)`` to stop."""
     listener = Listener(handler, limits=limits, max_body_bytes=max_body_bytes, on_bad_request=on_bad_request,
-                        keepalive_timeout_s=keepalive_timeout_s)
+                        keepalive_timeout_s=keepalive_timeout_s, extra_head=extra_head)
     await listener.start(host, port, ssl_context=ssl_context, reuse_port=reuse_port, backlog=backlog)
     return listener

@@ -26,7 +26,7 @@ async def _preflight(session, url: str, origin: str) -> aiohttp.ClientResponse:
 async def test_a_listed_origin_gets_preflights_and_allow_headers(replicas, make_router):
     (rep,) = await replicas(1)
     router = await make_router(testing.table(1, {"m": [testing.replica("a", rep.port)]}),
-                               cors_allow_origins=(PAGE,), cors_max_age_s=300)
+                               cors_allow_origins=(PAGE,), cors_max_age_s=300, max_body_bytes=4096)
     url = f"http://127.0.0.1:{router.port}/v1/chat/completions"
     async with aiohttp.ClientSession() as s:
         pre = await _preflight(s, url, PAGE)
@@ -48,6 +48,10 @@ async def test_a_listed_origin_gets_preflights_and_allow_headers(replicas, make_
             assert r.status == 404 and r.headers["Access-Control-Allow-Origin"] == PAGE
         async with s.get(f"http://127.0.0.1:{router.port}/v1/models", headers={"Origin": PAGE}) as r:
             assert r.status == 200 and r.headers["Access-Control-Allow-Origin"] == PAGE
+        # A body over max_body_bytes is refused by the listener itself: the page still reads the 413.
+        async with s.post(url, data=b"x" * 5000, headers={"Origin": PAGE, "Content-Type": "application/json"}) as r:
+            assert r.status == 413 and r.headers["Access-Control-Allow-Origin"] == PAGE
+        assert pre.headers["X-Request-Id"]
 
         # Another origin: no CORS header anywhere, and its preflight is an unlisted method.
         other = await _preflight(s, url, "https://evil.example.net")
@@ -80,6 +84,9 @@ async def test_no_cors_by_default_and_any_origin_when_asked(replicas, make_route
     ("chat.example.com", "give scheme://host[:port]"),
     ("https://chat.example.com/", "an origin has no path"),
     ("https://chat.example.com/app", "an origin has no path"),
+    ("https://chat.example.com\r\nX-Evil: 1", "in letters, digits and"),
+    ("https://chat.example.com:99999", "the port must be a number"),
+    ("https://chat.example.com:443", "leave out the default port"),
 ])
 def test_an_origin_that_is_not_one_is_refused_by_name(origin, why):
     with pytest.raises(pydantic.ValidationError) as err:
