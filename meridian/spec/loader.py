@@ -25,6 +25,7 @@ from meridian.spec.deployment import ModelDeployment
 from meridian.spec.errors import SpecError, SpecIssue
 from meridian.spec.latencymap import LatencyMap
 from meridian.spec.policy import CapacityPolicy
+from meridian.spec.policy import in_use as policy_in_use
 
 Document = ModelDeployment | CapacityPolicy | Cluster | LatencyMap
 KINDS: dict[str, type[pydantic.BaseModel]] = {
@@ -444,9 +445,9 @@ def _references(loaded: list[Loaded]) -> list[SpecIssue]:
     - a reserved commitment must match a reserved-tier pool of the set's clusters in its cloud and
       region, when the set has clusters there (one matching no pool is paid every hour and serves
       nothing: a mistyped instance type, or a pool declared ``on_demand``)."""
-    policies = [item.doc for item in loaded if isinstance(item.doc, CapacityPolicy)]
-    classes = sorted({c.name for p in policies for c in p.spec.priority_classes})
-    teams = sorted({t.name for p in policies for t in p.spec.teams})
+    policy = policy_in_use([item.doc for item in loaded if isinstance(item.doc, CapacityPolicy)])
+    classes = sorted(c.name for c in policy.spec.priority_classes) if policy is not None else []
+    teams = sorted(t.name for t in policy.spec.teams) if policy is not None else []
     out: list[SpecIssue] = []
     for item in loaded:
         if not isinstance(item.doc, ModelDeployment):
@@ -475,9 +476,10 @@ def _commitments(loaded: list[Loaded]) -> list[SpecIssue]:
                 (item.name, p.name, p.instance_type) for p in s.pools if p.tier == "reserved")
             pools.setdefault((s.cloud, s.region), [])
     out: list[SpecIssue] = []
+    policy = policy_in_use([item.doc for item in loaded if isinstance(item.doc, CapacityPolicy)])
     for item in loaded:
-        if not isinstance(item.doc, CapacityPolicy):
-            continue
+        if item.doc is not policy:
+            continue  # the others are not used (the scheduler warns of them)
         for i, r in enumerate(item.doc.spec.reserved):
             here = pools.get((r.cloud, r.region))
             if here is None or any(t == r.instance_type for _, _, t in here):

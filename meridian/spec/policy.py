@@ -3,7 +3,7 @@ reserved commitments, price overrides, priority classes, spot defaults)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import pydantic
@@ -145,3 +145,10 @@ class CapacityPolicy(base.StrictModel):
     kind: Literal["CapacityPolicy"]
     metadata: base.Metadata
     spec: CapacityPolicySpec
+
+
+def in_use(policies: Iterable[CapacityPolicy]) -> CapacityPolicy | None:
+    """The one capacity policy a set of specs runs under: the one named ``default``, else the first
+    by name (the scheduler warns of the others, which it ignores); None without any."""
+    ordered = sorted(policies, key=lambda p: (p.metadata.name != "default", p.metadata.name))
+    return ordered[0] if ordered else None

@@ -43,7 +43,8 @@ RULES = {
         "`sla.always_served_regions` are among `sla.client_regions`, and exclude `scaling.scale_to_zero`.",
         "`runtime.extra_args` may not set flags Meridian owns (`--port`, `--model-path`, `--tp-size`, ...).",
         "`priority_class` is one of the capacity policy's `priority_classes` when a CapacityPolicy that "
-        "lists classes is in the same set of files; `metadata.team` is one of its `teams` when it lists any.",
+        "lists classes is in the same set of files; `metadata.team` is one of its `teams` when it lists any "
+        "(with several policies, the one the scheduler uses: `default`, else the first by name).",
     ],
     "CapacityPolicy": [
         "Cloud, team and priority class names are unique; a region is not both allowed and blocked and "

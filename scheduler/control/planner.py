@@ -37,14 +37,14 @@ class SpecView:
 
     @classmethod
     def of(cls, spec_set: spec.SpecSet, generation: int) -> SpecView:
-        policies = sorted(spec_set.of_kind("CapacityPolicy"), key=lambda p: (p.metadata.name != "default",
-                                                                             p.metadata.name))
-        if len(policies) > 1:
-            log.warning("event=several_policies using=%s ignored=%s", policies[0].metadata.name,
-                        ",".join(p.metadata.name for p in policies[1:]))
+        policies = spec_set.of_kind("CapacityPolicy")
+        policy = policy_spec.in_use(policies)
+        if len(policies) > 1 and policy is not None:
+            log.warning("event=several_policies using=%s ignored=%s", policy.metadata.name,
+                        ",".join(sorted(p.metadata.name for p in policies if p is not policy)))
         return cls(generation,
                    {d.metadata.name: d for d in spec_set.of_kind("ModelDeployment")},
-                   policies[0].spec if policies else None,
+                   policy.spec if policy is not None else None,
                    {c.metadata.name: c for c in spec_set.of_kind("Cluster")},
                    spec_set.context.latency_map)
 

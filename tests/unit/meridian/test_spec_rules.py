@@ -159,6 +159,19 @@ def test_a_team_the_policy_does_not_list_is_refused():
     spec.load_text(typo)
 
 
+def test_the_team_must_be_listed_in_the_policy_in_use():
+    """With several policies the scheduler runs under the one named ``default`` and ignores the
+    others, so a team only another policy lists escapes the quotas all the same: refused."""
+    default = TEAMS_POLICY.replace("metadata: {name: p}", "metadata: {name: default}").replace(
+        "    - {name: research}\n", "")
+    other = TEAMS_POLICY.replace("metadata: {name: p}", "metadata: {name: other}").replace(
+        "    - {name: assistant, max_gpus: 8}\n", "")
+    research = _deployment().replace("team: assistant", "team: research")
+    with pytest.raises(spec.SpecError, match="unknown team 'research'"):
+        spec.load_texts([("d.yaml", research), ("a.yaml", default), ("b.yaml", other)])
+    spec.load_texts([("d.yaml", _deployment()), ("a.yaml", default), ("b.yaml", other)])
+
+
 RESERVED_POLICY = """
 apiVersion: meridian/v1
 kind: CapacityPolicy
