@@ -16,6 +16,7 @@ import sys
 
 import pydantic
 import uvloop
+import yaml
 
 from meridian import spec
 from scheduler import config as config_mod
@@ -53,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--admin-tls-key-file", metavar="PEM", help="unencrypted private key of --admin-tls-cert-file")
     parser.add_argument("-f", "--apply", dest="apply_files", action="append", default=[], metavar="FILE",
                         help="spec file or directory to apply at start (validated first; repeatable)")
+    parser.add_argument("--apply-missing", dest="seed_files", action="append", default=[], metavar="FILE",
+                        help="spec file or directory whose documents are applied at start only when the store has "
+                             "none of that kind and name (a starter set: later applies are kept across restarts; "
+                             "repeatable)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="any config knob, e.g. --set heartbeat_interval_s=2 (repeatable)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -78,28 +83,66 @@ def build_config(args: argparse.Namespace) -> config_mod.SchedulerConfig:
     return config_mod.SchedulerConfig(**values)
 
 
-async def _serve(config: config_mod.SchedulerConfig, apply_files: list[str]) -> int:
-    svc = service_mod.SchedulerService(config)
-    if apply_files:
-        texts = []
-        for path in admin_client.expand_paths(apply_files):
-            try:
-                with open(path) as fh:
-                    texts.append((path, fh.read()))
-            except OSError as exc:
-                print(f"{path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
-                await svc.store.close()
-                return 1
+def _read(paths: list[str]) -> list[tuple[str, str]]:
+    """(file, text) of each file, directories expanded; raises OSError naming the file."""
+    texts = []
+    for path in admin_client.expand_paths(paths):
         try:
-            proposal = admin_specs.propose(await svc.spec_store.all(), texts)
-        except spec.SpecError as exc:
-            for issue in exc.issues:
-                print(str(issue), file=sys.stderr)
-            await svc.store.close()
-            return 1
-        done = await svc.spec_store.apply(proposal.submitted, svc.clock.now())
-        for kind, name, action in done:
-            log.info("event=applied_at_start kind=%s name=%s action=%s", kind, name, action)
+            with open(path) as fh:
+                texts.append((path, fh.read()))
+        except OSError as exc:
+            raise OSError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return texts
+
+
+def _missing(texts: list[tuple[str, str]], stored: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The documents of ``texts`` whose kind and name ``stored`` lacks, one text each (named
+    ``file (document N)``); raises SpecError for a file that does not parse."""
+    out = []
+    for file, text in texts:
+        for i, doc in enumerate(spec.loader.read_documents(text, file), start=1):
+            if not isinstance(doc, dict):
+                out.append((f"{file} (document {i})", yaml.safe_dump(doc)))  # refused by validation, with its file
+                continue
+            meta = doc.get("metadata")
+            key = (str(doc.get("kind")), str(meta.get("name") if isinstance(meta, dict) else None))
+            if key not in stored:
+                out.append((f"{file} (document {i})", yaml.safe_dump(doc, sort_keys=False)))
+    return out
+
+
+async def apply_at_start(svc: service_mod.SchedulerService, apply_files: list[str],
+                         seed_files: list[str] | None = None) -> bool:
+    """``--apply`` files (validated with the stored set, replacing what they name) and the
+    documents of ``--apply-missing`` files the store lacks (a starter set that later applies
+    outlive); False after printing the problems, nothing applied."""
+    try:
+        texts = _read(list(apply_files))
+        stored = await svc.spec_store.all()
+        have = {(s.kind, s.name) for s in stored}
+        declared = {(h.kind, h.name) for h in admin_specs.declared(texts)}  # --apply wins over a seed
+        texts += _missing(_read(list(seed_files or [])), have | declared)
+        if not texts:
+            return True
+        proposal = admin_specs.propose(stored, texts)
+    except OSError as exc:
+        print(str(exc), file=sys.stderr)
+        return False
+    except spec.SpecError as exc:
+        for issue in exc.issues:
+            print(str(issue), file=sys.stderr)
+        return False
+    done = await svc.spec_store.apply(proposal.submitted, svc.clock.now())
+    for kind, name, action in done:
+        log.info("event=applied_at_start kind=%s name=%s action=%s", kind, name, action)
+    return True
+
+
+async def _serve(config: config_mod.SchedulerConfig, apply_files: list[str], seed_files: list[str] | None = None) -> int:
+    svc = service_mod.SchedulerService(config)
+    if not await apply_at_start(svc, apply_files, seed_files):
+        await svc.store.close()
+        return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -134,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"scheduler config: {exc}", file=sys.stderr)
         return 1
     try:
-        return uvloop.run(_serve(config, args.apply_files))
+        return uvloop.run(_serve(config, args.apply_files, args.seed_files))
     except (auth.CredentialError, OSError, ValueError) as exc:
         print(f"scheduler: {exc}", file=sys.stderr)
         return 1

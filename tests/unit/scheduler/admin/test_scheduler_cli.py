@@ -44,3 +44,64 @@ def test_missing_admin_token_is_refused(capsys, monkeypatch, tmp_path):
     monkeypatch.delenv("MERIDIAN_ADMIN_TOKEN", raising=False)
     assert cli.main(["scheduler", "--state", f"sqlite://{tmp_path}/s.db"]) == 1
     assert "MERIDIAN_ADMIN_TOKEN" in capsys.readouterr().err
+
+
+STARTER = """
+apiVersion: meridian/v1
+kind: CapacityPolicy
+metadata: {name: default}
+spec:
+  clouds: [{name: aws}]
+"""
+APPLIED = """
+apiVersion: meridian/v1
+kind: CapacityPolicy
+metadata: {name: default}
+spec:
+  clouds: [{name: aws}]
+  priority_classes: [{name: critical, value: 1000}, {name: standard, value: 100}]
+---
+apiVersion: meridian/v1
+kind: ModelDeployment
+metadata: {name: chat}
+spec:
+  model: {source: meta-llama/Llama-3.1-8B-Instruct, served_name: chat}
+  resources: {gpu_types: [L4]}
+  sla: {ttft_p99_ms: 800, tpot_p99_ms: 100, client_regions: [na-east]}
+  priority_class: critical
+"""
+
+
+async def test_apply_missing_seeds_once_and_keeps_what_was_applied_since(tmp_path, capsys):
+    """The manifests start the scheduler with a starter policy (--apply-missing): the first start
+    stores it; an operator then applies a policy of the same name with more priority classes and a
+    deployment using one. A restart must keep that policy: with --apply the starter replaced it on
+    every start, and here the deployment's class no longer existed, so the scheduler exited
+    (a crash loop in Kubernetes)."""
+    from scheduler import service  # noqa: PLC0415
+    from scheduler.admin import specs as admin_specs  # noqa: PLC0415
+    from scheduler.server import auth  # noqa: PLC0415
+
+    def node() -> service.SchedulerService:
+        return service.SchedulerService(cfg, env={}, tokens=auth.TokenBook(auth.TokensFile({}, ()), env={}),
+                                        admin_auth=auth.AdminAuth(auth.digest("admin-token")))
+
+    starter = tmp_path / "starter"
+    starter.mkdir()
+    (starter / "policy.yaml").write_text(STARTER)
+    cfg = scheduler_cmd.build_config(parse("--state", f"sqlite://{tmp_path}/state.db"))
+
+    svc = node()
+    assert await scheduler_cmd.apply_at_start(svc, [], [str(starter)])
+    assert [s.name for s in await svc.spec_store.all()] == ["default"]
+    proposal = admin_specs.propose(await svc.spec_store.all(), [("applied.yaml", APPLIED)])
+    await svc.spec_store.apply(proposal.submitted, 0.0)
+    await svc.store.close()
+
+    svc = node()  # a restart, same store
+    assert await scheduler_cmd.apply_at_start(svc, [], [str(starter)])
+    stored = {s.name: s.body for s in await svc.spec_store.all()}
+    assert set(stored) == {"default", "chat"} and "critical" in stored["default"]
+    assert not await scheduler_cmd.apply_at_start(svc, [str(starter)])  # --apply: the old behaviour, refused
+    assert "unknown priority class 'critical'" in capsys.readouterr().err
+    await svc.store.close()
