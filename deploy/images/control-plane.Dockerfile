@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The control-plane image: `meridian scheduler`, `meridian router` and `meridian agent` (console
 # script `meridian`). Build from the repository root:
-#   docker build -f deploy/images/control-plane.Dockerfile -t REGISTRY/meridian-control-plane:0.1.0 .
+#   docker build -f deploy/images/control-plane.Dockerfile -t REGISTRY/meridian-control-plane:0.2.0 .
 # MERIDIAN_EXTRAS picks the components and cloud SDKs it installs (pyproject.toml's extras). The
 # default holds every entry point and every cloud's SDK, so one image serves every control-plane
 # Deployment and every cloud's agent; a slimmer image per part (docs/kubernetes.md, "Images"):

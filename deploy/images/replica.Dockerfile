@@ -2,7 +2,7 @@
 # The replica image: SGLang from its official image plus Meridian's runtime adapter, which the
 # kubernetes replica backend runs as `python3 -m runtime_adapter serve` (SGLang's flags from the
 # RuntimeSpec, /drain for the preStop hook, start-up phases logged). Build from the repository root:
-#   docker build -f deploy/images/replica.Dockerfile -t REGISTRY/meridian-replica:0.1.0-sglang0.5.23 .
+#   docker build -f deploy/images/replica.Dockerfile -t REGISTRY/meridian-replica:0.2.0-sglang0.5.23 .
 # Weights are never baked in: they live on the model cache volume (MERIDIAN_CACHE_DIR, mounted by
 # the pod; the adapter points SGLang's --download-dir and the Hugging Face cache there).
 #

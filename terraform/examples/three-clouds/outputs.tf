@@ -18,3 +18,8 @@ output "cluster_specs" {
     module.gcp_usc1.cluster_spec_yaml, module.gcp_euw4.cluster_spec_yaml, module.gcp_ane1.cluster_spec_yaml,
   module.azure_eus2.cluster_spec_yaml, module.azure_weu.cluster_spec_yaml, module.azure_jpe.cluster_spec_yaml])
 }
+
+output "ca_pem" {
+  description = "PEM of the fleet CA, which signs the scheduler's gRPC and admin API certificates (public data)."
+  value       = module.control_plane.ca_pem
+}
