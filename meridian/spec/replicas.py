@@ -157,6 +157,12 @@ class KubernetesReplicas(base.StrictModel):
     command: list[str] = pydantic.Field(
         default_factory=lambda: ["python3", "-m", "runtime_adapter", "serve"], min_length=1,
         description="The container's entry point: the runtime adapter's pod-side supervisor.")
+    run_as_user: int | None = pydantic.Field(
+        default=10001, ge=1, le=2_147_483_647,
+        description="The pod's user, group and fsGroup (the replica image's user, 10001): the kubelet makes a pvc "
+                    "model cache and the mounted Secrets (API key, TLS pair) readable by it. null: the image's "
+                    "own user, no fsGroup (an image that must run as root; the Secrets are then readable by root "
+                    "only).")
     node_pool_label: str | None = pydantic.Field(
         default=None, pattern=LABEL_KEY, description="Node label naming the pool (default by cloud: "
                                                      "eks.amazonaws.com/nodegroup, cloud.google.com/gke-nodepool, "

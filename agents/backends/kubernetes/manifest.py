@@ -175,6 +175,7 @@ def pod(req: PodRequest) -> dict:
         # The adapter waits for in-flight requests (up to MERIDIAN_DRAIN_DEADLINE_S), then stops the engine.
         "lifecycle": {"preStop": {"httpGet": {"path": "/drain", "port": "adapter"}}},
         "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": s.model_cache.mount_path}],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     volumes = [_volume(s.model_cache)]
     if p.gpu_count > 1:  # NCCL between the GPUs of a tensor-parallel replica needs a large /dev/shm
@@ -206,7 +207,28 @@ def pod(req: PodRequest) -> dict:
         "tolerations": replicas_spec.tolerations(req.cloud, req.tier, s),
         "containers": [container],
         "volumes": volumes,
+        # The image's user (10001) owns nothing the kubelet mounts: fsGroup makes a pvc cache
+        # writable and the Secret files (mode 0400, root's) readable through the group.
+        "securityContext": ({"runAsNonRoot": True, "runAsUser": s.run_as_user, "runAsGroup": s.run_as_user,
+                             "fsGroup": s.run_as_user, "seccompProfile": {"type": "RuntimeDefault"}}
+                            if s.run_as_user is not None else {"seccompProfile": {"type": "RuntimeDefault"}}),
     }
+    if s.run_as_user is not None and s.model_cache.type == "host_path":
+        # The kubelet creates a missing host_path directory owned by root (0755): the engine's user
+        # could not write weights there. This step gives the directory (not its contents: files
+        # already there were written by the same user) to that user, with CAP_CHOWN alone.
+        path, uid = s.model_cache.mount_path, s.run_as_user
+        spec["initContainers"] = [{
+            "name": "model-cache-owner",
+            "image": s.image,
+            "imagePullPolicy": s.image_pull_policy,
+            "command": ["python3", "-c", f"import os; os.chown({path!r}, {uid}, {uid})"],
+            "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": path}],
+            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+            "securityContext": {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}},
+        }]
     if s.service_account:
         spec["serviceAccountName"] = s.service_account
     if s.image_pull_secrets:

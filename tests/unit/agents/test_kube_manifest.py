@@ -258,3 +258,26 @@ def test_endpoints_are_https_on_the_tls_port_when_the_pod_serves_tls():
     assert tracked.endpoint("", svc, mode="service", port=30443, node_address="203.0.113.9",
                             scheme="https") == "https://203.0.113.9:31443"
     assert tracked.endpoint("10.0.0.7", None, mode="pod_ip", port=30000) == "http://10.0.0.7:30000"
+
+
+def test_the_engine_runs_as_the_images_user_and_can_write_its_cache_and_read_its_secrets():
+    """The replica image runs as 10001, and the kubelet mounts what it creates as root: fsGroup
+    makes a pvc cache writable and the Secret files (0400) readable through the group, and for a
+    host_path cache (the default; the kubelet creates the directory root-owned, 0755) a step with
+    CAP_CHOWN alone gives the directory to that user before the engine starts. run_as_user null
+    leaves the image's own user."""
+    pod = manifest.pod(_request(api_key_secret={"name": "replica-key", "key": "key"}))
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    ctx = pod["spec"]["securityContext"]
+    assert (ctx["runAsUser"], ctx["runAsGroup"], ctx["fsGroup"], ctx["runAsNonRoot"]) == (10001, 10001, 10001, True)
+    [init] = pod["spec"]["initContainers"]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert init["command"][-1] == "import os; os.chown('/var/lib/meridian/models', 10001, 10001)"
+    assert init["volumeMounts"] == [{"name": manifest.CACHE_VOLUME, "mountPath": "/var/lib/meridian/models"}]
+    assert pod["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
+
+    pvc = manifest.pod(_request(model_cache={"type": "pvc", "claim_name": "weights"}))
+    assert "initContainers" not in pvc["spec"] and pvc["spec"]["securityContext"]["fsGroup"] == 10001
+    own = manifest.pod(_request(run_as_user=None))
+    kubernetes_validate.validate(own, K8S_VERSION, strict=True)
+    assert "initContainers" not in own["spec"] and "runAsUser" not in own["spec"]["securityContext"]
