@@ -208,9 +208,11 @@ def pod(req: PodRequest) -> dict:
         "containers": [container],
         "volumes": volumes,
         # The image's user (10001) owns nothing the kubelet mounts: fsGroup makes a pvc cache
-        # writable and the Secret files (mode 0400, root's) readable through the group.
+        # writable and the Secret files (mode 0400, root's) readable through the group; only when
+        # the volume's root is not the group's already (a cache of weights is not walked at every start).
         "securityContext": ({"runAsNonRoot": True, "runAsUser": s.run_as_user, "runAsGroup": s.run_as_user,
-                             "fsGroup": s.run_as_user, "seccompProfile": {"type": "RuntimeDefault"}}
+                             "fsGroup": s.run_as_user, "fsGroupChangePolicy": "OnRootMismatch",
+                             "seccompProfile": {"type": "RuntimeDefault"}}
                             if s.run_as_user is not None else {"seccompProfile": {"type": "RuntimeDefault"}}),
     }
     if s.run_as_user is not None and s.model_cache.type == "host_path":

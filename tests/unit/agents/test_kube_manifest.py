@@ -270,6 +270,7 @@ def test_the_engine_runs_as_the_images_user_and_can_write_its_cache_and_read_its
     kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
     ctx = pod["spec"]["securityContext"]
     assert (ctx["runAsUser"], ctx["runAsGroup"], ctx["fsGroup"], ctx["runAsNonRoot"]) == (10001, 10001, 10001, True)
+    assert ctx["fsGroupChangePolicy"] == "OnRootMismatch"  # a cache of weights is not re-owned at every start
     [init] = pod["spec"]["initContainers"]
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
     assert init["command"][-1] == "import os; os.chown('/var/lib/meridian/models', 10001, 10001)"
