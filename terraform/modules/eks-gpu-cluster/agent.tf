@@ -124,5 +124,5 @@ data "kustomization_overlay" "agent" {
 resource "kustomization_resource" "agent" {
   for_each   = data.kustomization_overlay.agent.ids
   manifest   = data.kustomization_overlay.agent.manifests[each.value]
-  depends_on = [kubernetes_secret.agent_token, kubernetes_secret.scheduler_ca, helm_release.nvidia_device_plugin, helm_release.node_termination_handler]
+  depends_on = [kubernetes_secret.agent_token, kubernetes_secret.scheduler_ca, helm_release.nvidia_device_plugin, helm_release.node_termination_handler, kubernetes_storage_class_v1.gp3]
 }
