@@ -57,6 +57,8 @@ def _cases():
             for value in values:
                 if value != default:
                     yield pytest.param(directory, ((name, value),), id=f"{rel}:{name}={value}")
+        if "router_cidrs" in module.variables:  # routers in other clusters: the NetworkPolicy patch
+            yield pytest.param(directory, (("router_cidrs", ("198.51.100.0/24",)),), id=f"{rel}:router_cidrs")
 
 
 CASES = list(_cases())
@@ -495,3 +497,15 @@ def test_each_gpu_cluster_reads_its_own_token_and_the_scheduler_gets_every_diges
         target = example.call_target(name)
         assert target.outputs["agent_token_digest"].get("sensitive") is True
         assert "kubernetes_secret.agent_token" in str(target.outputs["agent_token_digest"]["value"])
+
+
+@pytest.mark.parametrize("directory, overrides", [c for c in CASES if dict(c.values[1]).get("router_cidrs")])
+def test_router_cidrs_admit_routers_of_other_clusters_to_the_replicas(directory, overrides):
+    """With router_cidrs, the replicas' NetworkPolicy as applied admits those addresses on the engine
+    and TLS ports, beside this cluster's routers and agent (the overlay's rules kept)."""
+    r = rendered(directory, overrides)
+    (policy,) = [o for o in r.final if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "meridian-replicas"]
+    rules = policy["spec"]["ingress"]
+    assert len(rules) == 3
+    assert rules[-1] == {"from": [{"ipBlock": {"cidr": "198.51.100.0/24"}}],
+                         "ports": [{"protocol": "TCP", "port": 30000}, {"protocol": "TCP", "port": 30443}]}

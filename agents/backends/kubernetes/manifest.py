@@ -257,6 +257,9 @@ def service(pod_object: Mapping, settings: replicas_spec.KubernetesReplicas) -> 
                      "labels": {k: lbl[k] for k in (L_MANAGED_BY, L_CLUSTER, L_REPLICA) if k in lbl},
                      "ownerReferences": [owner] if owner["uid"] else []},
         "spec": {"type": settings.endpoint.service_type,
+                 # NodePort/LoadBalancer: only the replica's own node forwards (its address is the
+                 # endpoint), keeping the router's address, which the replicas' NetworkPolicy admits.
+                 **({"externalTrafficPolicy": "Local"} if settings.endpoint.service_type != "ClusterIP" else {}),
                  "selector": {L_CLUSTER: lbl.get(L_CLUSTER, ""), L_REPLICA: lbl.get(L_REPLICA, "")},
                  "ports": [{"name": "https", "port": settings.tls_port, "targetPort": "https", "protocol": "TCP"}
                            if settings.tls_secret else

@@ -19,7 +19,7 @@ variable "endpoint_domain" {
 }
 
 variable "router_certificate_issuer" {
-  description = "cert-manager ClusterIssuer on the router clusters for the public endpoint certificates."
+  description = "cert-manager ClusterIssuer on the router clusters for the public endpoint certificates; it and cert-manager must exist on each router cluster before the apply (docs/operations.md, Install)."
   type        = string
   default     = "letsencrypt"
 }

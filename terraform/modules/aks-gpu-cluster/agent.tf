@@ -37,8 +37,14 @@ locals {
         resource      = azurerm_kubernetes_cluster_node_pool.gpu[p.name].name
       }]
       replicas = {
-        backend    = "kubernetes"
-        kubernetes = { namespace = var.namespace, image = var.replica_image }
+        backend = "kubernetes"
+        # Azure CNI Overlay (cluster.tf): pod IPs are not routable outside the cluster, the nodes'
+        # are (the VNet, its peerings, a VPN): routers elsewhere reach a replica at its node's
+        # internal address through a per-replica NodePort Service.
+        kubernetes = {
+          namespace = var.namespace, image = var.replica_image,
+          endpoint  = { mode = "service", service_type = "NodePort", node_address = "InternalIP" }
+        }
       }
     }
   }
@@ -116,6 +122,26 @@ data "kustomization_overlay" "agent" {
       metadata   = { name = "meridian-agent" }
       spec       = { template = { spec = { containers = [{ name = "agent", image = var.agent_image }] } } }
     })
+  }
+
+  # Routers in other clusters: their addresses join the replicas' NetworkPolicy (a JSON patch: the
+  # policy's ingress list has no merge key).
+  dynamic "patches" {
+    for_each = length(var.router_cidrs) > 0 ? { routers = var.router_cidrs } : {}
+    content {
+      target {
+        kind = "NetworkPolicy"
+        name = "meridian-replicas"
+      }
+      patch = yamlencode([{
+        op   = "add"
+        path = "/spec/ingress/-"
+        value = {
+          from  = [for c in patches.value : { ipBlock = { cidr = c } }]
+          ports = [{ protocol = "TCP", port = 30000 }, { protocol = "TCP", port = 30443 }]
+        }
+      }])
+    }
   }
 }
 

@@ -119,6 +119,26 @@ data "kustomization_overlay" "agent" {
       spec       = { template = { spec = { containers = [{ name = "agent", image = var.agent_image }] } } }
     })
   }
+
+  # Routers in other clusters: their addresses join the replicas' NetworkPolicy (a JSON patch: the
+  # policy's ingress list has no merge key).
+  dynamic "patches" {
+    for_each = length(var.router_cidrs) > 0 ? { routers = var.router_cidrs } : {}
+    content {
+      target {
+        kind = "NetworkPolicy"
+        name = "meridian-replicas"
+      }
+      patch = yamlencode([{
+        op   = "add"
+        path = "/spec/ingress/-"
+        value = {
+          from  = [for c in patches.value : { ipBlock = { cidr = c } }]
+          ports = [{ protocol = "TCP", port = 30000 }, { protocol = "TCP", port = 30443 }]
+        }
+      }])
+    }
+  }
 }
 
 resource "kustomization_resource" "agent" {

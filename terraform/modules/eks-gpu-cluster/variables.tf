@@ -161,3 +161,13 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "router_cidrs" {
+  description = "Source CIDRs of the routers outside this cluster (other clusters, other clouds) that reach its replicas: the replicas' NetworkPolicy admits them on the engine and TLS ports. Empty: the routers of this cluster only."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for c in var.router_cidrs : can(cidrhost(c, 0))])
+    error_message = "router_cidrs: CIDR blocks, e.g. 198.51.100.0/24."
+  }
+}

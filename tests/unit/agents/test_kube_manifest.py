@@ -158,6 +158,11 @@ def test_service_selects_only_its_replica_and_is_owned_by_the_pod():
     assert svc["spec"]["selector"] == {"meridian.dev/cluster": "aks-eus", "meridian.dev/replica-id": "chat-7f3a"}
     assert svc["spec"]["ports"] == [{"name": "http", "port": 30000, "targetPort": "http", "protocol": "TCP"}]
     assert svc["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    # The endpoint is the replica's own node: only it forwards, keeping the router's address for
+    # the NetworkPolicy's ipBlocks (a ClusterIP Service has no external traffic).
+    assert svc["spec"]["externalTrafficPolicy"] == "Local"
+    inside = _settings(endpoint={"mode": "service", "service_type": "ClusterIP"}).replicas.kubernetes
+    assert "externalTrafficPolicy" not in manifest.service(pod, inside)["spec"]
 
 
 def test_tolerations_follow_the_schedulers_rule():
