@@ -120,6 +120,10 @@ class Router:
                     return self._with_request_id(request, self._cors.preflight(
                         origin, methods, request.headers.get("Access-Control-Request-Headers", "")))
                 request.extra_head = self._cors.head(origin)
+            elif not self._cors.any:
+                # The answer depends on Origin even when it carries no CORS header: a shared cache
+                # must not hand it to a listed origin's page.
+                request.extra_head = cors.VARY
         if methods is None:
             self.metrics.rejected[("", "not_found")] += 1
             return self._with_request_id(request, errors.ApiError(

@@ -22,6 +22,7 @@ from router.responses import Response
 
 # Headers a page's script may read beyond the CORS-safelisted ones.
 EXPOSED = "X-Request-Id, Retry-After"
+VARY = b"Vary: Origin\r\n"
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _ORIGIN_CHARS = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[A-Za-z0-9.:\[\]-]+$")
 

@@ -58,6 +58,9 @@ async def test_a_listed_origin_gets_preflights_and_allow_headers(replicas, make_
         assert other.status == 405 and "Access-Control-Allow-Origin" not in other.headers
         async with s.post(url, json=BODY, headers={"Origin": "https://evil.example.net"}) as r:
             assert r.status == 200 and "Access-Control-Allow-Origin" not in r.headers
+            assert r.headers["Vary"] == "Origin"  # a shared cache keys on the origin
+        async with s.get(f"http://127.0.0.1:{router.port}/v1/models") as r:
+            assert r.status == 200 and r.headers["Vary"] == "Origin"
 
 
 async def test_no_cors_by_default_and_any_origin_when_asked(replicas, make_router):
