@@ -55,9 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--apply", dest="apply_files", action="append", default=[], metavar="FILE",
                         help="spec file or directory to apply at start (validated first; repeatable)")
     parser.add_argument("--apply-missing", dest="seed_files", action="append", default=[], metavar="FILE",
-                        help="spec file or directory whose documents are applied at start only when the store has "
-                             "none of that kind and name (a starter set: later applies are kept across restarts; "
-                             "repeatable)")
+                        help="spec file or directory whose documents are applied at start only for kinds the store "
+                             "holds none of (a starter set: once a policy or deployment is applied, restarts leave "
+                             "that kind alone); seeds that do not validate are logged and skipped (repeatable)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="any config knob, e.g. --set heartbeat_interval_s=2 (repeatable)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -95,36 +95,43 @@ def _read(paths: list[str]) -> list[tuple[str, str]]:
     return texts
 
 
-def _missing(texts: list[tuple[str, str]], stored: set[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The documents of ``texts`` whose kind and name ``stored`` lacks, one text each (named
-    ``file (document N)``); raises SpecError for a file that does not parse."""
+def _seeds(texts: list[tuple[str, str]], kinds_stored: set[str]) -> list[tuple[str, str]]:
+    """Each file of ``texts`` reduced to its documents of a kind the store has none of (the others'
+    lines blanked, so errors keep the file's own lines); files left with none are dropped.
+    Raises SpecError for a file that does not parse."""
     out = []
     for file, text in texts:
-        for i, doc in enumerate(spec.loader.read_documents(text, file), start=1):
-            if not isinstance(doc, dict):
-                out.append((f"{file} (document {i})", yaml.safe_dump(doc)))  # refused by validation, with its file
-                continue
-            meta = doc.get("metadata")
-            key = (str(doc.get("kind")), str(meta.get("name") if isinstance(meta, dict) else None))
-            if key not in stored:
-                out.append((f"{file} (document {i})", yaml.safe_dump(doc, sort_keys=False)))
+        docs = spec.loader.read_documents(text, file)
+        nodes = [n for n in yaml.compose_all(text, Loader=yaml.SafeLoader) if n is not None]
+        lines = text.splitlines()
+        keep = False
+        for doc, node in zip(docs, nodes, strict=True):
+            if isinstance(doc, dict) and str(doc.get("kind")) in kinds_stored:
+                for i in range(node.start_mark.line, min(node.end_mark.line + 1, len(lines))):
+                    if not lines[i].startswith("---"):
+                        lines[i] = ""
+            else:
+                keep = True
+        if keep:
+            out.append((file, "\n".join(lines) + "\n"))
     return out
 
 
 async def apply_at_start(svc: service_mod.SchedulerService, apply_files: list[str],
                          seed_files: list[str] | None = None) -> bool:
-    """``--apply`` files (validated with the stored set, replacing what they name) and the
-    documents of ``--apply-missing`` files the store lacks (a starter set that later applies
-    outlive); False after printing the problems, nothing applied."""
+    """``--apply`` files (validated with the stored set, replacing what they name; a problem is
+    fatal: False after printing it, nothing applied) and, from ``--apply-missing`` files, the
+    documents of each kind the store holds none of (a starter set: once an operator has applied a
+    policy or a deployment, restarts leave that kind alone, deleted documents included). Seeds
+    that do not validate with the rest are logged and skipped, not fatal: a restart must not fail
+    on a starter file the store has outgrown."""
     try:
         texts = _read(list(apply_files))
+        seed_texts = _read(list(seed_files or []))
         stored = await svc.spec_store.all()
-        have = {(s.kind, s.name) for s in stored}
-        declared = {(h.kind, h.name) for h in admin_specs.declared(texts)}  # --apply wins over a seed
-        texts += _missing(_read(list(seed_files or [])), have | declared)
-        if not texts:
-            return True
-        proposal = admin_specs.propose(stored, texts)
+        kinds = {s.kind for s in stored} | {h.kind for h in admin_specs.declared(texts)}  # -f wins over a seed
+        seeds = _seeds(seed_texts, kinds)
+        proposal = admin_specs.propose(stored, texts) if texts else None
     except OSError as exc:
         print(str(exc), file=sys.stderr)
         return False
@@ -132,6 +139,14 @@ async def apply_at_start(svc: service_mod.SchedulerService, apply_files: list[st
         for issue in exc.issues:
             print(str(issue), file=sys.stderr)
         return False
+    if seeds:
+        try:
+            proposal = admin_specs.propose(stored, texts + seeds)
+        except spec.SpecError as exc:
+            log.warning("event=seed_specs_skipped files=%s errors=%r", ",".join(f for f, _ in seeds),
+                        [str(i) for i in exc.issues][:20])
+    if proposal is None:
+        return True
     done = await svc.spec_store.apply(proposal.submitted, svc.clock.now())
     for kind, name, action in done:
         log.info("event=applied_at_start kind=%s name=%s action=%s", kind, name, action)

@@ -105,3 +105,41 @@ async def test_apply_missing_seeds_once_and_keeps_what_was_applied_since(tmp_pat
     assert not await scheduler_cmd.apply_at_start(svc, [str(starter)])  # --apply: the old behaviour, refused
     assert "unknown priority class 'critical'" in capsys.readouterr().err
     await svc.store.close()
+
+
+async def test_apply_missing_seeds_kinds_the_store_has_none_of_and_skips_seeds_that_do_not_fit(tmp_path, caplog):
+    """A store with a policy of another name keeps it (a seeded 'default' would become the policy in
+    use and fail the stored deployments: the crash loop again); a seed of a kind the store lacks is
+    applied; a seed that does not validate with the store is logged at its own file's line and
+    skipped, and the scheduler starts."""
+    from scheduler import service  # noqa: PLC0415
+    from scheduler.admin import specs as admin_specs  # noqa: PLC0415
+    from scheduler.server import auth  # noqa: PLC0415
+
+    cfg = scheduler_cmd.build_config(parse("--state", f"sqlite://{tmp_path}/state.db"))
+    svc = service.SchedulerService(cfg, env={}, tokens=auth.TokenBook(auth.TokensFile({}, ()), env={}),
+                                   admin_auth=auth.AdminAuth(auth.digest("admin-token")))
+    applied = APPLIED.replace("metadata: {name: default}", "metadata: {name: prod}")
+    await svc.spec_store.apply(admin_specs.propose([], [("applied.yaml", applied)]).submitted, 0.0)
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    (seeds / "policy.yaml").write_text(STARTER)
+    latency = "apiVersion: meridian/v1\nkind: LatencyMap\nmetadata: {name: extra}\nspec:\n  regions: []\n"
+    (seeds / "latency.yaml").write_text(latency)
+    assert await scheduler_cmd.apply_at_start(svc, [], [str(seeds)])
+    assert sorted((s.kind, s.name) for s in await svc.spec_store.all()) == [
+        ("CapacityPolicy", "prod"), ("LatencyMap", "extra"), ("ModelDeployment", "chat")]
+
+    # A seed that cannot join the stored set: logged with its own line, skipped, not fatal.
+    bad = STARTER + "---\n" + APPLIED.split("---\n")[1].replace("name: chat", "name: chat2").replace(
+        "critical", "crtical")
+    (seeds / "policy.yaml").write_text(bad)
+    (seeds / "latency.yaml").unlink()
+    await svc.spec_store.delete("ModelDeployment", "chat")
+    with caplog.at_level("WARNING"):
+        assert await scheduler_cmd.apply_at_start(svc, [], [str(seeds)])
+    line = bad.splitlines().index("  priority_class: crtical") + 1
+    assert f"policy.yaml:{line}: spec.priority_class: unknown priority class 'crtical'" in caplog.text
+    assert "event=seed_specs_skipped" in caplog.text
+    assert ("ModelDeployment", "chat2") not in {(s.kind, s.name) for s in await svc.spec_store.all()}
+    await svc.store.close()
