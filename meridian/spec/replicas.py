@@ -81,6 +81,11 @@ class ModelCache(base.StrictModel):
     claim_name: str | None = pydantic.Field(default=None, pattern=DNS_LABEL, description="pvc only: the claim's name.")
     size_limit: str | None = pydantic.Field(default=None, pattern=QUANTITY, description="empty_dir only, e.g. 200Gi.")
     mount_path: str = pydantic.Field(default="/var/lib/meridian/models", pattern=r"^/")
+    chown_host_path: bool = pydantic.Field(
+        default=True, description="host_path only: before the engine, a step running as root with CAP_CHOWN alone "
+                                  "gives the directory to the pods' run_as_user (the kubelet creates it root's). "
+                                  "false where the node bootstrap creates it owned by that user: a namespace under "
+                                  "the restricted Pod Security Standard refuses the step.")
 
     @pydantic.model_validator(mode="after")
     def _claim(self) -> ModelCache:

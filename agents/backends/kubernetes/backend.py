@@ -227,6 +227,10 @@ class KubernetesBackend(base.ReplicaBackend):
         if d.kind != "adopt" or r.state in TERMINAL:
             return None
         self._ops.event(r, "Adopted", f"re-adopted by the agent of cluster {self._cluster_id} ({r.state.value})")
+        if self._k.endpoint.mode == "service":
+            # A pod started in pod_ip mode (before the Cluster spec chose a Service) has none: without
+            # it the replica would wait for a Service address for ever. One that exists is kept (409).
+            self._ops.spawn(self._ops.ensure_service(r), f"service-{r.name}")
         return d.placement.replica_id
 
     # ------------------------------------------------------------------ start

@@ -215,7 +215,7 @@ def pod(req: PodRequest) -> dict:
                              "seccompProfile": {"type": "RuntimeDefault"}}
                             if s.run_as_user is not None else {"seccompProfile": {"type": "RuntimeDefault"}}),
     }
-    if s.run_as_user is not None and s.model_cache.type == "host_path":
+    if s.run_as_user is not None and s.model_cache.type == "host_path" and s.model_cache.chown_host_path:
         # The kubelet creates a missing host_path directory owned by root (0755): the engine's user
         # could not write weights there. This step gives the directory (not its contents: files
         # already there were written by the same user) to that user, with CAP_CHOWN alone.

@@ -5,6 +5,8 @@ reports (docs/kubernetes.md, "State mapping"):
   FAILED (and the pod deleted) when not ready ``pod_start_timeout_s`` after creation;
 - Running and Ready -> READY; Running, not Ready -> STARTING (restarts counted from
   ``restartCount``); CrashLoopBackOff with ``max_restarts`` or more restarts -> FAILED, pod deleted;
+  an init step (``model-cache-owner``) not done is what a starting pod reports, and its crash loop
+  fails the replica the same way;
 - Failed: Evicted, Terminated (graceful node shutdown), anything else -> FAILED with the reason;
 - being deleted -> DRAINING (its preStop drains it); gone -> STOPPED when the agent deleted it,
   else FAILED: node lost (NodeLost) or deleted by someone else."""
@@ -54,6 +56,17 @@ def _container(status: Mapping) -> Mapping:
     return statuses[0] if statuses else {}
 
 
+def _init_blocking(status: Mapping) -> Mapping | None:
+    """The first init step (``model-cache-owner``) that has not completed, when one is waiting or
+    failing (the engine waits for it: its crash loop is the pod's)."""
+    for cs in status.get("initContainerStatuses") or []:
+        state = cs.get("state") or {}
+        done = (state.get("terminated") or {}).get("exitCode") == 0
+        if not done and (state.get("waiting") or state.get("terminated")):
+            return cs
+    return None
+
+
 def _last_exit(cs: Mapping) -> str:
     term = ((cs.get("lastState") or {}).get("terminated")) or ((cs.get("state") or {}).get("terminated")) or {}
     if not term:
@@ -91,7 +104,8 @@ def interpret(pod: Mapping | None, *, now: float, created_at: float, was_ready: 
     status = (pod or {}).get("status") or {}
     meta = (pod or {}).get("metadata") or {}
     cs = _container(status)
-    restarts = sum(int(c.get("restartCount", 0)) for c in status.get("containerStatuses") or [])
+    restarts = sum(int(c.get("restartCount", 0))
+                   for c in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []))
     pod_ip, host_ip = str(status.get("podIP") or ""), str(status.get("hostIP") or "")
     phase = status.get("phase") or "Pending"
     reason = status.get("reason") or ""
@@ -125,7 +139,16 @@ def interpret(pod: Mapping | None, *, now: float, created_at: float, was_ready: 
     if phase == "Succeeded":
         return PodView(R.STOPPED, "the engine exited and the pod completed", restarts, reason="Succeeded", delete=True,
                        pod_ip=pod_ip, host_ip=host_ip)
+    init = _init_blocking(status)
+    if init is not None:
+        # The engine has not started: the init step is what to report (and what crash-loops).
+        cs = init
     waiting = (cs.get("state") or {}).get("waiting") or {}
+    if init is not None and waiting.get("reason") == "CrashLoopBackOff" and restarts >= max_restarts:
+        last = _last_exit(cs)
+        return PodView(R.FAILED, f"crash loop: the init step {cs.get('name', '')} restarted {restarts} times"
+                       + (f"; last {last}" if last else ""), restarts, reason="CrashLoop", delete=True,
+                       pod_ip=pod_ip, host_ip=host_ip)
     if waiting.get("reason") == "CrashLoopBackOff" and restarts >= max_restarts:
         last = _last_exit(cs)
         return PodView(R.FAILED, f"crash loop: the engine restarted {restarts} times" + (f"; last {last}" if last else ""),
@@ -135,6 +158,8 @@ def interpret(pod: Mapping | None, *, now: float, created_at: float, was_ready: 
     if ready:
         return PodView(R.READY, "", restarts, ready=True, pod_ip=pod_ip, host_ip=host_ip)
     why, text = _starting_message(status, cs)
+    if init is not None:
+        text = f"init step {init.get('name', '')}: {text}"
     if not was_ready and now - created_at > start_timeout_s:
         return PodView(R.FAILED, f"not ready {start_timeout_s:g}s after the pod was created: {text}", restarts,
                        reason="StartTimeout", delete=True, pod_ip=pod_ip, host_ip=host_ip)

@@ -356,3 +356,30 @@ async def test_service_endpoint_mode_is_reachable(env, scheduler, tmp_path, serv
                 assert (await core.list_namespaced_service(k.NAMESPACE)).items == []
         finally:
             await s.close()
+
+
+async def test_a_pod_started_before_service_mode_gets_its_service_on_adoption(env, scheduler, tmp_path):
+    """A cluster moved from pod_ip to a NodePort (as the AKS module now sets): the agent restarted
+    with the new spec re-adopts the running pod and creates its Service, so the replica is READY
+    at the node port instead of waiting for a Service address for ever."""
+    async with k.fake_cluster(tmp_path) as fake:
+        s = Setup(fake, scheduler, tmp_path, "kb-s")
+        try:
+            await s.start_agent()
+            await scheduler.send(s.name, h.start("d1", "r1", "l4"))
+            before = await s.ready("r1")
+            assert k.pod_of(fake, "r1")["status"]["podIP"] in before.endpoint
+            await s.agent.shutdown(stop_replicas=False)
+            s.agent = None
+            s.cluster = k.cluster_doc(s.name, address=scheduler.address, state_dir=tmp_path, kubeconfig=s.kubeconfig,
+                                      endpoint={"mode": "service", "service_type": "NodePort",
+                                                "node_address": "InternalIP"})
+            agent = await s.start_agent()
+            assert agent.adopted == ["r1"]
+            after = await h.wait_for(lambda: (r := s.rec.replica("r1")) and r.state == R.READY
+                                     and r.endpoint.startswith("http://127.76.") and r, timeout_s=60,
+                                     what="r1 ready at its node port")
+            async with aiohttp.ClientSession() as session:
+                assert await _chat(session, after.endpoint) == 200
+        finally:
+            await s.close()

@@ -284,6 +284,8 @@ def test_the_engine_runs_as_the_images_user_and_can_write_its_cache_and_read_its
 
     pvc = manifest.pod(_request(model_cache={"type": "pvc", "claim_name": "weights"}))
     assert "initContainers" not in pvc["spec"] and pvc["spec"]["securityContext"]["fsGroup"] == 10001
+    bootstrapped = manifest.pod(_request(model_cache={"type": "host_path", "chown_host_path": False}))
+    assert "initContainers" not in bootstrapped["spec"] and bootstrapped["spec"]["securityContext"]["runAsUser"] == 10001
     own = manifest.pod(_request(run_as_user=None))
     kubernetes_validate.validate(own, K8S_VERSION, strict=True)
     assert "initContainers" not in own["spec"] and "runAsUser" not in own["spec"]["securityContext"]

@@ -77,6 +77,30 @@ def test_crash_loop_past_the_limit_fails_and_is_deleted():
     assert v.state == R.FAILED and v.delete and "restarted 5 times" in v.message and v.reason == "CrashLoop"
 
 
+def test_a_failing_init_step_is_reported_and_its_crash_loop_fails_the_replica():
+    """The model-cache-owner step runs before the engine: while it fails, the replica is STARTING
+    with that step's reason and exit, and its crash loop past max_restarts fails the replica (the
+    engine's status alone said PodInitializing for the whole start timeout)."""
+    def initialising(restarts: int) -> dict:
+        pod = _pod("Pending", waiting="PodInitializing")
+        pod["status"]["initContainerStatuses"] = [{
+            "name": "model-cache-owner", "ready": False, "restartCount": restarts,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]
+        return pod
+
+    v = _read(initialising(2))
+    assert v.state == R.STARTING and v.restarts == 2
+    assert v.message.startswith("init step model-cache-owner: CrashLoopBackOff") and "exit code 1" in v.message
+    v = _read(initialising(5))
+    assert v.state == R.FAILED and v.delete and v.reason == "CrashLoop"
+    assert "the init step model-cache-owner restarted 5 times; last exit code 1" in v.message
+    done = _pod(ready=True)
+    done["status"]["initContainerStatuses"] = [{"name": "model-cache-owner", "restartCount": 0,
+                                                "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]
+    assert _read(done).state == R.READY
+
+
 @pytest.mark.parametrize("reason,message,words", [
     ("Evicted", "The node was low on resource: memory.", "evicted: The node was low on resource: memory."),
     ("Terminated", "Pod was terminated in response to imminent node shutdown.", "terminated: Pod was terminated"),
