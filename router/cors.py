@@ -41,10 +41,13 @@ def origin_problem(origin: str) -> str | None:
     try:
         port = parts.port
     except ValueError:
+        port = -1
+    if port == -1 or port == 0 or (port is None and parts.netloc.endswith(":")):
         return f"{origin!r}: the port must be a number from 1 to 65535"
     if port == {"http": 80, "https": 443}[parts.scheme]:
         # Browsers leave the default port out of Origin, so this entry would never match.
-        return f"{origin!r}: leave out the default port ({parts.scheme}://{parts.hostname}), as browsers send it"
+        host = parts.netloc.rsplit(":", 1)[0]  # as written: an IPv6 address keeps its brackets
+        return f"{origin!r}: leave out the default port ({parts.scheme}://{host}), as browsers send it"
     return None
 
 

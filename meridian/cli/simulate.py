@@ -52,9 +52,9 @@ class _Ticks:
 def _error(exc: Exception) -> None:
     """One problem on the command's line; several, one per line under a count, each starting with
     its FILE:LINE as the scenario module writes them."""
-    lines = str(exc).splitlines()
-    if len(lines) > 1:
-        print(f"meridian simulate: {len(lines)} problems:", *lines, sep="\n", file=sys.stderr)
+    count = getattr(exc, "count", 1)
+    if count > 1:
+        print(f"meridian simulate: {count} problems:", str(exc), sep="\n", file=sys.stderr)
     else:
         print(f"meridian simulate: {exc}", file=sys.stderr)
 

@@ -32,7 +32,13 @@ def _shipped_trace(name: str) -> str | None:
 
 
 class ScenarioError(ValueError):
-    """A scenario file that cannot be used; the message names the field and what would be valid."""
+    """A scenario file that cannot be used; the message names the field and what would be valid.
+    ``count``: how many problems the message lists, one per line (a problem may take more lines:
+    a YAML excerpt)."""
+
+    def __init__(self, message: str, count: int = 1):
+        super().__init__(message)
+        self.count = count
 
 
 class _Model(pydantic.BaseModel):
@@ -282,7 +288,7 @@ class Scenario(_Model):
         if problems:
             if self.trace_from_cli:  # the file is the command line's, not a line of the scenario file
                 raise ScenarioError(f"--trace: {problems[0].split(': ', 1)[1]}")
-            raise ScenarioError(located(problems, self._source, self._lines))
+            raise ScenarioError(located(problems, self._source, self._lines), len(problems))
 
     def spec_paths(self) -> list[pathlib.Path]:
         base = pathlib.Path(self.base_dir)
@@ -294,7 +300,7 @@ class Scenario(_Model):
             specs = spec.load_files(self.spec_paths())
         except spec.SpecError as exc:
             more = f"\n... and {len(exc.issues) - 10} more (meridian validate lists them all)" if len(exc.issues) > 10 else ""
-            raise ScenarioError("\n".join(f"specs: {i}" for i in exc.issues[:10]) + more) from None
+            raise ScenarioError("\n".join(f"specs: {i}" for i in exc.issues[:10]) + more, len(exc.issues)) from None
         self.check_against(specs)
         return specs
 
@@ -384,7 +390,7 @@ class Scenario(_Model):
                 problems.append(f"spot.notice_s.{cloud}: {notice:g} s; give the notice's lead time in seconds, "
                                 "0 to 3600 (AWS 120, GCP and Azure 30)")
         if problems:
-            raise ScenarioError(located(problems, self._source, self._lines))
+            raise ScenarioError(located(problems, self._source, self._lines), len(problems))
 
 
 def located(problems: list[str], source: str, lines: Mapping[tuple, int]) -> str:
@@ -416,7 +422,7 @@ def parse(data: object, base_dir: str | pathlib.Path, source: str = "<scenario>"
                 parts.append(f"{path}: {spec.loader.unknown_field(Scenario, tuple(err['loc']))}")
             else:
                 parts.append(f"{path}: {err['msg'].removeprefix('Value error, ')}")
-        raise ScenarioError(located(parts, source, lines)) from None
+        raise ScenarioError(located(parts, source, lines), len(parts)) from None
     sc._source, sc._lines = source, dict(lines)
     sc.check_traces()
     return sc

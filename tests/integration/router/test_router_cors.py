@@ -90,6 +90,9 @@ async def test_no_cors_by_default_and_any_origin_when_asked(replicas, make_route
     ("https://chat.example.com\r\nX-Evil: 1", "in letters, digits and"),
     ("https://chat.example.com:99999", "the port must be a number"),
     ("https://chat.example.com:443", "leave out the default port"),
+    ("https://chat.example.com:0", "the port must be a number"),
+    ("https://chat.example.com:", "the port must be a number"),
+    ("http://[::1]:80", "leave out the default port (http://[::1])"),
 ])
 def test_an_origin_that_is_not_one_is_refused_by_name(origin, why):
     with pytest.raises(pydantic.ValidationError) as err:

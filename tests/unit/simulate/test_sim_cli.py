@@ -158,3 +158,19 @@ def test_several_scenario_problems_are_listed_one_per_line(capsys, tmp_path):
     at = lines.index("meridian simulate: 2 problems:")
     assert lines[at + 1].startswith(f"{path}:") and "outages.0.region: no cluster in region 'us-eats-1'" in lines[at + 1]
     assert lines[at + 2].startswith(f"{path}:") and "spot.notice_s.aws: -5 s" in lines[at + 2]
+
+
+def test_one_problem_over_several_lines_is_not_counted_as_several(capsys, tmp_path):
+    """A YAML error in a spec file is one problem, printed with its excerpt and caret lines, and
+    no 'N problems' header counts those lines."""
+    import yaml  # noqa: PLC0415
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: meridian/v1\nkind: Cluster\nmetadata: {name: [x\n")
+    data = yaml.safe_load(scenario.dump(scenario.load("default")))
+    data["specs"] = data["specs"] + [str(bad)]
+    path = tmp_path / "day.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert cli.main(["simulate", "--scenario", str(path), "--hours", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "problems:" not in err and f"meridian simulate: specs: {bad}:" in err and "invalid YAML" in err
