@@ -215,7 +215,8 @@ class Router:
             self._dispatch, cfg.listen_host, cfg.listen_port, ssl_context=ssl_context, reuse_port=cfg.workers > 1,
             limits=limits, max_body_bytes=cfg.max_body_bytes, on_bad_request=self._bad_request,
             keepalive_timeout_s=cfg.client_keepalive_timeout_s,
-            extra_head=self._cors_head if self._cors is not None else None)
+            extra_head=self._cors_head if self._cors is not None else None,
+            new_id=self.proxy.new_request_id if self.proxy is not None else None)
         sockets = self._listener.sockets
         self.port = sockets[0].getsockname()[1] if sockets else cfg.listen_port
         log.info("event=router_listening router_id=%s host=%s port=%d tls=%s region=%s policy=%s models=%d",

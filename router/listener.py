@@ -326,7 +326,9 @@ class _Connection(asyncio.Protocol):
             except (ConnectionError, asyncio.CancelledError):
                 raise
             except Exception:
-                log.exception("event=handler_failed method=%s path=%s", request.method, request.path[:200])
+                rid = listener.new_id() if listener.new_id is not None else ""
+                log.exception("event=handler_failed method=%s path=%s request_id=%s", request.method,
+                              request.path[:200], rid)
                 if self.streaming is not None and self.streaming.head_sent:
                     # Mid-stream: no status can be sent any more; the cut tells the client.
                     self.abort()
@@ -334,7 +336,9 @@ class _Connection(asyncio.Protocol):
                 if not self._closed:
                     self._transport.write(errors.ApiError(  # type: ignore[union-attr]
                         500, "The router failed on this request; retry", type_="server_error",
-                        code="internal_error").response().encode(keep_alive=False, extra=request.extra_head))
+                        code="internal_error").response().encode(
+                            keep_alive=False, extra=request.extra_head + (
+                                b"X-Request-Id: " + rid.encode("ascii") + b"\r\n" if rid else b"")))
                 keep_alive = False
         except ConnectionError:
             keep_alive = False
@@ -368,10 +372,15 @@ class _Connection(asyncio.Protocol):
         self._refused = True
         self._pause_reading()
         self._listener.on_bad_request(error.status, error.code or "")
-        log.debug("event=bad_http_request status=%d code=%s remote=%s detail=%s", error.status, error.code,
-                  self.peer, error.message)
-        extra = self._listener.extra_head
-        refusal = _Refusal(error, extra(self._parsed) if extra is not None and self._parsed is not _NO_HEADERS else b"")
+        listener = self._listener
+        rid = listener.new_id() if listener.new_id is not None else ""
+        log.debug("event=bad_http_request status=%d code=%s remote=%s request_id=%s detail=%s", error.status,
+                  error.code, self.peer, rid, error.message)
+        extra = listener.extra_head(self._parsed) if listener.extra_head is not None and self._parsed is not _NO_HEADERS \
+            else b""
+        if rid:
+            extra += b"X-Request-Id: " + rid.encode("ascii") + b"\r\n"
+        refusal = _Refusal(error, extra)
         if self._task is None and not self._queue:
             self._write_error(refusal)
         else:
@@ -434,8 +443,10 @@ class Listener:
 
     def __init__(self, handler: Handler, *, limits: HeadLimits, max_body_bytes: int,
                  on_bad_request: Callable[[int, str], None], keepalive_timeout_s: float,
-                 extra_head: Callable[[CIMultiDict], bytes] | None = None):
+                 extra_head: Callable[[CIMultiDict], bytes] | None = None, new_id: Callable[[], str] | None = None):
         self.handler = handler
+        # An id for each answer the listener writes itself (X-Request-Id, and the debug log line).
+        self.new_id = new_id
         # Header lines for an answer the listener writes itself (a 413 past the head), from the
         # request's headers; the handler sets ``Request.extra_head`` for the answers it gives.
         self.extra_head = extra_head
@@ -502,9 +513,10 @@ class Listener:
 async def listen(handler: Handler, host: str, port: int, *, limits: HeadLimits, max_body_bytes: int,
                  on_bad_request: Callable[[int, str], None], keepalive_timeout_s: float = 75.0,
                  ssl_context: ssl.SSLContext | None = None, reuse_port: bool = False,
-                 backlog: int = 2048, extra_head: Callable[[CIMultiDict], bytes] | None = None) -> Listener:
+                 backlog: int = 2048, extra_head: Callable[[CIMultiDict], bytes] | None = None,
+                 new_id: Callable[[], str] | None = None) -> Listener:
     """Serve ``handler`` on ``host:port``; ``await listener.shutdown(...)`` to stop."""
     listener = Listener(handler, limits=limits, max_body_bytes=max_body_bytes, on_bad_request=on_bad_request,
-                        keepalive_timeout_s=keepalive_timeout_s, extra_head=extra_head)
+                        keepalive_timeout_s=keepalive_timeout_s, extra_head=extra_head, new_id=new_id)
     await listener.start(host, port, ssl_context=ssl_context, reuse_port=reuse_port, backlog=backlog)
     return listener

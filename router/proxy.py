@@ -151,6 +151,10 @@ class Proxy:
         given = request.headers.get("X-Request-Id")
         if given and len(given) <= 128 and given.isascii() and given.isprintable():
             return given
+        return self.new_request_id()
+
+    def new_request_id(self) -> str:
+        """A fresh id (for answers to requests that give none, the listener's own refusals too)."""
         return f"{self._id_prefix}{next(self._ids):x}"
 
     def _client_region(self, request: Request) -> str:

@@ -260,3 +260,22 @@ async def test_a_model_path_is_read_percent_decoded(replicas, make_router):
         writer.write(b"GET /v1/models/org%2Fm%3Av1 HTTP/1.1\r\nHost: r\r\n\r\n")
         status, _, body = await _read_response(reader)
         assert status == 200 and orjson.loads(body)["id"] == "org/m:v1"
+
+
+async def test_the_listeners_own_refusals_carry_a_request_id(make_router):
+    """A request the listener refuses itself (a malformed head: 400; a head too large: 431; a body
+    too large: 413) still gets an X-Request-Id, as every other answer does, so the client's report
+    can be found in the router's log (event=bad_http_request request_id=...)."""
+    router = await make_router(None, max_body_bytes=4096)
+    cases = [(b"NOT HTTP AT ALL\r\n\r\n", 400),
+             (b"GET /health HTTP/1.1\r\nHost: r\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", 431),
+             (_post(b"/v1/chat/completions", b"x" * 5000), 413)]
+    ids = set()
+    for raw, expected in cases:
+        async with _connected(router) as (reader, writer):
+            writer.write(raw)
+            await writer.drain()
+            status, headers, _body = await _read_response(reader)
+            assert status == expected and headers["x-request-id"]
+            ids.add(headers["x-request-id"])
+    assert len(ids) == 3
