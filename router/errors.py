@@ -58,7 +58,8 @@ def model_not_found(model: str, known: list[str]) -> ApiError:
 
 
 def too_large(limit_bytes: int) -> ApiError:
-    return ApiError(413, f"Request body exceeds the limit of {limit_bytes} bytes; send a smaller request",
+    return ApiError(413, f"Request body exceeds this router's limit of {limit_bytes} bytes (its max_body_bytes "
+                         "setting); send a smaller request, e.g. an image by URL rather than inline base64",
                     code="request_too_large")
 
 

@@ -102,7 +102,7 @@ async def test_a_huge_body_is_refused_413_without_being_buffered(replicas, make_
     router = await make_router(testing.table(1, {"m": [testing.replica("a", rep.port)]}), max_body_bytes=1 << 20)
     status, body = await _raw(router.port, _head(length=1 << 30))
     assert status == 413 and body["error"]["code"] == "request_too_large"
-    assert "1048576 bytes" in body["error"]["message"]
+    assert "1048576 bytes (its max_body_bytes setting)" in body["error"]["message"]
 
     async def chunks():
         piece = b" " * (1 << 16)
