@@ -40,11 +40,15 @@ class _Outcome:
     """What one request did, for metrics and traffic reports."""
 
     __slots__ = ("replica", "revision", "status", "ttft_s", "prompt_tokens", "completion_tokens", "response",
-                 "timed_out")
+                 "timed_out", "renew_s", "renewed_at")
 
     def __init__(self):
         self.response: StreamResponse | None = None
         self.timed_out = False
+        # A stream under the router's own deadline (no x-meridian-timeout-s): each stretch of it
+        # may take that long, so its deadline moves on as chunks flow (0: a fixed deadline).
+        self.renew_s = 0.0
+        self.renewed_at = 0.0
         self.replica = ""
         self.revision = ""
         self.status = 0
@@ -227,6 +231,8 @@ class Proxy:
         in_flight[flight_key] = in_flight.get(flight_key, 0) + 1
         task = asyncio.current_task()
         self._deadlines[task] = (started + timeout_s, outcome)  # type: ignore[index]
+        if _DEADLINE_HEADER not in request.headers:
+            outcome.renew_s = timeout_s
         try:
             if parsed.stream:
                 return await self._stream(request, entry, parsed, rid, started, outcome)
@@ -569,6 +575,8 @@ class Proxy:
                         chunk, held = sse.split_events(chunk)
                     if chunk:
                         await resp.write(chunk)
+                        if outcome.renew_s and time.monotonic() - outcome.renewed_at >= 1.0:
+                            self._renew(outcome)
                     chunk = await conn.read_chunk()
             except upstream.UpstreamError as exc:
                 self._failed(entry, ep, exc.kind)
@@ -591,6 +599,16 @@ class Proxy:
             self.metrics.disconnects[entry.name] += 1
             outcome.status = 499
         return resp
+
+    def _renew(self, outcome: _Outcome) -> None:
+        """A stream that is flowing is not cut at ``request_timeout_s`` from its start (a long
+        answer, a reasoning model's): its deadline moves to ``request_timeout_s`` after the last
+        chunk, at most once a second. A client's own deadline header is never moved."""
+        now = time.monotonic()
+        outcome.renewed_at = now
+        task = asyncio.current_task()
+        if task in self._deadlines:
+            self._deadlines[task] = (now + outcome.renew_s, outcome)  # type: ignore[index]
 
     @staticmethod
     def _account_stream(outcome: _Outcome, tally: sse.Tally) -> None:

@@ -333,6 +333,23 @@ async def test_deadline_mid_stream_ends_with_an_error_event(replicas, make_route
     await until(lambda: rep.disconnects == 1)
 
 
+async def test_a_flowing_stream_outlives_request_timeout_s_but_not_a_stalled_one(replicas, make_router, http):
+    """Under the router's own deadline (no x-meridian-timeout-s), request_timeout_s bounds the wait
+    for the first byte and each stretch without a chunk, not a whole answer that keeps flowing (a
+    long reasoning stream was cut at 10 minutes, where SGLang has no limit); a stream that stalls
+    still ends with the deadline's error event."""
+    (rep,) = await replicas(1, tokens=30, token_delay_s=0.1)
+    router = await make_router(testing.table(1, {"m": [testing.replica("a", rep.port)]}), request_timeout_s=1.5)
+    async with http.post(url(router), json=chat(stream=True)) as resp:
+        body = await resp.read()
+    assert resp.status == 200 and body.endswith(b"data: [DONE]\n\n") and body.count(b'"delta"') == 32
+    rep.gate = True  # the last token waits: the stream stalls
+    async with http.post(url(router), json=chat(stream=True)) as resp:
+        body = await resp.read()
+    assert b'"code":"deadline_exceeded"' in body.rsplit(b"data: ", 1)[-1]
+    rep.hold_last.set()
+
+
 async def test_traffic_is_reported_per_replica_revision(replicas, make_router, http):
     """Each answered request is tallied under the revision of the replica that answered it (what a
     rollout's error rate is computed from)."""
