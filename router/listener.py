@@ -86,6 +86,11 @@ class Request:
         self.extra_head = b""
 
 
+def _id_line(rid: str) -> bytes:
+    """The ``X-Request-Id`` header line of an answer the listener writes itself (none without an id)."""
+    return b"X-Request-Id: " + rid.encode("ascii") + b"\r\n" if rid else b""
+
+
 class _Refusal:
     """An error the listener answers itself, with the header lines the request's head called for
     (``Listener.extra_head``: CORS), empty when the head was not read."""
@@ -337,8 +342,7 @@ class _Connection(asyncio.Protocol):
                     self._transport.write(errors.ApiError(  # type: ignore[union-attr]
                         500, "The router failed on this request; retry", type_="server_error",
                         code="internal_error").response().encode(
-                            keep_alive=False, extra=request.extra_head + (
-                                b"X-Request-Id: " + rid.encode("ascii") + b"\r\n" if rid else b"")))
+                            keep_alive=False, extra=request.extra_head + _id_line(rid)))
                 keep_alive = False
         except ConnectionError:
             keep_alive = False
@@ -378,9 +382,7 @@ class _Connection(asyncio.Protocol):
                   error.code, self.peer, rid, error.message)
         extra = listener.extra_head(self._parsed) if listener.extra_head is not None and self._parsed is not _NO_HEADERS \
             else b""
-        if rid:
-            extra += b"X-Request-Id: " + rid.encode("ascii") + b"\r\n"
-        refusal = _Refusal(error, extra)
+        refusal = _Refusal(error, extra + _id_line(rid))
         if self._task is None and not self._queue:
             self._write_error(refusal)
         else:

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 
-from router import auth, errors, health, pertry, sse, upstream, validation
+from router import auth, deadlines, errors, health, pertry, sse, upstream, validation
 from router.listener import Request
 from router.responses import Response, StreamResponse
 from router.validation import Kind
@@ -31,7 +31,6 @@ _DEADLINE_HEADER = "x-meridian-timeout-s"
 # Sent to replicas with the client region the router resolved (emulators model network distance
 # from it; replica logs show it).
 _REGION_HEADER = "X-Meridian-Client-Region"
-DEADLINE_TICK_S = 0.05
 # UpstreamError kind of a try abandoned by its per-try limit (router.pertry).
 FIRST_BYTE_TIMEOUT = "first_byte_timeout"
 
@@ -82,51 +81,27 @@ class Proxy:
         self._content_types: dict[bytes, str] = {}
         # Client region -> its header line; bounded by the latency map's region names.
         self._region_lines: dict[str, bytes] = {}
-        # Request deadlines: task -> (monotonic deadline, outcome). One sweeper task cancels the
-        # overdue ones every DEADLINE_TICK_S; a timer per request (asyncio.timeout) measured as
-        # ~8% of the per-request CPU on the short-request bench.
-        self._deadlines: dict[asyncio.Task, tuple[float, _Outcome]] = {}
         # Tries waiting for their first byte: connection -> (monotonic limit, entry, endpoint,
-        # replicas tried before, attempts so far); the same sweeper abandons the overdue ones.
+        # replicas tried before, attempts so far); the deadlines' sweeper abandons the overdue ones.
         self._tries: dict[upstream.Connection, tuple] = {}
+        self._deadlines = deadlines.Deadlines(on_tick=self._sweep_tries)
         self.per_try_enabled = config.retry.per_try_ttft_multiplier > 0
         # Open streams per API key hash (keys with a stream limit only), for this router process.
         self._streams: dict[str, int] = {}
         self.default_max_streams = config.default_max_concurrent_streams
-        self._sweeper: asyncio.Task | None = None
 
     def start(self) -> None:
         """Start the deadline sweeper (call from the running loop)."""
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="deadline-sweeper")
+        self._deadlines.start()
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            try:
-                await self._sweeper
-            except asyncio.CancelledError:
-                log.debug("event=deadline_sweeper_stopped")
-            self._sweeper = None
-
-    async def _sweep(self) -> None:
-        deadlines = self._deadlines
-        tries = self._tries
-        while True:
-            await asyncio.sleep(DEADLINE_TICK_S)
-            if tries:
-                self._sweep_tries(time.monotonic())
-            if not deadlines:
-                continue
-            now = time.monotonic()
-            overdue = [(task, outcome) for task, (deadline, outcome) in deadlines.items() if deadline <= now]
-            for task, outcome in overdue:
-                del deadlines[task]
-                outcome.timed_out = True
-                task.cancel()
+        await self._deadlines.stop()
 
     def _sweep_tries(self, now: float) -> None:
         """Abandon the tries past their per-try limit that can be retried; the others go on waiting
         (the last try is never cut short by its limit: a slow answer is late, not failed)."""
+        if not self._tries:
+            return
         overdue = [(conn, info) for conn, info in self._tries.items() if info[0] <= now]
         for conn, (_, entry, ep, tried, attempts, limit_s) in overdue:
             del self._tries[conn]
@@ -230,7 +205,7 @@ class Proxy:
         in_flight = self.traffic.in_flight
         in_flight[flight_key] = in_flight.get(flight_key, 0) + 1
         task = asyncio.current_task()
-        self._deadlines[task] = (started + timeout_s, outcome)  # type: ignore[index]
+        self._deadlines.set(task, started + timeout_s, outcome)  # type: ignore[arg-type]
         if _DEADLINE_HEADER not in request.headers:
             outcome.renew_s = timeout_s
         try:
@@ -255,7 +230,7 @@ class Proxy:
                 self.metrics.disconnects[model] += 1
             return outcome.response
         finally:
-            self._deadlines.pop(task, None)  # type: ignore[arg-type]
+            self._deadlines.clear(task)  # type: ignore[arg-type]
             entry.admission.leave()
             if stream_key is not None:
                 self._close_stream(stream_key)
@@ -606,9 +581,7 @@ class Proxy:
         chunk, at most once a second. A client's own deadline header is never moved."""
         now = time.monotonic()
         outcome.renewed_at = now
-        task = asyncio.current_task()
-        if task in self._deadlines:
-            self._deadlines[task] = (now + outcome.renew_s, outcome)  # type: ignore[index]
+        self._deadlines.move(asyncio.current_task(), now + outcome.renew_s, outcome)  # type: ignore[arg-type]
 
     @staticmethod
     def _account_stream(outcome: _Outcome, tally: sse.Tally) -> None:

@@ -462,34 +462,33 @@ def _references(loaded: list[Loaded]) -> list[SpecIssue]:
                                  base.unknown_name("team", team, teams)
                                  + " (the capacity policy's teams; a team without limits is listed by name alone)",
                                  item.index))
-    out.extend(_commitments(loaded))
+    out.extend(_commitments(loaded, policy))
     return out
 
 
-def _commitments(loaded: list[Loaded]) -> list[SpecIssue]:
-    """Reserved commitments that no reserved pool of the set's clusters in their region takes."""
+def _commitments(loaded: list[Loaded], policy: CapacityPolicy | None) -> list[SpecIssue]:
+    """Reserved commitments of ``policy`` (the one in use; the others are not used) that no
+    reserved pool of the set's clusters in their region takes."""
+    item = next((i for i in loaded if i.doc is policy), None)
+    if item is None or policy is None or not policy.spec.reserved:
+        return []
     pools: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
-    for item in loaded:
-        if isinstance(item.doc, Cluster):
-            s = item.doc.spec
+    for other in loaded:
+        if isinstance(other.doc, Cluster):
+            s = other.doc.spec
             pools.setdefault((s.cloud, s.region), []).extend(
-                (item.name, p.name, p.instance_type) for p in s.pools if p.tier == "reserved")
-            pools.setdefault((s.cloud, s.region), [])
+                (other.name, p.name, p.instance_type) for p in s.pools if p.tier == "reserved")
     out: list[SpecIssue] = []
-    policy = policy_in_use([item.doc for item in loaded if isinstance(item.doc, CapacityPolicy)])
-    for item in loaded:
-        if item.doc is not policy:
-            continue  # the others are not used (the scheduler warns of them)
-        for i, r in enumerate(item.doc.spec.reserved):
-            here = pools.get((r.cloud, r.region))
-            if here is None or any(t == r.instance_type for _, _, t in here):
-                continue
-            have = ", ".join(f"{c}/{p} ({t})" for c, p, t in here) or "none"
-            out.append(SpecIssue(
-                item.file, item.line_of("spec", "reserved", i, "instance_type"), f"spec.reserved.{i}.instance_type",
-                f"no reserved-tier pool of {r.instance_type} in {r.cloud}/{r.region} takes this commitment "
-                f"({r.nodes} node(s) paid every hour, serving nothing); reserved pools of the clusters there: {have}",
-                item.index))
+    for i, r in enumerate(policy.spec.reserved):
+        here = pools.get((r.cloud, r.region))
+        if here is None or any(t == r.instance_type for _, _, t in here):
+            continue
+        have = ", ".join(f"{c}/{p} ({t})" for c, p, t in here) or "none"
+        out.append(SpecIssue(
+            item.file, item.line_of("spec", "reserved", i, "instance_type"), f"spec.reserved.{i}.instance_type",
+            f"no reserved-tier pool of {r.instance_type} in {r.cloud}/{r.region} takes this commitment "
+            f"({r.nodes} node(s) paid every hour, serving nothing); reserved pools of the clusters there: {have}",
+            item.index))
     return out
 
 

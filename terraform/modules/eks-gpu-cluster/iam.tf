@@ -3,7 +3,17 @@
 # cluster's own Auto Scaling groups and to the quotas read; the Describe* actions of EC2 and Auto
 # Scaling only accept "*" as resource (AWS has no resource-level permission for them).
 
-data "aws_iam_policy_document" "agent_assume" {
+# IRSA trust: who may assume each role, by the ServiceAccount its pods run as (the agent's; the EBS
+# CSI driver's, storage.tf), through this cluster's OIDC provider.
+locals {
+  irsa_accounts = {
+    agent   = "system:serviceaccount:${var.namespace}:meridian-agent"
+    ebs_csi = "system:serviceaccount:kube-system:ebs-csi-controller-sa"
+  }
+}
+
+data "aws_iam_policy_document" "irsa_assume" {
+  for_each = local.irsa_accounts
   statement {
     actions = ["sts:AssumeRoleWithWebIdentity"]
     principals {
@@ -13,7 +23,7 @@ data "aws_iam_policy_document" "agent_assume" {
     condition {
       test     = "StringEquals"
       variable = "${replace(aws_iam_openid_connect_provider.this.url, "https://", "")}:sub"
-      values   = ["system:serviceaccount:${var.namespace}:meridian-agent"]
+      values   = [each.value]
     }
     condition {
       test     = "StringEquals"
@@ -25,7 +35,7 @@ data "aws_iam_policy_document" "agent_assume" {
 
 resource "aws_iam_role" "agent" {
   name               = "${local.name}-agent"
-  assume_role_policy = data.aws_iam_policy_document.agent_assume.json
+  assume_role_policy = data.aws_iam_policy_document.irsa_assume["agent"].json
   tags               = local.tags
 }
 

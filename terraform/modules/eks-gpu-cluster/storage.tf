@@ -4,29 +4,9 @@
 # install. So: the driver as an EKS add-on with its own IRSA role (AWS's managed policy for the
 # driver), and a default StorageClass on it (gp3, encrypted, bound where the pod lands).
 
-data "aws_iam_policy_document" "ebs_csi_assume" {
-  statement {
-    actions = ["sts:AssumeRoleWithWebIdentity"]
-    principals {
-      type        = "Federated"
-      identifiers = [aws_iam_openid_connect_provider.this.arn]
-    }
-    condition {
-      test     = "StringEquals"
-      variable = "${replace(aws_iam_openid_connect_provider.this.url, "https://", "")}:sub"
-      values   = ["system:serviceaccount:kube-system:ebs-csi-controller-sa"]
-    }
-    condition {
-      test     = "StringEquals"
-      variable = "${replace(aws_iam_openid_connect_provider.this.url, "https://", "")}:aud"
-      values   = ["sts.amazonaws.com"]
-    }
-  }
-}
-
 resource "aws_iam_role" "ebs_csi" {
   name               = "${local.name}-ebs-csi"
-  assume_role_policy = data.aws_iam_policy_document.ebs_csi_assume.json
+  assume_role_policy = data.aws_iam_policy_document.irsa_assume["ebs_csi"].json # iam.tf
   tags               = local.tags
 }
 
