@@ -241,7 +241,7 @@ def run(args: argparse.Namespace, workdir: str | None = None) -> int:
     prompts = workload.Prompts()
     print(f"\n== prefix: {source} replay, {n_rep} emulator replicas, prefix-aware routing", flush=True)
     t0 = time.monotonic()
-    ideal = workload.ideal_replay(reqs, prompts, n_rep, perf.kv_budget_tokens)
+    ideal = workload.best_ideal(reqs, prompts, n_rep, perf.kv_budget_tokens)
     ideal_s = time.monotonic() - t0
     warmup = workload.window(traces.read(args.prefix_trace), args.prefix_warmup_requests, scale, CONTEXT_TOKENS - 1024,
                              skip=len(reqs))
@@ -293,7 +293,7 @@ def run(args: argparse.Namespace, workdir: str | None = None) -> int:
     kv_used = sum(r["kv_used"] for r in rows.values()) / max(1, len(rows))
     live_capacity = max(0, round(perf.kv_budget_tokens - kv_used))
     t0 = time.monotonic()
-    ideal_live = workload.ideal_replay(reqs, prompts, n_rep, live_capacity)
+    ideal_live = workload.best_ideal(reqs, prompts, n_rep, live_capacity)
     ideal_s += time.monotonic() - t0
     report(rows, ideal, ideal_live, perf.kv_budget_tokens, live_capacity, ideal_s)
     return failed
@@ -325,7 +325,10 @@ def report(rows: dict[str, dict], ideal: workload.IdealResult, ideal_live: workl
           " hit rate: sum of sglang:cached_tokens_total over sglang:prompt_tokens_total of the replicas,\n"
           " from their /metrics)")
     print(f"(ideal: offline replay of the same requests over caches with the emulator's eviction, always the\n"
-          f" replica with the longest cached prefix (at least one block), no load; 'ideal, {live_capacity // 1000}k': "
+          f" replica with the longest cached prefix (at least one block), no load; the best of four rules for\n"
+          f" the rest: ties to the fewest prompt tokens or requests sent, with or without keeping requests\n"
+          f" per replica within {workload.IDEAL_SPREAD:.0%} above even (here: {ideal_live.rule}; "
+          f"{ideal.rule}); 'ideal, {live_capacity // 1000}k': "
           f"caches of the KV\n budget less the KV the passes' running requests held on average "
           f"(sglang:kv_used_tokens, sampled each\n second), which the emulator's prefix cache cannot use either; "
           f"'ideal, {full_capacity // 1000}k': the whole KV budget, an\n upper bound; 'of ideal' is against the "

@@ -59,8 +59,39 @@ def test_ideal_router_follows_the_longest_cached_prefix():
     assert result.requests_per_replica in ((2, 1), (1, 2))
     assert result.cached_tokens == len(workload._HEAD) + 3 * 512
     assert result.prompt_tokens == sum(len(p.emulator_tokens(r)) for r in (first, other, follow_up))
-    again = workload.ideal_replay([first, first], p, 2, 1_000_000)
+    again = workload.ideal_replay([first, first], p, 2, 1_000_000, spread=None)
     assert again.cached_tokens == len(p.emulator_tokens(first)) - 1
+
+
+def test_ideal_router_spreads_a_prefix_every_prompt_shares():
+    """Every prompt opens with the same block (a system prompt, as in Mooncake's conversation
+    trace). Following the longest prefix alone sends every request to the replica that cached that
+    block first, where four conversations' histories do not fit; the balanced replay spreads them,
+    keeps each history, and the reference (``best_ideal``) is the better of the two."""
+    p = workload.Prompts()
+    first_turns = [_req(i, (0, 10 + i)) for i in range(4)]
+    second_turns = [_req(4 + i, (0, 10 + i, 20 + i)) for i in range(4)]
+    requests = first_turns + second_turns
+    capacity = 3 * 512 + 100  # a cache holds about three blocks
+    piled = workload.ideal_replay(requests, p, 4, capacity, spread=None)
+    assert piled.requests_per_replica == (8, 0, 0, 0)
+    spread = workload.ideal_replay(requests, p, 4, capacity)
+    assert spread.requests_per_replica == (2, 2, 2, 2)
+    # Each second turn reuses its whole first turn (two blocks and the chat template) there.
+    assert spread.cached_tokens == 4 * (len(workload._HEAD) + 2 * 512)
+    assert spread.cached_tokens > piled.cached_tokens
+    best = workload.best_ideal(requests, p, 4, capacity)
+    assert best.cached_tokens == spread.cached_tokens and best.rule.startswith("balanced")
+
+
+def test_balanced_ideal_keeps_requests_near_even():
+    """With every request following one cached prefix, the balanced replay still keeps each replica
+    within 15% above an even share."""
+    p = workload.Prompts()
+    requests = [_req(i, (1, 2, 3)) for i in range(40)]
+    result = workload.ideal_replay(requests, p, 4, 1_000_000)
+    assert max(result.requests_per_replica) <= 1.15 * 40 / 4
+    assert workload.ideal_replay(requests, p, 4, 1_000_000, spread=None).requests_per_replica == (40, 0, 0, 0)
 
 
 def test_ideal_router_is_bounded_by_cache_capacity():
