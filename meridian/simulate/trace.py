@@ -189,8 +189,8 @@ def build(sc: scenario_mod.Scenario, specset: spec.SpecSet | None = None) -> Tra
 def with_workload(specset: spec.SpecSet, tr: Trace) -> spec.SpecSet:
     """``specset`` with each replayed deployment's ``workload`` set to its trace's mean tokens and
     p99 prompt, so the scheduler plans for the requests the replicas serve (as an operator who
-    knows the traffic declares them), and its measured ``resources.throughput_profile`` rescaled
-    to those tokens (``rescaled_profile``)."""
+    knows the traffic declares them), without the measured ``resources.throughput_profile``
+    figures those tokens void (``replayed_profile``)."""
     if not tr.workload:
         return specset
     docs = []
@@ -201,7 +201,7 @@ def with_workload(specset: spec.SpecSet, tr: Trace) -> spec.SpecSet:
             shape = doc.spec.workload.model_copy(update={"prompt_tokens_mean": prompt, "output_tokens_mean": output,
                                                          "prompt_tokens_p99": max(p99, prompt) if p99 > 0 else None})
             replayed = doc.spec.model_copy(update={"workload": shape})
-            profile = rescaled_profile(doc.spec, replayed)
+            profile = replayed_profile(doc.spec, replayed)
             if profile != doc.spec.resources.throughput_profile:
                 replayed = replayed.model_copy(update={
                     "resources": replayed.resources.model_copy(update={"throughput_profile": profile})})
@@ -211,23 +211,18 @@ def with_workload(specset: spec.SpecSet, tr: Trace) -> spec.SpecSet:
     return dataclasses.replace(specset, documents=tuple(docs))
 
 
-def rescaled_profile(declared: deployment_spec.ModelDeploymentSpec,
+def replayed_profile(declared: deployment_spec.ModelDeploymentSpec,
                      replayed: deployment_spec.ModelDeploymentSpec) -> dict[str, float]:
-    """``declared``'s measured requests/s per GPU type (``throughput_profile``), carried over to
-    ``replayed``'s workload: a figure measured on the declared tokens does not hold for a trace's
-    (Mooncake's conversation trace averages 12k prompt tokens; a 70B replica on 4 H100s that
-    serves 6.9 requests/s of 512-token prompts within its SLA serves 0.59 of those, by the capacity
-    model). Each entry is scaled by what the capacity model gives for the replayed tokens over what
-    it gives for the declared ones, so the operator's calibration (a measured figure below or above
-    the model's) is kept; an entry the model has no figure for on either workload stays as it is."""
+    """What is left of ``declared``'s measured requests/s per GPU type (``throughput_profile``) once
+    a replay sets the trace's tokens (``replayed``'s workload): nothing the capacity model has a
+    figure for. A measured figure holds for the tokens it was measured on, and an operator who
+    knows the traffic would measure again; in the simulator that measurement is the capacity model
+    the replicas run. Kept as it was, a replay of Mooncake's conversation trace (12k-token prompts)
+    planned reasoning-70b at its declared 3.2 requests/s on H100 where its replicas served 0.59.
+    Entries the model has no figure for (an unknown architecture) stay as declared; the same tokens
+    keep the whole profile."""
     profile = dict(declared.resources.throughput_profile)
     if not profile or declared.workload == replayed.workload:
         return profile
-    bare = {"throughput_profile": {}}
-    before = declared.model_copy(update={"resources": declared.resources.model_copy(update=bare)})
-    after = replayed.model_copy(update={"resources": replayed.resources.model_copy(update=bare)})
-    for gpu_type, rps in profile.items():
-        was, now = throughput.capacity_rps(before, gpu_type), throughput.capacity_rps(after, gpu_type)
-        if was and now is not None:
-            profile[gpu_type] = rps * now / was if now > 0 else rps
-    return profile
+    bare = replayed.model_copy(update={"resources": replayed.resources.model_copy(update={"throughput_profile": {}})})
+    return {gpu_type: rps for gpu_type, rps in profile.items() if throughput.capacity_rps(bare, gpu_type) is None}
