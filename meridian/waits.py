@@ -1,4 +1,5 @@
-"""Waiting for an ``asyncio.Event`` with a timeout, without losing a cancellation.
+"""Waiting for an ``asyncio.Event`` with a timeout, without losing a cancellation; and stopping a
+background task (``cancelled``).
 
 ``asyncio.wait_for(event.wait(), t)`` on Python 3.11 returns normally when the event is set in the
 same loop step as the waiting task is cancelled (CPython gh-86296, fixed in 3.12's rewrite): the
@@ -9,6 +10,9 @@ the cancellation through; this is the one helper every such wait uses."""
 from __future__ import annotations
 
 import asyncio
+import logging
+
+log = logging.getLogger("meridian.waits")
 
 
 async def event_set(event: asyncio.Event, timeout_s: float | None) -> bool:
@@ -24,3 +28,14 @@ async def event_set(event: asyncio.Event, timeout_s: float | None) -> bool:
     finally:
         waiter.cancel()
     return event.is_set()
+
+
+async def cancelled(task: asyncio.Task) -> None:
+    """Cancel ``task`` (a background loop) and wait until it has ended: its cancellation is how it
+    is meant to end (logged at debug, ``event=task_stopped``); any other exception it ends with is
+    raised here."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        log.debug("event=task_stopped task=%s", task.get_name())

@@ -9,12 +9,11 @@ The same tick runs ``on_tick`` (the proxy's per-try limits, ``router.pertry``)."
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 from typing import Protocol
 
-log = logging.getLogger("meridian.router.deadlines")
+from meridian import waits
 
 TICK_S = 0.05
 
@@ -49,11 +48,7 @@ class Deadlines:
 
     async def stop(self) -> None:
         if self._sweeper is not None:
-            self._sweeper.cancel()
-            try:
-                await self._sweeper
-            except asyncio.CancelledError:
-                log.debug("event=deadline_sweeper_stopped")
+            await waits.cancelled(self._sweeper)
             self._sweeper = None
 
     async def _sweep(self) -> None:

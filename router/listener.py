@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 import httptools
 from multidict import CIMultiDict
 
+from meridian import waits
 from router import errors
 from router.responses import Response, StreamResponse
 
@@ -331,7 +332,7 @@ class _Connection(asyncio.Protocol):
             except (ConnectionError, asyncio.CancelledError):
                 raise
             except Exception:
-                rid = listener.new_id() if listener.new_id is not None else ""
+                rid = listener.new_id()
                 log.exception("event=handler_failed method=%s path=%s request_id=%s", request.method,
                               request.path[:200], rid)
                 if self.streaming is not None and self.streaming.head_sent:
@@ -377,7 +378,7 @@ class _Connection(asyncio.Protocol):
         self._pause_reading()
         self._listener.on_bad_request(error.status, error.code or "")
         listener = self._listener
-        rid = listener.new_id() if listener.new_id is not None else ""
+        rid = listener.new_id()
         log.debug("event=bad_http_request status=%d code=%s remote=%s request_id=%s detail=%s", error.status,
                   error.code, self.peer, rid, error.message)
         extra = listener.extra_head(self._parsed) if listener.extra_head is not None and self._parsed is not _NO_HEADERS \
@@ -447,8 +448,9 @@ class Listener:
                  on_bad_request: Callable[[int, str], None], keepalive_timeout_s: float,
                  extra_head: Callable[[CIMultiDict], bytes] | None = None, new_id: Callable[[], str] | None = None):
         self.handler = handler
-        # An id for each answer the listener writes itself (X-Request-Id, and the debug log line).
-        self.new_id = new_id
+        # An id for each answer the listener writes itself (X-Request-Id, and the debug log line);
+        # "" without one: neither header nor id then.
+        self.new_id: Callable[[], str] = new_id or str
         # Header lines for an answer the listener writes itself (a 413 past the head), from the
         # request's headers; the handler sets ``Request.extra_head`` for the answers it gives.
         self.extra_head = extra_head
@@ -504,11 +506,7 @@ class Listener:
         for conn in list(self.connections):
             conn.abort()
         if self._sweeper is not None:
-            self._sweeper.cancel()
-            try:
-                await self._sweeper
-            except asyncio.CancelledError:
-                log.debug("event=listener_sweeper_stopped")
+            await waits.cancelled(self._sweeper)
             self._sweeper = None
 
 

@@ -139,25 +139,27 @@ def _blocks(matched_tokens: int) -> int:
     return matched_tokens if matched_tokens >= BLOCK_TOKENS else 0
 
 
-def ideal_replay(requests: Sequence[TraceRequest], prompts: Prompts, replicas: int,
-                 capacity_tokens: int, spread: float | None = IDEAL_SPREAD, tie: str = "tokens") -> IdealResult:
-    """Replay ``requests`` over ``replicas`` emulator caches, each to the longest cached prefix
-    among the replicas it leaves within ``spread`` above an even share of the requests so far
-    (None: any replica); equal prefixes go to the replica sent the fewest prompt tokens (``tie``
-    "tokens") or requests ("requests"), then the lowest index."""
-    if tie not in ("tokens", "requests"):
-        raise ValueError(f"tie={tie!r}: expected 'tokens' or 'requests'")
-    caches = [radix.PrefixCache(capacity_tokens) for _ in range(replicas)]
-    sent = [0] * replicas
-    prompt_per = [0] * replicas
-    fewest = prompt_per if tie == "tokens" else sent
-    cached = total = 0
-    everyone = range(replicas)
-    for n, req in enumerate(requests):
-        toks = prompts.emulator_tokens(req)
+class _Replay:
+    """One greedy replay's caches and counts (``ideal_replay``), fed one request at a time."""
+
+    def __init__(self, replicas: int, capacity_tokens: int, spread: float | None, tie: str):
+        if tie not in ("tokens", "requests"):
+            raise ValueError(f"tie={tie!r}: expected 'tokens' or 'requests'")
+        self.caches = [radix.PrefixCache(capacity_tokens) for _ in range(replicas)]
+        self.sent = [0] * replicas
+        self.prompt_per = [0] * replicas
+        self.fewest = self.prompt_per if tie == "tokens" else self.sent
+        self.spread = spread
+        self.cached = self.total = 0
+        self.rule = f"{'balanced' if spread is not None else 'unbalanced'}, ties by {tie}"
+
+    def take(self, n: int, toks: list[str]) -> None:
+        """Route request number ``n`` (from 0), of tokens ``toks``."""
+        caches, sent, fewest = self.caches, self.sent, self.fewest
+        everyone = range(len(caches))
         allowed = everyone
-        if spread is not None:
-            limit = max(1.0, (1.0 + spread) * (n + 1) / replicas)
+        if self.spread is not None:
+            limit = max(1.0, (1.0 + self.spread) * (n + 1) / len(caches))
             allowed = [i for i in everyone if sent[i] + 1 <= limit] or everyone
         # A match shorter than a block (the chat template every prompt starts with) is no reason to
         # pick a replica: counting it would send every new conversation to the first one.
@@ -165,11 +167,31 @@ def ideal_replay(requests: Sequence[TraceRequest], prompts: Prompts, replicas: i
         hit = min(caches[best].match(toks), len(toks) - 1)  # the last token is always computed
         caches[best].insert(toks)
         sent[best] += 1
-        prompt_per[best] += len(toks)
-        cached += hit
-        total += len(toks)
-    rule = f"{'balanced' if spread is not None else 'unbalanced'}, ties by {tie}"
-    return IdealResult(cached, total, tuple(sent), tuple(prompt_per), rule)
+        self.prompt_per[best] += len(toks)
+        self.cached += hit
+        self.total += len(toks)
+
+    def result(self) -> IdealResult:
+        return IdealResult(self.cached, self.total, tuple(self.sent), tuple(self.prompt_per), self.rule)
+
+
+def ideal_replay(requests: Sequence[TraceRequest], prompts: Prompts, replicas: int,
+                 capacity_tokens: int, spread: float | None = IDEAL_SPREAD, tie: str = "tokens") -> IdealResult:
+    """Replay ``requests`` over ``replicas`` emulator caches, each to the longest cached prefix
+    among the replicas it leaves within ``spread`` above an even share of the requests so far
+    (None: any replica); equal prefixes go to the replica sent the fewest prompt tokens (``tie``
+    "tokens") or requests ("requests"), then the lowest index."""
+    return _replay_all(requests, prompts, [_Replay(replicas, capacity_tokens, spread, tie)])[0]
+
+
+def _replay_all(requests: Sequence[TraceRequest], prompts: Prompts, replays: list[_Replay]) -> list[IdealResult]:
+    """Feed every request to each of ``replays`` in step, tokenizing it once (building the token
+    list is most of a replay's time on long prompts)."""
+    for n, req in enumerate(requests):
+        toks = prompts.emulator_tokens(req)
+        for replay in replays:
+            replay.take(n, toks)
+    return [replay.result() for replay in replays]
 
 
 # The greedy replays ``best_ideal`` takes the best of: which replica a tie goes to decides which
@@ -182,6 +204,7 @@ IDEAL_RULES: tuple[tuple[float | None, str], ...] = (
 
 def best_ideal(requests: Sequence[TraceRequest], prompts: Prompts, replicas: int,
                capacity_tokens: int) -> IdealResult:
-    """The highest hit rate of the ``IDEAL_RULES`` replays (the first rule on a tie)."""
-    results = [ideal_replay(requests, prompts, replicas, capacity_tokens, spread, tie) for spread, tie in IDEAL_RULES]
+    """The highest hit rate of the ``IDEAL_RULES`` replays, run in one pass (the first rule on a tie)."""
+    results = _replay_all(requests, prompts,
+                          [_Replay(replicas, capacity_tokens, spread, tie) for spread, tie in IDEAL_RULES])
     return results[max(range(len(results)), key=lambda k: (results[k].hit_rate, -k))]

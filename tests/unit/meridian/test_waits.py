@@ -1,4 +1,5 @@
-"""meridian.waits.event_set: a timed wait on an event that never swallows its caller's cancellation."""
+"""meridian.waits: event_set, a timed wait on an event that never swallows its caller's cancellation; cancelled,
+which stops a background task."""
 
 from __future__ import annotations
 
@@ -38,3 +39,29 @@ async def test_set_times_out_and_already_set():
     asyncio.get_running_loop().call_later(0.01, event.set)
     assert await waits.event_set(event, 5.0) is True
     assert await waits.event_set(event, 0) is True
+
+
+async def test_cancelled_stops_a_loop_and_passes_on_another_failure():
+    """A background loop is stopped and waited for; a task that fails on its way out says so."""
+    ticks = []
+
+    async def loop() -> None:
+        while True:
+            ticks.append(1)
+            await asyncio.sleep(0.001)
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0.01)
+    await waits.cancelled(task)
+    assert task.done() and task.cancelled() and ticks
+
+    async def fails_on_cancel() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            raise RuntimeError("cleanup failed") from None
+
+    bad = asyncio.create_task(fails_on_cancel())
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="cleanup failed"):
+        await waits.cancelled(bad)
