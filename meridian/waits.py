@@ -33,9 +33,17 @@ async def event_set(event: asyncio.Event, timeout_s: float | None) -> bool:
 async def cancelled(task: asyncio.Task) -> None:
     """Cancel ``task`` (a background loop) and wait until it has ended: its cancellation is how it
     is meant to end (logged at debug, ``event=task_stopped``); any other exception it ends with is
-    raised here."""
+    raised here. A cancellation of the caller while it waits is its own, and propagates: both end
+    in the same CancelledError, told apart by the caller's count of cancel requests
+    (``Task.cancelling``), which only a cancellation of the caller during the wait raises. A
+    caller cancelled before (a shutdown in a cancelled task's ``finally``) still stops ``task``
+    and goes on."""
+    caller = asyncio.current_task()
+    before = caller.cancelling() if caller is not None else 0
     task.cancel()
     try:
         await task
     except asyncio.CancelledError:
+        if caller is not None and caller.cancelling() > before:
+            raise
         log.debug("event=task_stopped task=%s", task.get_name())

@@ -65,3 +65,51 @@ async def test_cancelled_stops_a_loop_and_passes_on_another_failure():
     await asyncio.sleep(0)
     with pytest.raises(RuntimeError, match="cleanup failed"):
         await waits.cancelled(bad)
+
+
+async def test_cancelled_lets_its_callers_own_cancellation_through():
+    """A stop cancelled while it waits for a slow-ending task ends with that cancellation (it used
+    to be taken for the task's and swallowed, so a cancelled stop ran on); a stop made by a task
+    cancelled earlier, in its finally, still stops the loop and goes on."""
+    ending = asyncio.Event()
+
+    async def slow_to_end() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await ending.wait()  # cleanup that takes a while
+            raise
+
+    async def stop(task: asyncio.Task) -> str:
+        await waits.cancelled(task)
+        return "went on"
+
+    loop_task = asyncio.create_task(slow_to_end())
+    await asyncio.sleep(0)
+    stopper = asyncio.create_task(stop(loop_task))
+    await asyncio.sleep(0.01)  # the stopper now waits for the loop's cleanup
+    stopper.cancel()
+    await asyncio.sleep(0)
+    ending.set()
+    with pytest.raises(asyncio.CancelledError):
+        await stopper
+    assert loop_task.cancelled()
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(0.001)
+
+    async def worker(background: asyncio.Task) -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await waits.cancelled(background)  # shutting down after a cancel: not re-raised here
+            return "stopped its loop"
+        return "not cancelled"
+
+    background = asyncio.create_task(loop())
+    owner = asyncio.create_task(worker(background))
+    await asyncio.sleep(0.01)
+    owner.cancel()
+    assert await owner == "stopped its loop"
+    assert background.cancelled()
