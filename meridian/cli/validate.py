@@ -9,6 +9,9 @@ a warning, exit 0), as ``meridian apply`` refuses it. Those judgements are the s
 ``scheduler`` extra, with OR-Tools): they are imported only when there is capacity to judge, so
 validating policies and deployments alone needs the kernel only.
 
+Likely mistakes that are not errors (``meridian.spec.advisories``: a throughput profile measured on
+another workload than the one declared) are printed as warnings; they do not change the exit status.
+
 ``--cost-floor`` also prints the least any fleet that keeps the specs' rules can cost per hour, and
 the plan that costs it (``scheduler.control.floor``): what the rules alone commit to, before traffic."""
 
@@ -21,6 +24,7 @@ from types import ModuleType
 
 from meridian import spec
 from meridian.cli import output
+from meridian.spec import advisories
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         print("--cost-floor needs the Cluster specs (their pools are what a fleet can be made of) among the "
               "files", file=sys.stderr)
         return 1
+    advice = advisories.advisories(result)
     verdicts, unmet, floor = None, [], None
     if result.of_kind("Cluster"):
         floor_mod, planner, feasibility = _solver()
@@ -74,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
                "sla": None if verdicts is None else [v.to_dict() for v in verdicts]}
         if unmet:
             out["errors" if failed else "warnings"] = [i.to_dict() for i in unmet]
+        if advice:
+            out["warnings"] = out.get("warnings", []) + [i.to_dict() for i in advice]
         if floor is not None:
             out["cost_floor"] = floor.to_dict()
         output.emit(out, args.output, lambda: None)
@@ -89,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         for v in verdicts:
             sla = view.deployments[v.deployment].spec.sla
             print(f"  {v.deployment}/{v.client_region}: {feasibility.summary(v, sla, headroom)}")
+    for issue in advice:
+        print(f"warning: {issue}", file=sys.stderr)
     for v in verdicts or []:
         if v.tail:
             print(f"warning: {v.deployment}/{v.tail}", file=sys.stderr)

@@ -203,8 +203,9 @@ def with_workload(specset: spec.SpecSet, tr: Trace) -> spec.SpecSet:
             replayed = doc.spec.model_copy(update={"workload": shape})
             profile = replayed_profile(doc.spec, replayed)
             if profile != doc.spec.resources.throughput_profile:
-                replayed = replayed.model_copy(update={
-                    "resources": replayed.resources.model_copy(update={"throughput_profile": profile})})
+                measured = replayed.resources.throughput_profile_workload if profile else None
+                replayed = replayed.model_copy(update={"resources": replayed.resources.model_copy(
+                    update={"throughput_profile": profile, "throughput_profile_workload": measured})})
             doc = doc.model_copy(update={"spec": replayed})
             loaded = dataclasses.replace(loaded, doc=doc)
         docs.append(loaded)

@@ -58,6 +58,11 @@ class Runtime(base.StrictModel):
         return value
 
 
+class MeasuredWorkload(base.StrictModel):
+    prompt_tokens_mean: float = pydantic.Field(gt=0, description="Mean prompt tokens of the measured requests.")
+    output_tokens_mean: float = pydantic.Field(ge=0, description="Mean output tokens of the measured requests.")
+
+
 class Resources(base.StrictModel):
     gpus_per_replica: int = pydantic.Field(default=1, ge=1, le=64)
     gpu_types: list[rules.GpuTypeName] = pydantic.Field(
@@ -69,6 +74,19 @@ class Resources(base.StrictModel):
     throughput_profile: dict[str, float] = pydantic.Field(
         default_factory=dict,
         description="Measured requests/s per replica by GPU type; overrides the capacity model.")
+    throughput_profile_workload: MeasuredWorkload | None = pydantic.Field(
+        default=None,
+        description="The workload throughput_profile was measured on. A figure holds for the tokens it was "
+                    "measured on: `meridian validate` warns when these differ from `workload` by more than "
+                    "10%, as after a workload change without a new measurement (the scheduler still sizes "
+                    "with the profile as given). Needs throughput_profile.")
+
+    @pydantic.model_validator(mode="after")
+    def _measured_needs_profile(self) -> Resources:
+        if self.throughput_profile_workload is not None and not self.throughput_profile:
+            raise ValueError("throughput_profile_workload says what throughput_profile was measured on, but "
+                             "throughput_profile is empty: give the measured requests/s per GPU type, or drop it")
+        return self
 
     @pydantic.field_validator("gpus_by_type")
     @classmethod

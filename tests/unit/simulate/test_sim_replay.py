@@ -253,6 +253,9 @@ def test_a_measured_throughput_does_not_outlive_the_tokens_it_was_measured_on(tm
     assert declared.resources.throughput_profile == {"H100": 3.2}
     assert throughput.capacity_rps(declared, "H100") == 3.2
     assert replayed.resources.throughput_profile == {}
+    # What the dropped profile was measured on goes with it (a replayed spec stays one validate accepts).
+    assert declared.resources.throughput_profile_workload is not None
+    assert replayed.resources.throughput_profile_workload is None
     served = throughput.capacity_rps(replayed, "H100")
     assert 0 < served < 1.0  # 12k-token prompts: well under one request/s per replica
     # The other deployments keep their declared figures: their traffic is not replayed.
