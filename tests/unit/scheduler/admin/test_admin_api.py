@@ -12,6 +12,7 @@ import grpc
 import pytest
 from tests.unit.scheduler.service_harness import ADMIN_TOKEN, ROUTER_TOKEN, TOKENS, leading
 
+from meridian import spec
 from meridian.cli import main as cli
 from meridian.fleet import models as fm
 from meridian.fleet import wire
@@ -263,7 +264,10 @@ async def test_cli_apply_and_validate_refuse_an_unmet_sla_with_the_nearest_miss(
     assert await call(cli.main, ["validate", *paths]) == 1
     captured = capsys.readouterr()
     assert "embed/ap-northeast: UNMET (ttft): best is A100-80GB in japaneast" in captured.out
-    assert "deployments.yaml:107: spec.sla.client_regions.0: no declared capacity meets the SLA from na-east: " \
+    deployments = next(p for p in paths if p.endswith("deployments.yaml"))
+    embed = next(d for d in spec.load_files([deployments]).documents if d.name == "embed")
+    line = embed.line_of("spec", "sla", "client_regions", 0)
+    assert f"deployments.yaml:{line}: spec.sla.client_regions.0: no declared capacity meets the SLA from na-east: " \
            "best is H100 in us-east-1 (aws-use1/h100): 6.7 ms RTT + 0.7 ms prefill of 512 tokens + 10 ms headroom " \
            "> TTFT 1 ms" in captured.err, captured.err
     assert await call(cli.main, ["validate", *paths, "--allow-unmet-sla"]) == 0
