@@ -2,6 +2,7 @@
 
 from meridian.capacity.model import (
     KNOWN_ARCHITECTURES,
+    MAX_QUEUE_UTILISATION,
     Architecture,
     DoesNotFit,
     ReplicaPerf,
@@ -9,11 +10,14 @@ from meridian.capacity.model import (
     architecture_for,
     fits,
     min_gpus_to_fit,
+    queue_wait_p99_s,
+    queue_wait_tail_s,
     replica_perf,
 )
 
 __all__ = [
     "KNOWN_ARCHITECTURES",
+    "MAX_QUEUE_UTILISATION",
     "Architecture",
     "DoesNotFit",
     "ReplicaPerf",
@@ -21,5 +25,7 @@ __all__ = [
     "architecture_for",
     "fits",
     "min_gpus_to_fit",
+    "queue_wait_p99_s",
+    "queue_wait_tail_s",
     "replica_perf",
 ]

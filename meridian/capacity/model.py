@@ -134,6 +134,31 @@ class ReplicaPerf:
         return 0.8 * best
 
 
+# Utilisation at which the queue model stops (beyond it the wait has no steady state).
+MAX_QUEUE_UTILISATION = 0.98
+
+
+def queue_wait_tail_s(service_s: float, utilisation: float) -> float:
+    """Mean wait of a request that finds the server busy, in a queue with ``service_s`` seconds of
+    work per request and busy ``utilisation`` of the time (M/D/1: Pollaczek-Khinchine's mean wait
+    rho x S / (2 (1 - rho)), all of it borne by the rho of requests that wait). Utilisation capped
+    at ``MAX_QUEUE_UTILISATION``."""
+    rho = min(MAX_QUEUE_UTILISATION, max(0.0, utilisation))
+    return service_s / (2.0 * (1.0 - rho))
+
+
+def queue_wait_p99_s(service_s: float, utilisation: float) -> float:
+    """p99 of the wait before a request's prefill starts: no wait with probability 1 - rho, and
+    exponential beyond with mean ``queue_wait_tail_s`` (the simulator's model of a replica), so
+    P(wait > w) = rho x exp(-w / tail) and the p99 is tail x ln(100 rho); 0 when the server is busy
+    1% of the time or less. An embedding replica at its capacity (80% busy) waits 11 prefills at
+    p99: 62 ms for a 512-token prompt on L4, whose prefill is 5.7 ms."""
+    rho = min(MAX_QUEUE_UTILISATION, max(0.0, utilisation))
+    if rho * 100.0 <= 1.0:
+        return 0.0
+    return queue_wait_tail_s(service_s, rho) * math.log(100.0 * rho)
+
+
 def _candidate_batches(hi: int) -> list[int]:
     out, b = [], 1
     while b < hi:

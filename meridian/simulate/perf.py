@@ -187,8 +187,8 @@ class ReplicaModel:
         batch = None if backlog > 0 else self._batch_for(lam)
         if batch is not None:
             per_req = self.per_request_s(batch)
-            rho = min(0.98, lam * self.prefill_s)
-            tail_s = self.prefill_s / (2.0 * (1.0 - rho))
+            rho = min(capacity.MAX_QUEUE_UTILISATION, lam * self.prefill_s)
+            tail_s = capacity.queue_wait_tail_s(self.prefill_s, rho)
             step = self.step_s(batch)
             wait_s = step / 2.0 + rho * tail_s
             return Steady(lam, lam, batch, 0.0, per_req / self.output * 1000.0, self.prefill_s * 1000.0,
@@ -209,8 +209,8 @@ class ReplicaModel:
     def _steady_embedding(self, lam: float, backlog: float, tick_s: float) -> Steady:
         p = self.prefill_s
         rho = lam * p
-        if backlog <= 0 and rho < 0.98:
-            tail_s = p / (2.0 * (1.0 - rho))
+        if backlog <= 0 and rho < capacity.MAX_QUEUE_UTILISATION:
+            tail_s = capacity.queue_wait_tail_s(p, rho)
             wait_s = rho * tail_s
             return Steady(lam, lam, rho, 0.0, 0.0, p * 1000.0, wait_s * 1000.0, rho, tail_s * 1000.0, False, 0.0,
                           0.0, 0.0, p + wait_s, 0.0)

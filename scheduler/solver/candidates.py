@@ -163,10 +163,12 @@ def make_view(demand: problem.DeploymentDemand,
     spec = demand.spec
     reference = throughput.reference_gpu_type(spec, demand.reference_gpu_type)
     units = throughput.units_by_type(spec, reference)
-    prefill, unfit, binding = {}, {}, {}
+    prefill, unfit, binding, wait = {}, {}, {}, {}
     for gpu_type in throughput.allowed_gpu_types(spec):
         fit = throughput.assess(spec, gpu_type)
         prefill[gpu_type] = fit.prefill_ms
+        if fit.wait_ms > 0:
+            wait[gpu_type] = fit.wait_ms
         if fit.unfit:
             unfit[gpu_type] = fit.unfit
             binding[gpu_type] = fit.binding or "gpu_type"
@@ -178,7 +180,7 @@ def make_view(demand: problem.DeploymentDemand,
             if ms is not None and gpu_type not in unfit:
                 tail[gpu_type] = ms
     return framework.DeploymentView(demand, reference, units, prefill, unfit, allowed, share, binding,
-                                    spec.placement.spot.max_share_per_region, tail)
+                                    spec.placement.spot.max_share_per_region, tail, wait)
 
 
 def group_pools(pools: Sequence[problem.PoolOffer], aggregate: bool) -> list[Group]:

@@ -56,6 +56,8 @@ class DeploymentView:
 
     ``units_by_type``: what one replica on a GPU type counts for, in reference replicas;
     ``prefill_ms_by_type``: expected prefill time of the workload's prompt (0 when unknown);
+    ``wait_ms_by_type``: p99 wait before prefill on a replica loaded to its capacity (the most load
+    a plan gives it; ``throughput.TypeFit.wait_ms``; absent: 0);
     ``unfit_by_type``: why a GPU type cannot hold the model (absent when it can), and
     ``binding_by_type`` the constraint code of that reason (memory, ttft, tpot, gpu_type)."""
 
@@ -71,6 +73,7 @@ class DeploymentView:
     spot_region_max_share: float = 1.0
     # Prefill of the workload's prompt_tokens_p99 per GPU type (empty when the workload gives none).
     tail_prefill_ms_by_type: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    wait_ms_by_type: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -176,6 +179,32 @@ class Cycle:
                     continue
                 if (sla.max_rtt_ms is not None and rtt > sla.max_rtt_ms) \
                         or rtt + prefill + self.ttft_headroom_ms > sla.ttft_p99_ms:
+                    continue
+                if all(f.filter(Candidate(self, view, pool)).ok for f in self.pair_filters):
+                    hit = True
+                    break
+            self.memo[key] = hit
+        return hit
+
+    def queue_possible(self, view: DeploymentView, region: str) -> bool:
+        """Whether some pool passing every pair filter, within the SLA's max_rtt_ms of ``region``,
+        keeps RTT + prefill + the p99 queue wait of a replica at its capacity + the headroom within
+        the TTFT target (memoised per solve)."""
+        key = ("queue", view.name, region)
+        hit = self.memo.get(key)
+        if hit is None:
+            sla = view.demand.spec.sla
+            hit = False
+            for pool in self.pools:
+                if pool.gpu_type not in view.prefill_ms_by_type or pool.gpu_type in view.unfit_by_type:
+                    continue
+                try:
+                    rtt = self.latency_map.rtt_ms(region, pool.region)
+                except latency.UnknownRegion:
+                    continue
+                loaded = (rtt + view.prefill_ms_by_type[pool.gpu_type] + view.wait_ms_by_type.get(pool.gpu_type, 0.0)
+                          + self.ttft_headroom_ms)
+                if (sla.max_rtt_ms is not None and rtt > sla.max_rtt_ms) or loaded > sla.ttft_p99_ms:
                     continue
                 if all(f.filter(Candidate(self, view, pool)).ok for f in self.pair_filters):
                     hit = True

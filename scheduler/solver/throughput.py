@@ -26,7 +26,14 @@ class TypeFit:
     ``binding`` names why as a constraint code: ``memory`` (the weights leave no KV room), ``ttft``
     (the prompt's prefill alone exceeds the TTFT target), ``tpot`` (no batch, not even one request,
     keeps the TPOT target) or ``gpu_type`` (unknown type). ``tpot_min_ms``: the time per output token
-    of a lone request (prefill stall included), the best TPOT the type can give; 0 when unknown."""
+    of a lone request (prefill stall included), the best TPOT the type can give; 0 when unknown.
+    ``wait_ms``: for an embedding model, the p99 wait before a request's prefill on a replica loaded
+    to ``capacity_rps``, the most a plan loads it (``capacity.queue_wait_p99_s``): its capacity is
+    one prefill at a time, 80% busy, and its queue is most of its TTFT tail (11 prefills at p99);
+    the latency filter keeps a client region off a pool where RTT + prefill + this wait (+ the
+    plan's headroom) breaks the TTFT target when another pool within reach keeps it. 0 for a
+    generative model (its capacity is the TPOT-bound batch, the prefill busy a minority of the
+    time and chunked in with the decode steps), and when unknown."""
 
     gpu_type: str
     gpus: int
@@ -35,6 +42,15 @@ class TypeFit:
     unfit: str = ""
     binding: str = ""
     tpot_min_ms: float = 0.0
+    wait_ms: float = 0.0
+
+
+def _loaded(fit: TypeFit, embedding: bool) -> TypeFit:
+    """``fit`` with the p99 queue wait of an embedding replica serving its ``capacity_rps``."""
+    if not embedding or not fit.capacity_rps or fit.prefill_ms <= 0:
+        return dataclasses.replace(fit, wait_ms=0.0) if fit.wait_ms else fit
+    service_s = fit.prefill_ms / 1000.0
+    return dataclasses.replace(fit, wait_ms=capacity.queue_wait_p99_s(service_s, fit.capacity_rps * service_s) * 1000.0)
 
 
 def allowed_gpu_types(spec: deployment_spec.ModelDeploymentSpec) -> list[str]:
@@ -57,7 +73,7 @@ def assess(spec: deployment_spec.ModelDeploymentSpec, gpu_type: str) -> TypeFit:
     fit = _assess(*key)
     profile = spec.resources.throughput_profile.get(gpu_type)
     if profile is not None and not fit.unfit:
-        return dataclasses.replace(fit, capacity_rps=profile)
+        return _loaded(dataclasses.replace(fit, capacity_rps=profile), spec.runtime.is_embedding)
     return fit
 
 
@@ -89,7 +105,7 @@ def _assess(arch: capacity.Architecture | None, gpu_type: str, count: int, quant
             why, binding = (f"TPOT {tpot_min_ms:.0f} ms at batch 1 > TPOT p99 {tpot_ms:g} ms (no batch keeps it)",
                             "tpot")
         return TypeFit(gpu_type, count, 0.0, prefill_ms, f"{count}x{gpu_type}: {why}", binding, tpot_min_ms)
-    return TypeFit(gpu_type, count, rps, prefill_ms, tpot_min_ms=tpot_min_ms)
+    return _loaded(TypeFit(gpu_type, count, rps, prefill_ms, tpot_min_ms=tpot_min_ms), arch.is_embedding)
 
 
 def prefill_ms(spec: deployment_spec.ModelDeploymentSpec, gpu_type: str, prompt_tokens: float) -> float | None:
