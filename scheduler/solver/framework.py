@@ -164,47 +164,38 @@ class Cycle:
     def tail_possible(self, view: DeploymentView, region: str) -> bool:
         """Whether some pool passing every pair filter, within the SLA's max_rtt_ms of ``region``,
         prefills the workload's p99 prompt within the TTFT target (memoised per solve)."""
-        key = ("tail", view.name, region)
+        return self._some_pool_keeps("tail", view, region, view.tail_prefill_ms_by_type.get)
+
+    def queue_possible(self, view: DeploymentView, region: str) -> bool:
+        """Whether some pool passing every pair filter, within the SLA's max_rtt_ms of ``region``,
+        keeps RTT + prefill + the p99 queue wait of a replica at its capacity + the headroom within
+        the TTFT target (memoised per solve)."""
+        def loaded_ms(gpu_type: str) -> float | None:
+            if gpu_type not in view.prefill_ms_by_type or gpu_type in view.unfit_by_type:
+                return None
+            return view.prefill_ms_by_type[gpu_type] + view.wait_ms_by_type.get(gpu_type, 0.0)
+        return self._some_pool_keeps("queue", view, region, loaded_ms)
+
+    def _some_pool_keeps(self, what: str, view: DeploymentView, region: str,
+                         server_ms: Callable[[str], float | None]) -> bool:
+        """Whether some pool passing every pair filter, within the SLA's max_rtt_ms of ``region``,
+        keeps RTT + ``server_ms(its GPU type)`` (None: the type is not judged) + the headroom
+        within the TTFT target; memoised per (``what``, deployment, region) for the solve."""
+        key = (what, view.name, region)
         hit = self.memo.get(key)
         if hit is None:
             sla = view.demand.spec.sla
             hit = False
             for pool in self.pools:
-                prefill = view.tail_prefill_ms_by_type.get(pool.gpu_type)
-                if prefill is None:
+                server = server_ms(pool.gpu_type)
+                if server is None:
                     continue
                 try:
                     rtt = self.latency_map.rtt_ms(region, pool.region)
                 except latency.UnknownRegion:
                     continue
                 if (sla.max_rtt_ms is not None and rtt > sla.max_rtt_ms) \
-                        or rtt + prefill + self.ttft_headroom_ms > sla.ttft_p99_ms:
-                    continue
-                if all(f.filter(Candidate(self, view, pool)).ok for f in self.pair_filters):
-                    hit = True
-                    break
-            self.memo[key] = hit
-        return hit
-
-    def queue_possible(self, view: DeploymentView, region: str) -> bool:
-        """Whether some pool passing every pair filter, within the SLA's max_rtt_ms of ``region``,
-        keeps RTT + prefill + the p99 queue wait of a replica at its capacity + the headroom within
-        the TTFT target (memoised per solve)."""
-        key = ("queue", view.name, region)
-        hit = self.memo.get(key)
-        if hit is None:
-            sla = view.demand.spec.sla
-            hit = False
-            for pool in self.pools:
-                if pool.gpu_type not in view.prefill_ms_by_type or pool.gpu_type in view.unfit_by_type:
-                    continue
-                try:
-                    rtt = self.latency_map.rtt_ms(region, pool.region)
-                except latency.UnknownRegion:
-                    continue
-                loaded = (rtt + view.prefill_ms_by_type[pool.gpu_type] + view.wait_ms_by_type.get(pool.gpu_type, 0.0)
-                          + self.ttft_headroom_ms)
-                if (sla.max_rtt_ms is not None and rtt > sla.max_rtt_ms) or loaded > sla.ttft_p99_ms:
+                        or rtt + server + self.ttft_headroom_ms > sla.ttft_p99_ms:
                     continue
                 if all(f.filter(Candidate(self, view, pool)).ok for f in self.pair_filters):
                     hit = True
