@@ -22,9 +22,9 @@ def advisories(specs: SpecSet) -> list[SpecIssue]:
     """Every advisory of ``specs``, in file order."""
     out: list[SpecIssue] = []
     for loaded in specs.documents:
-        if loaded.kind != "ModelDeployment":
+        if not isinstance(loaded.doc, deployment_spec.ModelDeployment):
             continue
-        spec: deployment_spec.ModelDeploymentSpec = loaded.doc.spec
+        spec = loaded.doc.spec
         measured = spec.resources.throughput_profile_workload
         if measured is None:
             continue
