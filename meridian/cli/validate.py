@@ -99,8 +99,9 @@ def run(args: argparse.Namespace) -> int:
     for issue in advice:
         print(f"warning: {issue}", file=sys.stderr)
     for v in verdicts or []:
-        if v.tail:
-            print(f"warning: {v.deployment}/{v.tail}", file=sys.stderr)
+        for why in (v.tail, v.queue):
+            if why:
+                print(f"warning: {v.deployment}/{why}", file=sys.stderr)
     for issue in unmet:
         print(f"{'' if failed else 'warning: '}{issue}", file=sys.stderr)
     if failed:

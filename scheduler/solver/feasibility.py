@@ -75,6 +75,9 @@ class Verdict:
     # When the SLA can be met for the mean prompt but no pool it may use prefills the workload's
     # prompt_tokens_p99 in time: why about 1% of requests or more will miss TTFT (a warning)
     tail: str = ""
+    # When an embedding model's region is served only from pools where its queue at capacity breaks
+    # TTFT (the latency filter then judges the mean alone): why requests miss it under load (a warning)
+    queue: str = ""
 
     def to_dict(self) -> dict:
         best = dataclasses.asdict(self.best) if self.best is not None else None
@@ -82,7 +85,7 @@ class Verdict:
             best["expected_ttft_ms"] = round(self.best.expected_ttft_ms, 1)
         return {"deployment": self.deployment, "client_region": self.client_region, "ok": self.ok,
                 "constraint": self.constraint, "message": self.message, "best": best,
-                "beyond_max_rtt": self.beyond_max_rtt, "tail": self.tail}
+                "beyond_max_rtt": self.beyond_max_rtt, "tail": self.tail, "queue": self.queue}
 
 
 def check(deployments: Iterable[problem.DeploymentDemand], pools: Sequence[problem.PoolOffer],
@@ -126,7 +129,9 @@ def assess(cycle: framework.Cycle, view: framework.DeploymentView, pools: Sequen
     passing = [k for k, ss in fails.items() if not ss]
     if passing:
         best = min((options[k] for k in passing), key=_rank)
-        return Verdict(name, region, True, best=best, tail=_tail(view, [options[k] for k in passing], region, headroom))
+        usable = [options[k] for k in passing]
+        return Verdict(name, region, True, best=best, tail=_tail(view, usable, region, headroom),
+                       queue=_queue(view, usable, region, headroom))
     # Pools that fail only the SLA: the nearest misses.
     sla_only = {k: {s.constraint for s in ss} for k, ss in fails.items() if all(s.constraint in SLA_CODES for s in ss)}
     beyond = [k for k, codes in sla_only.items() if codes == {"max_rtt"}]
@@ -135,7 +140,8 @@ def assess(cycle: framework.Cycle, view: framework.DeploymentView, pools: Sequen
         text = (f"{region}: best is {_where(best)}: {ms(best.rtt_ms)} ms RTT > max_rtt_ms {sla.max_rtt_ms:g} "
                 f"(its TTFT would hold: {_ttft_terms(best, view, headroom)} <= TTFT {sla.ttft_p99_ms:g} ms)")
         return Verdict(name, region, False, "max_rtt", text, best, beyond_max_rtt=relax_max_rtt,
-                       tail=_tail(view, [options[k] for k in beyond], region, headroom))
+                       tail=_tail(view, [options[k] for k in beyond], region, headroom),
+                       queue=_queue(view, [options[k] for k in beyond], region, headroom))
     tpot_only = [k for k, codes in sla_only.items() if "tpot" in codes]
     ttft_only = [k for k, codes in sla_only.items() if "tpot" not in codes]
     if ttft_only:
@@ -209,6 +215,26 @@ def _tail(view: framework.DeploymentView, usable: Sequence[Option], region: str,
             f"{_where(o)}: {ms(o.rtt_ms)} ms RTT + {ms(prefill)} ms prefill + {headroom_ms:g} ms headroom > TTFT "
             f"{spec.sla.ttft_p99_ms:g} ms, so about 1% of requests or more will miss it however many replicas serve "
             f"them (a larger GPU type within reach, a wider max_rtt_ms or a looser TTFT target would keep it)")
+
+
+def _queue(view: framework.DeploymentView, usable: Sequence[Option], region: str, headroom_ms: float) -> str:
+    """Why an embedding model's requests from ``region`` will miss TTFT when its replicas run near
+    capacity: no pool in ``usable`` keeps RTT + prefill + the p99 queue wait at capacity + the
+    headroom within the target ("" when one does, or the model has no queue figure)."""
+    if not view.wait_ms_by_type or not usable:
+        return ""
+    sla = view.demand.spec.sla
+    timed = [(o.rtt_ms + o.prefill_ms + view.wait_ms_by_type.get(o.gpu_type, 0.0) + headroom_ms, o.pool, o)
+             for o in usable]
+    total, _, o = min(timed)
+    if total <= sla.ttft_p99_ms:
+        return ""
+    wait = view.wait_ms_by_type.get(o.gpu_type, 0.0)
+    return (f"{region}: every pool the SLA allows is at the edge of TTFT once a replica's queue counts; the best is "
+            f"{_where(o)}: {ms(o.rtt_ms)} ms RTT + {ms(o.prefill_ms)} ms prefill + {ms(wait)} ms queue wait (p99 of a "
+            f"replica at capacity) + {headroom_ms:g} ms headroom > TTFT {sla.ttft_p99_ms:g} ms, so requests will miss "
+            f"it when the replicas serving {region} run near capacity (a faster GPU type or a pool nearer {region} "
+            f"would keep it)")
 
 
 def _rank(o: Option) -> tuple:

@@ -7,14 +7,16 @@ of requests at the day's peaks)."""
 from __future__ import annotations
 
 import math
+import pathlib
 
 import pytest
 import solver_cases as sc
 
 from meridian import capacity
+from meridian.cli import main as cli
 from meridian.simulate import perf
 from scheduler import solver
-from scheduler.solver import throughput
+from scheduler.solver import feasibility, throughput
 
 EMBED = "BAAI/bge-large-en-v1.5"
 FAR = ("usc1", "gcp", "us-central1")  # 132 ms from ap-northeast
@@ -66,3 +68,21 @@ def test_a_pool_at_the_edge_of_the_target_serves_a_region_only_where_nothing_nea
     assert _regions([far], demand) == {"us-central1": 1}
     # na-east from us-central1 (about 30 ms) keeps the target with the queue: the cheap pool serves.
     assert _regions([far, sc.pool("use1", "aws", "us-east-1", "L4", 0.9)], _embed({"na-east": 1})) == {"us-central1": 1}
+
+
+def test_validate_warns_where_only_pools_at_the_edge_can_serve_a_region(capsys, repo_root):
+    """With the far pool alone, ap-northeast is served (the mean decides) and the verdict says why
+    requests will miss under load; with a pool nearer, nothing to warn of. The examples' fleet has
+    an embedding pool near every client region: validate stays quiet on it."""
+    demand = _embed({"ap-northeast": 1})
+    far, near = sc.pool(*FAR, "L4", 0.5), sc.pool(*NEAR, "L4", 0.9)
+    pol, lmap = sc.policy(), sc.problem([demand], [far]).latency_map
+    (alone,) = feasibility.check([demand], [far], pol, lmap)
+    assert alone.ok and alone.queue.startswith("ap-northeast: every pool the SLA allows is at the edge of TTFT")
+    assert "L4 in us-central1" in alone.queue and "queue wait" in alone.queue and "> TTFT 150 ms" in alone.queue
+    assert alone.to_dict()["queue"] == alone.queue
+    (both,) = feasibility.check([demand], [far, near], pol, lmap)
+    assert both.ok and both.queue == "" and both.best is not None and both.best.region == "asia-northeast1"
+    examples = str(pathlib.Path(repo_root, "examples"))
+    assert cli.main(["validate", examples]) == 0
+    assert "queue wait" not in capsys.readouterr().err
