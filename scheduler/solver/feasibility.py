@@ -224,8 +224,10 @@ def _queue(view: framework.DeploymentView, usable: Sequence[Option], region: str
     if not view.wait_ms_by_type or not usable:
         return ""
     sla = view.demand.spec.sla
-    timed = [(o.rtt_ms + o.prefill_ms + view.wait_ms_by_type.get(o.gpu_type, 0.0) + headroom_ms, o.pool, o)
-             for o in usable]
+    timed = [(o.rtt_ms + loaded + headroom_ms, o.pool, o) for o in usable
+             if (loaded := view.loaded_ms(o.gpu_type)) is not None]
+    if not timed:
+        return ""
     total, _, o = min(timed)
     if total <= sla.ttft_p99_ms:
         return ""

@@ -82,6 +82,13 @@ class DeploymentView:
     def gpus_for(self, gpu_type: str) -> int:
         return self.demand.spec.resources.gpus_for(gpu_type)
 
+    def loaded_ms(self, gpu_type: str) -> float | None:
+        """What a replica on ``gpu_type`` adds to TTFT at its capacity: the mean prompt's prefill +
+        the p99 queue wait (``wait_ms_by_type``); None for a type it cannot use or has no figure for."""
+        if gpu_type not in self.prefill_ms_by_type or gpu_type in self.unfit_by_type:
+            return None
+        return self.prefill_ms_by_type[gpu_type] + self.wait_ms_by_type.get(gpu_type, 0.0)
+
     def capacity(self, gpu_type: str) -> float:
         """Reference replicas one replica on ``gpu_type`` serves, without the spot credit: what the
         spot share cap weighs (one H100 replica of a small model may serve as much as 40 on L4s)."""
@@ -170,11 +177,7 @@ class Cycle:
         """Whether some pool passing every pair filter, within the SLA's max_rtt_ms of ``region``,
         keeps RTT + prefill + the p99 queue wait of a replica at its capacity + the headroom within
         the TTFT target (memoised per solve)."""
-        def loaded_ms(gpu_type: str) -> float | None:
-            if gpu_type not in view.prefill_ms_by_type or gpu_type in view.unfit_by_type:
-                return None
-            return view.prefill_ms_by_type[gpu_type] + view.wait_ms_by_type.get(gpu_type, 0.0)
-        return self._some_pool_keeps("queue", view, region, loaded_ms)
+        return self._some_pool_keeps("queue", view, region, view.loaded_ms)
 
     def _some_pool_keeps(self, what: str, view: DeploymentView, region: str,
                          server_ms: Callable[[str], float | None]) -> bool:
