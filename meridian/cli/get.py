@@ -106,6 +106,12 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f} ms" if value >= 10 else f"{value:.1f} ms"
 
 
+def _queue(covered_by: list[dict]) -> str:
+    """The nearest replica's queue wait in the expected TTFT, for an embedding model (0 otherwise)."""
+    wait = covered_by[0].get("queue_wait_p99_ms") if covered_by else None
+    return f" ({_ms(wait)} of it queue wait at capacity)" if wait else ""
+
+
 def sla_lines(sla: dict | None) -> list[str]:
     """A deployment's SLA status (``scheduler.control.sla``) as text: one line per client region."""
     if not sla:
@@ -126,7 +132,8 @@ def sla_lines(sla: dict | None) -> list[str]:
                        + (", beyond max_rtt_ms" if c["beyond_max_rtt"] else "") + ")" for c in r["covered_by"][:3])
         more = f" +{len(r['covered_by']) - 3} more" if len(r["covered_by"]) > 3 else ""
         detail = [f"covered by {by}{more}" if by else "no replica within reach",
-                  f"expected TTFT p99 {_ms(r['expected_ttft_p99_ms'])}", f"measured {_ms(r['measured_ttft_p99_ms'])}",
+                  f"expected TTFT p99 {_ms(r['expected_ttft_p99_ms'])}" + _queue(r["covered_by"]),
+                  f"measured {_ms(r['measured_ttft_p99_ms'])}",
                   f"{r['traffic_rps']:g} req/s" + (", always served" if r["always_served"] else "")]
         lines.append(f"{head}: " + "; ".join(detail))
         if r["reason"]:

@@ -118,15 +118,17 @@ def risks(prob: problem.PlacementProblem, result: problem.PlacementResult, lmap:
             rtt = lmap.rtt_ms(region, offer.region)
         except latency.UnknownRegion:
             continue
-        prefill = throughput.assess(s, offer.gpu_type).prefill_ms
-        expected, sla = rtt + prefill, s.sla.ttft_p99_ms
+        fit = throughput.assess(s, offer.gpu_type)
+        expected, sla = rtt + fit.prefill_ms + fit.wait_ms, s.sla.ttft_p99_ms
+        terms = f"RTT {rtt:.0f} + prefill {fit.prefill_ms:.0f}" + (
+            f" + queue wait {fit.wait_ms:.0f} at capacity" if fit.wait_ms else "")
         where = f"{dep}: clients in {region} served from {offer.region} ({offer.gpu_type})"
         if s.sla.max_rtt_ms is not None and rtt > s.sla.max_rtt_ms:
             out.append(f"{where}: RTT {rtt:.0f} ms exceeds max_rtt_ms {s.sla.max_rtt_ms:g}")
         elif expected > sla:
-            out.append(f"{where}: expected TTFT {expected:.0f} ms (RTT {rtt:.0f} + prefill {prefill:.0f}) "
-                       f"exceeds the SLA {sla:g} ms")
+            out.append(f"{where}: expected TTFT {expected:.0f} ms ({terms}) exceeds the SLA {sla:g} ms")
         elif expected > TIGHT_SHARE * sla:
-            out.append(f"{where}: expected TTFT {expected:.0f} ms is within {100 - expected / sla * 100:.0f}% "
-                       f"of the SLA {sla:g} ms (queueing will break it)")
+            out.append(f"{where}: expected TTFT {expected:.0f} ms ({terms}) is within "
+                       f"{100 - expected / sla * 100:.0f}% of the SLA {sla:g} ms "
+                       + ("(a load above capacity will break it)" if fit.wait_ms else "(queueing will break it)"))
     return out

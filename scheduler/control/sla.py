@@ -1,9 +1,12 @@
 """A deployment's SLA, client region by client region, as the leader sees it now: whether the region
 must be covered (it sends traffic, or is always served), which live replicas are within its SLA's
 reach (the solver's own filters, through ``scheduler.solver.validate.coverage``), the expected TTFT
-p99 from the nearest of them (RTT + the capacity model's prefill + the TTFT headroom the plan keeps),
+p99 from the nearest of them (RTT + the capacity model's prefill + the TTFT headroom the plan keeps,
+and for an embedding model the p99 queue wait of a replica at its capacity, as the latency filter
+counts it),
 the TTFT p99 routers measure for that region's requests, and why the plan leaves it unmet (or at risk:
-demand unplaced, a hedge the plan could not keep, a measured TTFT near the target).
+demand unplaced, a hedge the plan could not keep, an expected TTFT above the target once the queue
+counts, a measured TTFT near the target).
 ``meridian get deployment NAME`` prints it; the admin API serves it with the deployment's document.
 
 Pure: the plan, the live replicas and the traffic in, a JSON-ready dict out."""
@@ -94,10 +97,12 @@ def _replica(by_key: dict, key: str, region: str, spec: deployment_spec.ModelDep
         rtt = latency_map.rtt_ms(region, c.identity.region)
     except latency.UnknownRegion:
         return None
-    prefill = throughput.assess(spec, gpu_type).prefill_ms if gpu_type else 0.0
+    fit = throughput.assess(spec, gpu_type) if gpu_type else None
+    prefill, wait = (fit.prefill_ms, fit.wait_ms) if fit is not None else (0.0, 0.0)
     return {"replica": r.replica_id, "cluster": c.cluster_id, "region": c.identity.region, "gpu_type": gpu_type,
             "state": r.state.value, "rtt_ms": rtt, "beyond_max_rtt": beyond,
-            "expected_ttft_p99_ms": round(rtt + prefill + settings.ttft_headroom_ms, 1)}
+            "prefill_ms": round(prefill, 1), "queue_wait_p99_ms": round(wait, 1),
+            "expected_ttft_p99_ms": round(rtt + prefill + wait + settings.ttft_headroom_ms, 1)}
 
 
 def _verdict(entry: dict, sla: deployment_spec.Sla, uncovered: problem.Uncovered | None,
@@ -119,6 +124,13 @@ def _verdict(entry: dict, sla: deployment_spec.Sla, uncovered: problem.Uncovered
         return {"status": "at_risk", "cause": unplaced.constraint, "reason": unplaced.reason}
     if unhedged is not None:
         return {"status": "at_risk", "cause": "hedge", "reason": unhedged.reason}
+    expected, nearest = entry["expected_ttft_p99_ms"], (entry["covered_by"] or [{}])[0]
+    if entry["required"] and expected is not None and expected > sla.ttft_p99_ms and nearest.get("queue_wait_p99_ms"):
+        rtt, prefill, wait = nearest["rtt_ms"], nearest["prefill_ms"], nearest["queue_wait_p99_ms"]
+        return {"status": "at_risk", "cause": "queue", "reason": (
+            f"expected TTFT p99 {expected:g} ms > target {sla.ttft_p99_ms:g} ms once {nearest['replica']} is loaded "
+            f"to its capacity: {rtt:g} ms RTT + {prefill:g} ms prefill + {wait:g} ms queue wait (p99) + "
+            f"{expected - rtt - prefill - wait:.0f} ms headroom")}
     if measured is not None and measured > AT_RISK_SHARE * sla.ttft_p99_ms:
         return {"status": "at_risk", "cause": "measured", "reason": f"routers measure TTFT p99 {measured:g} ms, "
                                                                     f"within {100 * (1 - AT_RISK_SHARE):.0f}% of "

@@ -16,6 +16,7 @@ from meridian import capacity
 from meridian.cli import main as cli
 from meridian.simulate import perf
 from scheduler import solver
+from scheduler.admin import dryrun
 from scheduler.solver import feasibility, throughput
 
 EMBED = "BAAI/bge-large-en-v1.5"
@@ -86,3 +87,21 @@ def test_validate_warns_where_only_pools_at_the_edge_can_serve_a_region(capsys, 
     examples = str(pathlib.Path(repo_root, "examples"))
     assert cli.main(["validate", examples]) == 0
     assert "queue wait" not in capsys.readouterr().err
+
+
+def test_meridian_plan_counts_the_queue_in_the_expected_ttft_it_reports():
+    """`meridian plan`'s SLA risks judge a client region served from a pool by the figure the
+    latency filter used: for an embedding replica, RTT + prefill + the queue wait at capacity. With
+    the far pool alone, ap-northeast is served from us-central1 (nothing nearer) and the plan says
+    its TTFT breaks the target under load; na-east from there stays quiet."""
+    demand = _embed({"ap-northeast": 1, "na-east": 1})
+    prob = sc.problem([demand], [sc.pool(*FAR, "L4", 0.5)])
+    result = solver.solve(prob, time_limit_s=10.0)
+    fit = throughput.assess(demand.spec, "L4")
+    lines = dryrun.risks(prob, result, prob.latency_map)
+    far = [line for line in lines if "clients in ap-northeast served from us-central1 (L4)" in line]
+    assert len(far) == 1, lines
+    rtt = prob.latency_map.rtt_ms("ap-northeast", "us-central1")
+    assert f"expected TTFT {rtt + fit.prefill_ms + fit.wait_ms:.0f} ms" in far[0]
+    assert f"queue wait {fit.wait_ms:.0f} at capacity) exceeds the SLA 150 ms" in far[0]
+    assert not any("clients in na-east" in line for line in lines), lines
