@@ -24,7 +24,8 @@ the page then calls the ``/v1/`` routes with one.
 A rejected apply or delete answers 422 with every problem (file, line, path, message) and stores
 nothing; a refused one (403) stores nothing either; so does an apply that leaves a deployment's SLA
 unmeetable from a client region by any declared capacity (``scheduler.solver.feasibility``), unless
-``allow_unmet_sla`` accepts it (then each such region is a warning). Any node (leader or standby)
+``allow_unmet_sla`` accepts it (then each such region is a warning). What ``meridian validate``
+warns of in the submitted documents is returned among the warnings too. Any node (leader or standby)
 accepts applies; they go to the shared store. Bodies are bounded (``MAX_BODY_BYTES``, ``MAX_FILES``,
 and the spec loader's per-file limits); an oversized or malformed body gets a 4xx JSON answer naming
 the limit."""
@@ -213,7 +214,8 @@ async def apply(request: web.Request) -> web.Response:
     refused = _authorized_docs(request, access.APPLY, proposal.submitted, stored)
     if refused is not None:
         return refused
-    unmet = await asyncio.to_thread(specs.unmet_sla, stored, proposal, ctx.loop.solver_settings)
+    judged = await asyncio.to_thread(specs.judge, stored, proposal, ctx.loop.solver_settings)
+    unmet = judged.unmet
     if unmet and not allow:
         log.info("event=apply_rejected principal=%s files=%s reason=unmet_sla regions=%d", _principal(request).name,
                  [n for n, _ in files], len(unmet))
@@ -222,7 +224,7 @@ async def apply(request: web.Request) -> web.Response:
                                   "issues": [i.to_dict() for i in unmet]}, status=422)
     done = await ctx.spec_store.apply(proposal.submitted, ctx.clock.now())
     warnings = await specs.token_warnings(proposal.submitted, ctx.tokens, ctx.env)
-    warnings += [f"accepted an unmet SLA: {i}" for i in unmet]
+    warnings += [f"accepted an unmet SLA: {i}" for i in unmet] + judged.warnings
     ctx.loop.wake("specs applied")
     log.info("event=applied principal=%s documents=%s", _principal(request).name,
              [f"{k}/{n}:{a}" for k, n, a in done])

@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from meridian import spec
+from meridian.spec import advisories
 from scheduler.control import planner
 from scheduler.server import auth
 from scheduler.solver import feasibility
@@ -103,17 +104,32 @@ def actions(stored: Sequence[records.StoredSpec], submitted: Sequence[spec.Loade
     return out
 
 
-def unmet_sla(stored: Sequence[records.StoredSpec], proposal: Proposal,
-              settings: feasibility.problem.SolverSettings | None = None) -> list[spec.SpecIssue]:
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """What ``judge`` finds in a proposal: ``unmet``, the client regions whose SLA no declared
+    capacity could meet (an apply refuses them unless allowed), and ``warnings``, what
+    ``meridian validate`` would warn of in the submitted documents (``meridian.spec.advisories``,
+    and a region whose TTFT tail or embedding queue breaks the target under load), one line each."""
+
+    unmet: list[spec.SpecIssue]
+    warnings: list[str]
+
+
+def judge(stored: Sequence[records.StoredSpec], proposal: Proposal,
+          settings: feasibility.problem.SolverSettings | None = None) -> Judgement:
     """The client regions whose SLA no declared capacity could meet once ``proposal`` is applied
     (``scheduler.solver.feasibility``), among its submitted deployments and the stored ones it
-    would break (a stored deployment already unmet before is not held against this apply); empty
-    when no Cluster spec declares capacity."""
+    would break (a stored deployment already unmet before is not held against this apply); none
+    when no Cluster spec declares capacity. With them, the submitted documents' warnings."""
+    submitted = {d.name for d in proposal.submitted if d.kind == "ModelDeployment"}
+    files = {d.file for d in proposal.submitted}
+    warnings = [str(i) for i in advisories.advisories(proposal.merged) if i.file in files]
     after = _verdicts(proposal.merged, settings)
+    warnings += [f"{v.deployment}/{why}" for v in after or [] if v.deployment in submitted
+                 for why in (v.tail, v.queue) if why]
     unmet = [v for v in after or [] if not v.ok]
     if not unmet:
-        return []
-    submitted = {d.name for d in proposal.submitted if d.kind == "ModelDeployment"}
+        return Judgement([], warnings)
     before_ok: set[tuple[str, str]] = set()
     if any(v.deployment not in submitted for v in unmet):
         try:
@@ -126,7 +142,7 @@ def unmet_sla(stored: Sequence[records.StoredSpec], proposal: Proposal,
         known_before = set()
     held = [v for v in unmet if v.deployment in submitted or (v.deployment, v.client_region) in before_ok
             or v.deployment not in known_before]
-    return feasibility.issues(held, proposal.merged.documents)
+    return Judgement(feasibility.issues(held, proposal.merged.documents), warnings)
 
 
 def _verdicts(spec_set: spec.SpecSet, settings: feasibility.problem.SolverSettings | None = None

@@ -250,6 +250,39 @@ async def test_apply_refuses_an_sla_no_declared_capacity_can_meet_unless_accepte
     assert again["applied"] == [{"kind": "ModelDeployment", "name": "chat", "action": "created"}]
 
 
+async def test_apply_warns_as_validate_does_of_a_stale_profile_and_a_queue_at_the_edge(make_service, tmp_path,
+                                                                                        capsys, monkeypatch):
+    """What `meridian validate` warns of, `meridian apply` warns of too, and still applies: a
+    throughput profile measured on another workload (file and line of the field), and an embedding
+    model on L4s only with a 70 ms target, whose queue at capacity breaks it from every pool. The
+    examples as shipped apply without either warning."""
+    svc = await make_service()
+    c = client(svc)
+    plain = await call(c.apply, admin_client.AdminClient.read_files(EXAMPLES))
+    assert not any("throughput_profile" in w or "queue" in w for w in plain["warnings"]), plain["warnings"]
+    files = admin_client.AdminClient.read_files(EXAMPLES)
+    for f in files:
+        if f["name"].endswith("deployments.yaml"):
+            f["text"] = (f["text"].replace("ttft_p99_ms: 150", "ttft_p99_ms: 70")
+                         .replace("    min_gpu_memory_gib: 16\n", "    gpu_types: [L4]\n")
+                         .replace("{prompt_tokens_mean: 512, output_tokens_mean: 256}",
+                                  "{prompt_tokens_mean: 2048, output_tokens_mean: 256}"))
+            path = tmp_path / "deployments.yaml"
+            path.write_text(f["text"])
+    done = await call(c.apply, files)
+    assert [a["action"] for a in done["applied"] if a["name"] in ("embed", "reasoning-70b")] == ["configured"] * 2
+    stale = [w for w in done["warnings"] if "throughput_profile was measured on another workload" in w]
+    assert len(stale) == 1 and "deployments.yaml:" in stale[0] and "spec.resources.throughput_profile_workload" in stale[0]
+    queue = sorted(w.split(":", 1)[0] for w in done["warnings"] if "at the edge of TTFT once a replica's queue" in w)
+    assert queue == ["embed/ap-northeast", "embed/eu-west", "embed/na-east"], done["warnings"]
+    monkeypatch.setenv("MERIDIAN_SCHEDULER_URL", f"http://127.0.0.1:{svc.admin_port}")
+    monkeypatch.setenv("MERIDIAN_ADMIN_TOKEN", ADMIN_TOKEN)
+    assert await call(cli.main, ["apply", "-f", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: embed/na-east: every pool the SLA allows is at the edge of TTFT" in err, err
+    assert "throughput_profile was measured on another workload" in err
+
+
 async def test_cli_apply_and_validate_refuse_an_unmet_sla_with_the_nearest_miss(make_service, tmp_path, capsys,
                                                                                  monkeypatch):
     """meridian validate and meridian apply exit 1 on the impossible SLA with the nearest-miss line;
