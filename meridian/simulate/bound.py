@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -53,6 +53,8 @@ class DemandBound:
     unproven_ticks: int
     solve_s: float
     usd_by_tick: tuple[float, ...] = dataclasses.field(default=(), repr=False)  # $ in each tick
+    # (deployment, GPU type, tier) -> replica-hours of the per-tick plans: what the bound's fleet ran
+    replica_hours: Mapping[tuple[str, str, str], float] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def usd_per_hour(self) -> float:
@@ -62,6 +64,8 @@ class DemandBound:
         return {"usd": round(self.usd, 4), "usd_per_hour": round(self.usd_per_hour, 4), "hours": self.hours,
                 "ticks": self.ticks, "distinct_demands": self.distinct_demands, "proven": self.proven,
                 "unproven_ticks": self.unproven_ticks, "solve_s": round(self.solve_s, 3),
+                "replica_hours": [{"deployment": d, "gpu_type": g, "tier": t, "replica_hours": round(h, 3)}
+                                  for (d, g, t), h in sorted(self.replica_hours.items())],
                 "summary": headline(self)}
 
 
@@ -74,6 +78,7 @@ def headline(b: DemandBound) -> str:
 
 
 Key = tuple[tuple[str, tuple[tuple[str, int], ...], tuple[str, ...]], ...]
+Fleet = dict[tuple[str, str, str], int]  # (deployment, GPU type, tier) -> replicas
 
 
 def demand_key(specs: planner.SpecView, tr: trace_mod.Trace, k: int,
@@ -100,8 +105,8 @@ def demand_key(specs: planner.SpecView, tr: trace_mod.Trace, k: int,
 
 
 def solve_key(specs: planner.SpecView, offers: list[problem.PoolOffer], key: Key,
-              time_limit_s: float = 30.0) -> tuple[float, bool]:
-    """($/h bound, proven) of one demand vector."""
+              time_limit_s: float = 30.0) -> tuple[float, bool, Fleet]:
+    """($/h bound, proven, the plan's replicas by deployment, GPU type and tier) of one demand vector."""
     decisions = {}
     for name, reps, covered in key:
         n = sum(c for _, c in reps)
@@ -117,7 +122,14 @@ def solve_key(specs: planner.SpecView, offers: list[problem.PoolOffer], key: Key
     # cost is within that of the bound is proven (seen: bound 58.771 for a plan of 58.7712).
     proven = (result.status is problem.SolveStatus.OPTIMAL and not missed
               and bound >= plan_cost - max(OBJECTIVE_RESOLUTION, 1e-6 * plan_cost))
-    return bound, proven
+    by_key = {o.key: o for o in offers}
+    fleet: Fleet = {}
+    for (name, pool), n in result.placement.replicas.items():
+        offer = by_key.get(pool)
+        if n > 0 and offer is not None:
+            k = (name, offer.gpu_type, offer.tier.value)
+            fleet[k] = fleet.get(k, 0) + n
+    return bound, proven, fleet
 
 
 def compute(specs: planner.SpecView, tr: trace_mod.Trace, *, time_limit_s: float = 30.0,
@@ -131,8 +143,9 @@ def compute(specs: planner.SpecView, tr: trace_mod.Trace, *, time_limit_s: float
     for name, doc in specs.deployments.items():
         cap = throughput.capacity_rps(doc.spec)
         capacity_rps[name] = float(cap) if cap else 0.0
-    memo: dict[tuple[frozenset[str], Key], tuple[float, bool]] = {}
+    memo: dict[tuple[frozenset[str], Key], tuple[float, bool, Fleet]] = {}
     per_tick = np.zeros(tr.ticks)
+    hours: dict[tuple[str, str, str], float] = {}
     proven = True
     unproven = 0
     for k in range(tr.ticks):
@@ -141,11 +154,13 @@ def compute(specs: planner.SpecView, tr: trace_mod.Trace, *, time_limit_s: float
         if key not in memo:
             up = [o for o in offers if o.region not in lost]
             sunk = sum(o.pool.nodes_min * o.price_per_node_hour_usd for o in offers if o.region in lost)
-            usd_h, ok = solve_key(specs, up, key[1], time_limit_s)
-            memo[key] = (usd_h + sunk, ok)
-        usd_h, ok = memo[key]
+            usd_h, ok, fleet = solve_key(specs, up, key[1], time_limit_s)
+            memo[key] = (usd_h + sunk, ok, fleet)
+        usd_h, ok, fleet = memo[key]
         per_tick[k] = usd_h * tr.tick_s / 3600.0
+        for what, n in fleet.items():
+            hours[what] = hours.get(what, 0.0) + n * tr.tick_s / 3600.0
         proven = proven and ok
         unproven += not ok
     return DemandBound(float(per_tick.sum()), tr.ticks * tr.tick_s / 3600.0, tr.ticks, len(memo), proven,
-                       unproven, time.perf_counter() - start, tuple(float(x) for x in per_tick))
+                       unproven, time.perf_counter() - start, tuple(float(x) for x in per_tick), hours)

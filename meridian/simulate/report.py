@@ -147,7 +147,37 @@ def bound_lines(cmp: runner.Comparison) -> list[str]:
         split = above_bound(cmp)
         if split is not None:
             lines.append(excess.text(split))
+        lines += fleet_lines(cmp)
     return lines
+
+
+def fleet_against_bound(cmp: runner.Comparison, policy: str = "meridian") -> list[dict]:
+    """Replica-hours per (deployment, GPU type, tier): ``policy``'s READY replicas against the
+    demand-following bound's per-tick plans; empty without both."""
+    r = cmp.result(policy)
+    if cmp.bound is None or r is None or not cmp.bound.replica_hours:
+        return []
+    ran: dict[tuple[str, str, str], float] = {}
+    for key, h in r.usage.items():
+        row = dict(zip(metrics.RunResult.USAGE_KEY, key.split("|"), strict=True))
+        k = (row["deployment"], row["gpu_type"], row["tier"])
+        ran[k] = ran.get(k, 0.0) + h
+    return [{"deployment": d, "gpu_type": g, "tier": t, "replica_hours": round(ran.get((d, g, t), 0.0), 3),
+             "bound_replica_hours": round(cmp.bound.replica_hours.get((d, g, t), 0.0), 3)}
+            for d, g, t in sorted(set(ran) | set(cmp.bound.replica_hours))]
+
+
+def fleet_lines(cmp: runner.Comparison) -> list[str]:
+    """Where the distance to the bound sits: Meridian's replica-hours against the bound's fleet."""
+    rows = fleet_against_bound(cmp)
+    if not rows:
+        return []
+    body = [[r["deployment"], r["gpu_type"], r["tier"], f"{r['replica_hours']:,.1f}", f"{r['bound_replica_hours']:,.1f}",
+             f"{r['replica_hours'] - r['bound_replica_hours']:+,.1f}"] for r in rows]
+    return ["Replica-hours by deployment, GPU type and tier: Meridian's READY replicas against the bound's per-tick "
+            "plans (replicas share nodes, so these are not dollars; headroom, spot credit, held replicas and "
+            "re-placements show here):",
+            *_table(["deployment", "GPU type", "tier", "meridian", "bound", "difference"], body)]
 
 
 def above_bound(cmp: runner.Comparison, policy: str = "meridian") -> excess.AboveBound | None:
@@ -296,6 +326,7 @@ def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:
             "floor": cmp.floor.to_dict() if cmp.floor is not None else None,
             "demand_bound": cmp.bound.to_dict() if cmp.bound is not None else None,
             "meridian_above_bound": split.to_dict() if (split := above_bound(cmp)) is not None else None,
+            "meridian_fleet_against_bound": fleet_against_bound(cmp),
             "attainable": [{"deployment": d, "client_region": r, **reach.to_dict()}
                            for (d, r), reach in sorted(cmp.attainable.items())],
             "verdicts": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in item.items()}

@@ -108,6 +108,16 @@ def test_the_report_splits_meridians_cost_above_the_bound_into_steady_and_bursts
     assert split["usd"] == pytest.approx(mer.cost_usd - cmp.bound.usd, abs=1e-3)
     assert split["steady_usd"] + split["burst_usd"] == pytest.approx(split["usd"], abs=1e-3)
     assert excess.text(report.above_bound(cmp)) in report.text(cmp)
+    # Where it sits: Meridian's READY replica-hours against the bound's fleet, per deployment, GPU
+    # type and tier, adding up to the run's replica-hours; in the text and the JSON.
+    rows = report.as_dict(cmp, include_series=False)["meridian_fleet_against_bound"]
+    assert rows and {r["deployment"] for r in rows} == {"chat"}
+    assert sum(r["replica_hours"] for r in rows) == pytest.approx(sum(mer.usage.values()), abs=0.01)
+    assert sum(r["bound_replica_hours"] for r in rows) == pytest.approx(sum(cmp.bound.replica_hours.values()), abs=0.01)
+    text = report.text(cmp)
+    assert "Replica-hours by deployment, GPU type and tier: Meridian's READY replicas against the bound's" in text
+    line = next(ln for ln in text.splitlines() if ln.split()[:3] == ["chat", rows[0]["gpu_type"], rows[0]["tier"]])
+    assert f"{rows[0]['replica_hours']:,.1f}" in line and f"{rows[0]['bound_replica_hours']:,.1f}" in line
 
 
 def use2_cluster(pool: str, instance_type: str, max_nodes: int) -> str:
@@ -159,5 +169,7 @@ def test_a_region_that_is_down_serves_nothing_in_the_bound_but_its_minimum_nodes
         assert b.proven
         assert b.usd == pytest.approx(nodes * price, rel=1e-6), outage
         assert b.usd_by_tick[30] == pytest.approx((3 if outage else 2) * price / 60.0, rel=1e-6)
+        # Its fleet: two L4 replicas all hour either way (the down node bills but holds none).
+        assert dict(b.replica_hours) == pytest.approx({("chat", "L4", "on_demand"): 2.0}), outage
     # The comparison (meridian simulate, bench.simulate) gives its bound the scenario's outage.
     assert runner.run(sc, ["meridian"], jobs=1).bound.usd == pytest.approx(b.usd, rel=1e-9)
