@@ -99,9 +99,8 @@ def run(args: argparse.Namespace) -> int:
     for issue in advice:
         print(f"warning: {issue}", file=sys.stderr)
     for v in verdicts or []:
-        for why in (v.tail, v.queue):
-            if why:
-                print(f"warning: {v.deployment}/{why}", file=sys.stderr)
+        for line in v.warnings():
+            print(f"warning: {line}", file=sys.stderr)
     for issue in unmet:
         print(f"{'' if failed else 'warning: '}{issue}", file=sys.stderr)
     if failed:

@@ -158,10 +158,9 @@ def fleet_against_bound(cmp: runner.Comparison, policy: str = "meridian") -> lis
     if cmp.bound is None or r is None or not cmp.bound.replica_hours:
         return []
     ran: dict[tuple[str, str, str], float] = {}
-    for key, h in r.usage.items():
-        row = dict(zip(metrics.RunResult.USAGE_KEY, key.split("|"), strict=True))
+    for row in r.replica_hours():
         k = (row["deployment"], row["gpu_type"], row["tier"])
-        ran[k] = ran.get(k, 0.0) + h
+        ran[k] = ran.get(k, 0.0) + row["replica_hours"]
     return [{"deployment": d, "gpu_type": g, "tier": t, "replica_hours": round(ran.get((d, g, t), 0.0), 3),
              "bound_replica_hours": round(cmp.bound.replica_hours.get((d, g, t), 0.0), 3)}
             for d, g, t in sorted(set(ran) | set(cmp.bound.replica_hours))]

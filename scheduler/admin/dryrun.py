@@ -119,7 +119,7 @@ def risks(prob: problem.PlacementProblem, result: problem.PlacementResult, lmap:
         except latency.UnknownRegion:
             continue
         fit = throughput.assess(s, offer.gpu_type)
-        expected, sla = rtt + fit.prefill_ms + fit.wait_ms, s.sla.ttft_p99_ms
+        expected, sla = rtt + fit.loaded_ms, s.sla.ttft_p99_ms
         terms = f"RTT {rtt:.0f} + prefill {fit.prefill_ms:.0f}" + (
             f" + queue wait {fit.wait_ms:.0f} at capacity" if fit.wait_ms else "")
         where = f"{dep}: clients in {region} served from {offer.region} ({offer.gpu_type})"

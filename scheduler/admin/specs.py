@@ -125,8 +125,7 @@ def judge(stored: Sequence[records.StoredSpec], proposal: Proposal,
     files = {d.file for d in proposal.submitted}
     warnings = [str(i) for i in advisories.advisories(proposal.merged) if i.file in files]
     after = _verdicts(proposal.merged, settings)
-    warnings += [f"{v.deployment}/{why}" for v in after or [] if v.deployment in submitted
-                 for why in (v.tail, v.queue) if why]
+    warnings += [line for v in after or [] if v.deployment in submitted for line in v.warnings()]
     unmet = [v for v in after or [] if not v.ok]
     if not unmet:
         return Judgement([], warnings)

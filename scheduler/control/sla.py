@@ -79,7 +79,8 @@ def status(name: str, doc: deployment_spec.ModelDeployment, *, plan: problem.Pla
             "expected_ttft_p99_ms": near[0]["expected_ttft_p99_ms"] if near else None,
             "measured_ttft_p99_ms": round(traffic.ttft_p99_ms, 1) if traffic and traffic.ttft_p99_ms > 0 else None,
         }
-        entry.update(_verdict(entry, sla, unmet.get(region), short.get(region), unhedged.get(region), basis))
+        entry.update(_verdict(entry, sla, unmet.get(region), short.get(region), unhedged.get(region), basis,
+                              settings.ttft_headroom_ms))
         regions.append(entry)
     return {"deployment": name, "basis": basis, "ttft_p99_ms": sla.ttft_p99_ms, "tpot_p99_ms": sla.tpot_p99_ms,
             "max_rtt_ms": sla.max_rtt_ms, "ttft_headroom_ms": settings.ttft_headroom_ms, "regions": regions}
@@ -97,16 +98,16 @@ def _replica(by_key: dict, key: str, region: str, spec: deployment_spec.ModelDep
         rtt = latency_map.rtt_ms(region, c.identity.region)
     except latency.UnknownRegion:
         return None
-    fit = throughput.assess(spec, gpu_type) if gpu_type else None
-    prefill, wait = (fit.prefill_ms, fit.wait_ms) if fit is not None else (0.0, 0.0)
+    fit = throughput.assess(spec, gpu_type) if gpu_type else throughput.TypeFit("", 0, None, 0.0)
     return {"replica": r.replica_id, "cluster": c.cluster_id, "region": c.identity.region, "gpu_type": gpu_type,
             "state": r.state.value, "rtt_ms": rtt, "beyond_max_rtt": beyond,
-            "prefill_ms": round(prefill, 1), "queue_wait_p99_ms": round(wait, 1),
-            "expected_ttft_p99_ms": round(rtt + prefill + wait + settings.ttft_headroom_ms, 1)}
+            "prefill_ms": round(fit.prefill_ms, 1), "queue_wait_p99_ms": round(fit.wait_ms, 1),
+            "expected_ttft_p99_ms": round(rtt + fit.loaded_ms + settings.ttft_headroom_ms, 1)}
 
 
 def _verdict(entry: dict, sla: deployment_spec.Sla, uncovered: problem.Uncovered | None,
-             unplaced: problem.Unplaced | None, unhedged: problem.Unhedged | None, basis: str) -> dict:
+             unplaced: problem.Unplaced | None, unhedged: problem.Unhedged | None, basis: str,
+             headroom_ms: float) -> dict:
     """status (met, at_risk, unmet, not_required, unknown), cause (a constraint code, or measured)
     and reason in words."""
     measured = entry["measured_ttft_p99_ms"]
@@ -130,7 +131,7 @@ def _verdict(entry: dict, sla: deployment_spec.Sla, uncovered: problem.Uncovered
         return {"status": "at_risk", "cause": "queue", "reason": (
             f"expected TTFT p99 {expected:g} ms > target {sla.ttft_p99_ms:g} ms once {nearest['replica']} is loaded "
             f"to its capacity: {rtt:g} ms RTT + {prefill:g} ms prefill + {wait:g} ms queue wait (p99) + "
-            f"{expected - rtt - prefill - wait:.0f} ms headroom")}
+            f"{headroom_ms:g} ms headroom")}
     if measured is not None and measured > AT_RISK_SHARE * sla.ttft_p99_ms:
         return {"status": "at_risk", "cause": "measured", "reason": f"routers measure TTFT p99 {measured:g} ms, "
                                                                     f"within {100 * (1 - AT_RISK_SHARE):.0f}% of "

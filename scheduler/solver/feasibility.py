@@ -79,6 +79,11 @@ class Verdict:
     # TTFT (the latency filter then judges the mean alone): why requests miss it under load (a warning)
     queue: str = ""
 
+    def warnings(self) -> list[str]:
+        """Its warnings as ``meridian validate`` prints them and ``meridian apply`` returns them:
+        the tail's and the queue's, each prefixed with the deployment."""
+        return [f"{self.deployment}/{why}" for why in (self.tail, self.queue) if why]
+
     def to_dict(self) -> dict:
         best = dataclasses.asdict(self.best) if self.best is not None else None
         if best is not None:

@@ -44,6 +44,11 @@ class TypeFit:
     tpot_min_ms: float = 0.0
     wait_ms: float = 0.0
 
+    @property
+    def loaded_ms(self) -> float:
+        """What a replica adds to TTFT at its capacity: the mean prompt's prefill + ``wait_ms``."""
+        return self.prefill_ms + self.wait_ms
+
 
 def _loaded(fit: TypeFit, embedding: bool) -> TypeFit:
     """``fit`` with the p99 queue wait of an embedding replica serving its ``capacity_rps``."""
