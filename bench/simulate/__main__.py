@@ -25,12 +25,12 @@ import time
 from collections.abc import Callable
 
 from meridian import cost, progress
-from meridian.simulate import attainable, defaults, policies, report, runner, scenario
+from meridian.simulate import attainable, defaults, metrics, policies, report, runner, scenario
 
 SCENARIOS = ("default", str(defaults.examples_dir() / "scenarios" / "skyserve-like.yaml"))
 TRACE = "azure-conv"
 BOUND_TARGET = 0.10  # Meridian within 10% of the demand-following bound
-REGION_SLO_TARGET = 0.995  # at >= 99.5% SLO attainment in every client region
+REGION_SLO_TARGET = metrics.REGION_TARGET_SHARE  # at >= 99.5% SLO attainment in every client region
 
 
 def _cpu_s() -> float:
@@ -75,6 +75,9 @@ def summary(cmp: runner.Comparison, traffic: str) -> dict:
         judged = {region: (g.attainment, reach.get(region, 1.0)) for region, g in mer.regions.items()}
         region, (att, can) = min(judged.items(), key=lambda kv: (kv[1][0] - REGION_SLO_TARGET * kv[1][1], kv[0]))
         out["worst_vs_attainable"] = {"region": region, "slo": att, "attainable": can}
+        # Where the worst region missed: which windows, for what (the report's per-region lines).
+        rm = next(m for m in metrics.region_misses(mer) if m.region == region)
+        out["worst_region_misses"] = {"text": report.misses_text(rm), **rm.to_dict()}
         out["bound_target_met_vs_attainable"] = bool(
             above <= BOUND_TARGET and all(a >= REGION_SLO_TARGET * c for a, c in judged.values()))
     if mer is not None and sky is not None:
@@ -118,6 +121,10 @@ def lines(s: dict) -> list[str]:
                    f"{report.attainment_text(w['attainable'])} attainable; target within {100 * BOUND_TARGET:.0f}% of "
                    f"the bound at >= {100 * REGION_SLO_TARGET:.1f}% of the attainable share in every client region: "
                    f"{'met' if s['bound_target_met_vs_attainable'] else 'NOT met'}")
+    if s.get("worst_region_misses", {}).get("windows"):
+        m = s["worst_region_misses"]
+        out.append(f"  {m['client_region']}'s misses ({m['missed']:,.0f} of {m['requests']:,.0f} requests), by window: "
+                   f"{m['text']}")
     if "saving_vs_skyserve" in s:
         out.append(f"  meridian vs skyserve: saves {100 * s['saving_vs_skyserve']:+.1f}% of its cost (target: "
                    f"cheaper at equal or higher SLO attainment, all and worst region): "

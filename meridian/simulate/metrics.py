@@ -163,13 +163,80 @@ def region_view(result: RunResult) -> list[RegionView]:
         if n > 0 and att < TARGET_SHARE and shares:
             top = sorted(shares.items(), key=lambda kv: -kv[1])[:3]
             why = (f"{d}/{r}: {1 - att:.2%} of {n:,.0f} steady-state requests missed the SLO: "
-                   + ", ".join(f"{_CAUSE_WORDS[c]} {v:.2%}" for c, v in top))
+                   + ", ".join(f"{CAUSE_WORDS[c]} {v:.2%}" for c, v in top))
         out.append(RegionView(d, r, cell.requests, cell.met / cell.requests if cell.requests else math.nan, n, att,
                               shares, w_met / w_req if w_req > 0 else math.nan, why))
     return out
 
 
-_CAUSE_WORDS = {"ttft": "TTFT over target", "tpot": "TPOT over target", "max_rtt": "served beyond max_rtt_ms",
+# The share of its requests within SLO every client region is held to (issue #19's per-region
+# target, which bench.simulate judges); the report says where a region below it lost its requests.
+REGION_TARGET_SHARE = 0.995
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowMisses:
+    """The requests of one client region that missed the SLO in one window (``steady`` or a fault
+    or spike window), failed ones included, and each miss cause's requests."""
+
+    window: str
+    requests: float
+    missed: float
+    causes: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return {"window": self.window, "requests": round(self.requests, 1), "missed": round(self.missed, 1),
+                "causes": {c: round(n, 1) for c, n in self.causes.items()}}
+
+
+@dataclasses.dataclass(frozen=True)
+class RegionMisses:
+    """Where one client region's misses were, over all its deployments: per window, the most missed
+    first (windows without a miss left out)."""
+
+    region: str
+    requests: float
+    met: float
+    windows: tuple[WindowMisses, ...]
+
+    @property
+    def missed(self) -> float:
+        return self.requests - self.met
+
+    @property
+    def attainment(self) -> float:
+        return self.met / self.requests if self.requests > 0 else math.nan
+
+    def to_dict(self) -> dict:
+        return {"client_region": self.region, "requests": round(self.requests), "missed": round(self.missed, 1),
+                "attainment": _round(self.attainment, 5), "windows": [w.to_dict() for w in self.windows]}
+
+
+def region_misses(result: RunResult) -> list[RegionMisses]:
+    """Per client region (sorted), its requests, those within SLO and its misses by window and cause,
+    from the run's cells (every deployment the region calls)."""
+    tally: dict[str, dict[str, dict[str, float]]] = {}
+    for (_, region), cell in sorted(result.cells.items()):
+        for name, v in cell.windows.items():
+            w = tally.setdefault(region, {}).setdefault(name, {"requests": 0.0, "met": 0.0})
+            w["requests"] += v.get("requests", 0.0)
+            w["met"] += v.get("met", 0.0)
+            for c in MISS_CAUSES:
+                if v.get(c, 0.0) > 0:
+                    w[c] = w.get(c, 0.0) + v[c]
+    out = []
+    for region, by_window in sorted(tally.items()):
+        windows = [WindowMisses(name, w["requests"], max(0.0, w["requests"] - w["met"]),
+                                {c: w[c] for c in MISS_CAUSES if w.get(c, 0.0) > 0})
+                   for name, w in by_window.items()]
+        windows = [w for w in windows if w.missed >= 0.5]
+        requests = sum(w["requests"] for w in by_window.values())
+        met = sum(w["met"] for w in by_window.values())
+        out.append(RegionMisses(region, requests, met, tuple(sorted(windows, key=lambda w: (-w.missed, w.window)))))
+    return out
+
+
+CAUSE_WORDS = {"ttft": "TTFT over target", "tpot": "TPOT over target", "max_rtt": "served beyond max_rtt_ms",
                 "no_replica": "failed, no routable replica", "queue_full": "failed, engine queue full",
                 "replica_died": "failed, replica died mid-stream"}
 
@@ -262,9 +329,19 @@ class Collector:
         met = requests * (c[1] / c[0]) if c[0] > 0 else 0.0
         c[1] -= met
         c[2] += requests
-        # In the window of the tick it dies in (it was counted when it arrived, possibly in another).
+        # A failure of the window of the tick it dies in. Its SLO credit is taken back where it was
+        # given: that window as far as it holds it, then the window it arrived in (the tick before:
+        # streams last seconds), then the others, so the windows' credit adds up to the cell's.
         cell = self._cell(tick, deployment, region)
-        cell[1] -= min(met, cell[1])
+        windows = self.cells[self.d_index[deployment], self.r_index[region]]
+        before = self.lookup.of(max(0, tick - 1), deployment, region)
+        left = met
+        for w in (self.lookup.of(tick, deployment, region), before, *range(len(windows))):
+            take = min(left, windows[w][1])
+            windows[w][1] -= take
+            left -= take
+            if left <= 0:
+                break
         cell[2] += requests
         cell[3 + _CAUSE[cause]] += requests
         self._moment(tick, deployment, region, cause, requests)

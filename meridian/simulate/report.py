@@ -9,6 +9,7 @@ import os
 import platform
 
 from meridian import cost, tables
+from meridian.simulate import attainable as attainable_mod
 from meridian.simulate import bound as bound_mod
 from meridian.simulate import excess
 from meridian.simulate import metrics, policies, runner
@@ -291,6 +292,7 @@ def region_lines(cmp: runner.Comparison, ref: metrics.RunResult) -> list[str]:
     lines += ([f"Under {metrics.TARGET_SHARE:.0%} of steady-state requests within SLO, and why:"]
               + [f"  {w}" for w in low]) if low else [f"Every deployment and client region: at least "
                                                      f"{metrics.TARGET_SHARE:.0%} of steady-state requests within SLO."]
+    lines += misses_lines(cmp, ref)
     counts = cost.text.apportion([n for *_, n in ref.failures], 0, total=round(ref.total.failed))
     moments = [(c, w, h, n) for (c, w, h, _), n in zip(ref.failures, counts, strict=True) if n > 0]
     if moments:
@@ -299,6 +301,44 @@ def region_lines(cmp: runner.Comparison, ref: metrics.RunResult) -> list[str]:
         lines += _table(["cause", "window", "hour", "requests"],
                         [[c, w, f"{(cmp.scenario.start_utc_hour + h) % 24:02.0f}:00", f"{n:,.0f}"]
                          for c, w, h, n in moments])
+    return lines
+
+
+def misses_text(rm: metrics.RegionMisses, windows: int = 3, causes: int = 2) -> str:
+    """Where a client region's misses were: ``windows`` windows, the most missed first, each with
+    its missed requests and its ``causes`` leading causes as shares of that window's misses."""
+    parts = []
+    for w in rm.windows[:windows]:
+        # A stream that fails mid-way is a failure of the window it fails in, but the window it
+        # arrived in loses the credit it had: a miss without a cause of its own there.
+        later = w.missed - sum(w.causes.values())
+        reasons = {metrics.CAUSE_WORDS[c]: n for c, n in w.causes.items()}
+        if later >= 0.5:
+            reasons["failed mid-stream in the next window"] = later
+        total = sum(reasons.values())
+        top = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:causes]
+        why = ", ".join(f"{c} {n / total:.0%}" for c, n in top) if total > 0 else "-"
+        parts.append(f"{w.window} {w.missed:,.0f} of {w.requests:,.0f} ({why})")
+    rest = len(rm.windows) - windows
+    return "; ".join(parts) + (f"; {rest} more window(s)" if rest > 0 else "")
+
+
+def misses_lines(cmp: runner.Comparison, ref: metrics.RunResult) -> list[str]:
+    """The client regions under ``metrics.REGION_TARGET_SHARE`` of their requests within SLO, and
+    in which windows and for what they missed it."""
+    target = metrics.REGION_TARGET_SHARE
+    reach = attainable_mod.by_region(cmp.attainable, ref) if cmp.attainable else {}
+    low = [rm for rm in metrics.region_misses(ref) if rm.requests > 0 and rm.attainment < target]
+    if not low:
+        return [f"Every client region: at least {attainment_text(target)} of its requests within SLO."]
+    lines = [f"Client regions under {attainment_text(target)} of their requests within SLO, and where they missed "
+             f"it (missed requests by window, the most first, failed ones included; causes as shares of the "
+             f"window's misses):"]
+    for rm in low:
+        can = reach.get(rm.region)
+        within = f" (attainable {attainment_text(can)})" if can is not None and can < target else ""
+        lines.append(f"  {rm.region} {attainment_text(rm.attainment)}{within}: {rm.missed:,.0f} of "
+                     f"{rm.requests:,.0f} requests missed: {misses_text(rm)}")
     return lines
 
 
@@ -326,6 +366,8 @@ def as_dict(cmp: runner.Comparison, include_series: bool = True) -> dict:
             "demand_bound": cmp.bound.to_dict() if cmp.bound is not None else None,
             "meridian_above_bound": split.to_dict() if (split := above_bound(cmp)) is not None else None,
             "meridian_fleet_against_bound": fleet_against_bound(cmp),
+            "meridian_region_misses": [rm.to_dict() for rm in metrics.region_misses(ref)]
+            if (ref := cmp.result("meridian")) is not None else [],
             "attainable": [{"deployment": d, "client_region": r, **reach.to_dict()}
                            for (d, r), reach in sorted(cmp.attainable.items())],
             "verdicts": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in item.items()}
