@@ -314,9 +314,10 @@ def misses_text(rm: metrics.RegionMisses, windows: int = 3, causes: int = 2) -> 
         later = w.missed - sum(w.causes.values())
         reasons = {metrics.CAUSE_WORDS[c]: n for c, n in w.causes.items()}
         if later >= 0.5:
-            reasons["failed mid-stream in the next window"] = later
+            reasons["failed mid-stream in a later window"] = later
         total = sum(reasons.values())
-        top = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:causes]
+        top = [(c, n) for c, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:causes]
+               if n >= 0.005 * total]  # none that rounds to 0%
         why = ", ".join(f"{c} {n / total:.0%}" for c, n in top) if total > 0 else "-"
         parts.append(f"{w.window} {w.missed:,.0f} of {w.requests:,.0f} ({why})")
     rest = len(rm.windows) - windows
