@@ -213,8 +213,9 @@ class RegionMisses:
 
 
 def region_misses(result: RunResult) -> list[RegionMisses]:
-    """Per client region (sorted), its requests, those within SLO and its misses by window and cause,
-    from the run's cells (every deployment the region calls)."""
+    """Per client region (sorted), its requests and those within SLO (the region's own figures) and
+    its misses by window and cause, from the run's cells (every deployment the region calls), which
+    add up to them."""
     tally: dict[str, dict[str, dict[str, float]]] = {}
     for (_, region), cell in sorted(result.cells.items()):
         for name, v in cell.windows.items():
@@ -230,9 +231,9 @@ def region_misses(result: RunResult) -> list[RegionMisses]:
                                 {c: w[c] for c in MISS_CAUSES if w.get(c, 0.0) > 0})
                    for name, w in by_window.items()]
         windows = [w for w in windows if w.missed >= 0.5]
-        requests = sum(w["requests"] for w in by_window.values())
-        met = sum(w["met"] for w in by_window.values())
-        out.append(RegionMisses(region, requests, met, tuple(sorted(windows, key=lambda w: (-w.missed, w.window)))))
+        g = result.regions[region]
+        out.append(RegionMisses(region, g.requests, g.met_slo,
+                                tuple(sorted(windows, key=lambda w: (-w.missed, w.window)))))
     return out
 
 
@@ -332,11 +333,11 @@ class Collector:
         # A failure of the window of the tick it dies in. Its SLO credit is taken back where it was
         # given: that window as far as it holds it, then the window it arrived in (the tick before:
         # streams last seconds), then the others, so the windows' credit adds up to the cell's.
-        cell = self._cell(tick, deployment, region)
         windows = self.cells[self.d_index[deployment], self.r_index[region]]
-        before = self.lookup.of(max(0, tick - 1), deployment, region)
+        here = self.lookup.of(tick, deployment, region)
+        cell = windows[here]
         left = met
-        for w in (self.lookup.of(tick, deployment, region), before, *range(len(windows))):
+        for w in (here, self.lookup.of(max(0, tick - 1), deployment, region), *range(len(windows))):
             take = min(left, windows[w][1])
             windows[w][1] -= take
             left -= take

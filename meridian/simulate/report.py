@@ -285,9 +285,10 @@ def region_lines(cmp: runner.Comparison, ref: metrics.RunResult) -> list[str]:
             for v in views]
     lines += _table(["deployment", "client region", "requests", "SLO met", "attainable", "steady", "steady SLO met",
                      "in windows", "steady misses"], rows)
-    short = sorted(((k, r) for k, r in reach.items() if r.share < 0.995), key=lambda kv: kv[0])
+    target = metrics.REGION_TARGET_SHARE
+    short = sorted(((k, r) for k, r in reach.items() if r.share < target), key=lambda kv: kv[0])
     lines += [f"  attainable: the share any fleet of the scenario's clusters could serve within SLO (the best pool within "
-              f"reach, idle); under 99.5% for {d}/{region}: {_reach_text(r)}" for (d, region), r in short]
+              f"reach, idle); under {100 * target:g}% for {d}/{region}: {_reach_text(r)}" for (d, region), r in short]
     low = [v.why for v in views if v.why]
     lines += ([f"Under {metrics.TARGET_SHARE:.0%} of steady-state requests within SLO, and why:"]
               + [f"  {w}" for w in low]) if low else [f"Every deployment and client region: at least "
