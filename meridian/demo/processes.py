@@ -66,30 +66,44 @@ class _PortCursor:
             self.first, self.size = 0, 0  # no room outside the range: ask the kernel
         self._next = random.randrange(self.size) if self.size else 0
 
-    def take(self) -> int:
+    def take(self, count: int = 1) -> int:
+        """The first of ``count`` consecutive ports that all bind now (a run never wraps past 65535)."""
         for _ in range(min(self.size, 256)):
+            if self._next + count > self.size:
+                self._next = 0
             port = self.first + self._next
-            self._next = (self._next + 1) % self.size
+            self._next = (self._next + count) % self.size
+            if all(_binds(p) for p in range(port, port + count)):
+                return port
+        for _ in range(64):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            return port
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port + count - 1 <= 65535 and all(_binds(p) for p in range(port + 1, port + count)):
+                return port
+        raise RuntimeError(f"no {count} consecutive free loopback ports found")
+
+
+def _binds(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 _cursors: dict[int, _PortCursor] = {}  # by pid: a forked child starts its own walk
 
 
-def free_port() -> int:
-    """A loopback TCP port free now, outside the kernel's ephemeral range (see ``_PortCursor``)."""
+def free_port(count: int = 1) -> int:
+    """A loopback TCP port free now, outside the kernel's ephemeral range (see ``_PortCursor``);
+    with ``count`` > 1, the first of that many consecutive free ports (e.g. one ``/metrics`` port
+    per router worker), all at or below 65535."""
     cursor = _cursors.get(os.getpid())
     if cursor is None:
         cursor = _cursors[os.getpid()] = _PortCursor()
-    return cursor.take()
+    return cursor.take(count)
 
 
 class PortBlock:

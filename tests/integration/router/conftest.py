@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import aiohttp
@@ -72,15 +73,25 @@ class Processes:
         self.procs: list[subprocess.Popen] = []
 
     def start(self, args: list[str], port: int, timeout_s: float = 30.0) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, *args], cwd=REPO, stdout=subprocess.DEVNULL,
+        """Starts ``python args`` and waits for it to listen on ``port``; a process that exits first
+        fails the test at once with its last output (e.g. a config error), not after ``timeout_s``."""
+        output = tempfile.TemporaryFile()
+        proc = subprocess.Popen([sys.executable, *args], cwd=REPO, stdout=output,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
-        try:
-            wait_for_port(port, timeout_s)
-        except TimeoutError:
-            self.stop()
-            raise
-        return proc
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                wait_for_port(port, 0.5)
+                return proc
+            except TimeoutError:
+                if proc.poll() is None and time.monotonic() < deadline:
+                    continue
+                self.stop()
+                output.seek(0)
+                tail = output.read().decode(errors="replace")[-2000:]
+                state = f"exited with {proc.returncode}" if proc.returncode is not None else f"silent after {timeout_s}s"
+                raise RuntimeError(f"{' '.join(args[:3])} {state} before listening on {port}:\n{tail}") from None
 
     def stop(self) -> None:
         for proc in self.procs:

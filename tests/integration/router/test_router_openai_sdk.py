@@ -100,9 +100,7 @@ def test_each_worker_serves_its_own_metrics_port(emulators, processes, tmp_path)
     routes.write_text("models:\n  - served_model_name: tiny\n    replicas:\n" + "".join(
         f"      - {{replica_id: e{i}, endpoint: 'http://127.0.0.1:{p}', region: us-east-1}}\n"
         for i, p in enumerate(emulators)))
-    port, metrics_port = free_port(), free_port()
-    if metrics_port + 1 == port:
-        port = free_port()
+    port, metrics_port = free_port(), free_port(2)  # one metrics port per worker, both below 65536
     processes.start(["-m", "meridian.cli.main", "router", "--listen", f"127.0.0.1:{port}", "--routes-file",
                      str(routes), "--lkg-store", "none", "--workers", "2", "--metrics-port", str(metrics_port)], port)
     for p in (metrics_port, metrics_port + 1):

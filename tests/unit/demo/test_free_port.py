@@ -34,3 +34,19 @@ def test_a_taken_port_is_skipped():
         held.bind(("127.0.0.1", cursor.first + cursor._next))
         held.listen()
         assert cursor.take() != held.getsockname()[1]
+
+
+def test_a_run_of_ports_fits_below_65536_and_skips_a_taken_port():
+    """free_port(2) (a router's two workers' metrics ports): the walk at the top of the range gives
+    a run that ends at or below 65535, never one whose second port does not exist, and a run with a
+    port something listens on is passed over."""
+    cursor = processes._PortCursor()
+    cursor._next = cursor.size - 1  # the walk's last port, e.g. 65535
+    first = cursor.take(2)
+    assert first + 1 <= 65535 and first >= cursor.first
+    with socket.socket() as held:
+        cursor._next = 0
+        held.bind(("127.0.0.1", cursor.first + 1))
+        held.listen()
+        first = cursor.take(2)
+        assert held.getsockname()[1] not in (first, first + 1)
