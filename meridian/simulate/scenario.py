@@ -307,10 +307,11 @@ class Scenario(_Model):
     def _context_problems(self, i: int, shape: TrafficShape, dep) -> list[str]:
         """A trace replayed with its own tokens whose mean request does not fit the deployment's
         context: a replica would refuse most of its requests, which the report would otherwise show
-        as 0% attainable "for no pool within reach"."""
+        as 0% attainable "for no pool within reach". Embedding deployments keep their spec's tokens
+        (``TraceReplay.tokens``), so a chat trace's long prompts are no problem of theirs."""
         context = dep.spec.runtime.context_length
-        if shape.trace is None or shape.trace.tokens != "trace" or context is None:
-            return []
+        if shape.trace is None or shape.trace.tokens != "trace" or context is None or dep.spec.runtime.is_embedding:
+            return []  # an embedding deployment replays the trace's arrivals with its spec's tokens
         from meridian.simulate import trace as trace_mod  # noqa: PLC0415  (trace imports this module)
 
         try:

@@ -126,15 +126,30 @@ def test_a_trace_whose_requests_do_not_fit_the_context_is_refused_for_what_it_is
 
 def test_a_trace_given_with_the_trace_option_that_does_not_fit_a_context_is_warned_about(tmp_path, caplog):
     """``--trace FILE`` puts one file on every traffic entry, with no way to ask for the spec's
-    tokens: a deployment whose context the trace does not fit (the example embed model's 512
-    tokens) is named in one warning and the run goes on."""
-    path = _azure_csv(tmp_path / "mid.csv", [0.0, 30.0, 59.0], prompt=1000, output=10)
+    tokens: a deployment whose context the trace does not fit (chat-8b's 8,192 tokens against
+    9,000-token prompts) is named in one warning and the run goes on. The embedding model (512
+    tokens) is not named: it replays the trace's arrivals with its spec's tokens, so no replica of
+    it would refuse them (it used to be warned about on every `--trace azure-conv` run)."""
+    path = _azure_csv(tmp_path / "long.csv", [0.0, 30.0, 59.0], prompt=9000, output=10)
     sc = scenario.load("default").with_overrides(hours=1, trace=str(path))
     with caplog.at_level("WARNING", logger="meridian.simulate.scenario"):
         sc.load_specs()
         sc.load_specs()
     warned = [r.getMessage() for r in caplog.records if "trace_exceeds_context" in r.getMessage()]
-    assert len(warned) == 1 and "over deployment embed's runtime.context_length 512" in warned[0]
+    assert len(warned) == 1 and "over deployment chat-8b's runtime.context_length 8,192" in warned[0]
+    assert not any("embed" in w for w in warned)
+
+
+def test_an_embedding_deployment_replaying_a_long_prompt_trace_is_not_refused(tmp_path):
+    """A scenario file may replay a chat trace's arrivals for an embedding deployment with
+    ``tokens: trace``: the embedding keeps its spec's tokens (the replicas serve those), so the
+    scenario loads and its workload is the spec's, not the trace's 1,000-token prompts."""
+    path = _azure_csv(tmp_path / "mid.csv", [0.0, 30.0, 59.0], prompt=1000, output=10)
+    sc = scenario.load("default").with_overrides(hours=1, trace=str(path))
+    sc = sc.model_copy(update={"trace_from_cli": False})
+    specs = sc.load_specs()
+    tr = trace.build(sc, specs)
+    assert "embed" not in tr.workload and "chat-8b" in tr.workload
 
 
 def test_bad_trace_fields_name_the_field(tmp_path):
