@@ -3,8 +3,11 @@
 
 ``timestamp`` is milliseconds from the start of the trace; ``hash_ids`` holds one id per block of
 ``BLOCK_TOKENS`` (512) prompt tokens, the last block possibly partial, so a row has exactly
-ceil(input_length / 512) ids. Rows must come in arrival order; arrivals are returned in seconds
-from the first row. Read line by line (constant memory)."""
+ceil(input_length / 512) ids. ``hash_ids`` may be left out (a JSON-lines trace of arrivals and
+lengths only, as other tools write them): such a row has no block hashes, which a replay in the
+simulator does not need (``bench.router``'s prefix scenario does, and says so). Rows must come in
+arrival order; arrivals are returned in seconds from the first row. Read line by line (constant
+memory)."""
 
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ def _int_field(doc: dict, field: str, minimum: int) -> int:
 def _row(doc: object, block_tokens: int) -> tuple[float, int, int, tuple[int, ...]]:
     if not isinstance(doc, dict):
         raise TypeError(f"a row must be a JSON object like {ROW_EXAMPLE}")
-    missing = [f for f in ("timestamp", "input_length", "output_length", "hash_ids") if f not in doc]
+    missing = [f for f in ("timestamp", "input_length", "output_length") if f not in doc]
     if missing:
         raise ValueError(f"missing {', '.join(repr(f) for f in missing)}; a row looks like {ROW_EXAMPLE}")
     stamp = doc["timestamp"]
@@ -40,7 +43,9 @@ def _row(doc: object, block_tokens: int) -> tuple[float, int, int, tuple[int, ..
         raise ValueError(f"'timestamp' must be milliseconds >= 0, got {stamp!r}")
     input_tokens = _int_field(doc, "input_length", 1)
     output_tokens = _int_field(doc, "output_length", 0)
-    hashes = doc["hash_ids"]
+    hashes = doc.get("hash_ids")
+    if hashes is None:
+        return stamp, input_tokens, output_tokens, ()
     if not isinstance(hashes, list) or any(type(h) is not int for h in hashes):
         raise ValueError("'hash_ids' must be a list of integers")
     blocks = -(-input_tokens // block_tokens)

@@ -112,7 +112,7 @@ GOOD_ROW = '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids":
 @pytest.mark.parametrize("second_row, words", [
     ('{"timestamp": 5,', "not JSON"),
     ("[1, 2]", "JSON object"),
-    ('{"timestamp": 1, "input_length": 10, "output_length": 1}', "missing 'hash_ids'"),
+    ('{"timestamp": 1, "input_length": 10, "hash_ids": [1]}', "missing 'output_length'"),
     ('{"timestamp": 1, "input_length": 600, "output_length": 1, "hash_ids": [1]}', "1 hash_ids for input_length 600; expected 2"),
     ('{"timestamp": 1, "input_length": "10", "output_length": 1, "hash_ids": [1]}', "'input_length' must be an integer"),
     ('{"timestamp": -1, "input_length": 10, "output_length": 1, "hash_ids": [1]}', "'timestamp' must be milliseconds"),
@@ -123,6 +123,14 @@ def test_bad_mooncake_row_names_file_and_line(tmp_path, second_row, words):
     with pytest.raises(traces.TraceError) as err:
         list(traces.read(path))
     assert str(err.value).startswith(f"{path}:2: ") and words in str(err.value)
+
+
+def test_mooncake_rows_without_hash_ids_read_as_arrivals_and_lengths(tmp_path):
+    """A JSON-lines trace in Mooncake's fields but without ``hash_ids`` (arrivals and lengths only,
+    as other tools write them) reads, with no block hashes: the simulator replays it."""
+    path = _write(tmp_path, "t.jsonl", '{"timestamp": 0, "input_length": 700, "output_length": 3}\n'
+                                       '{"timestamp": 250, "input_length": 20, "output_length": 9, "hash_ids": [4]}\n')
+    assert list(traces.read(path)) == [traces.Request(0.0, 700, 3, ()), traces.Request(0.25, 20, 9, (4,))]
 
 
 def test_mooncake_rows_out_of_order_are_refused(tmp_path):
