@@ -131,10 +131,10 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
     for d in by_d:
         total.add(c, d, entries(d))
 
-    def model_of(hood: list[int]) -> tuple[formulation.Built, dict[int, int]]:
+    def model_of(hood: list[int], every_pair: bool = False) -> tuple[formulation.Built, dict[int, int]]:
         """The step model for ``hood`` next to the plan as it is now, and the plan's values in it."""
         held = total.without(c, {d: entries(d) for d in hood})
-        usable = None if pairs is None else pairs | {p for d in hood for p in by_d.get(d, {})}
+        usable = None if pairs is None or every_pair else pairs | {p for d in hood for p in by_d.get(d, {})}
         sub = formulation.build(c, prob, settings, current, held, hood, usable, lp_cuts=False,
                                 protect_weight=weights)
         now = greedy.Solution({p: n for d in hood for p, n in by_d.get(d, {}).items()}, {})
@@ -159,7 +159,7 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
     wide_s = settings.wide_step_share * left
     wide_max_s = max(wide_s, WIDE_MAX_SHARE * left) if settings.wide_step_share > 0 else 0.0
     if len(wide_hood) >= WIDE_MIN_PER_STEP * settings.neighbourhood_size and wide_max_s >= WIDE_MIN_S:
-        gained, wide = _wide_step(wide_hood, wide_s, wide_max_s, model_of, keep, c, settings)
+        gained, wide = _wide_step(wide_hood, wide_s, wide_max_s, model_of, keep, c, settings, pairs is not None)
         gain += gained
 
     # CP-SAT releases the GIL while it searches: ``threads`` steps run at once (on disjoint sets of
@@ -216,17 +216,20 @@ def search(prob: problem.PlacementProblem, c: cand_mod.Candidates, settings: pro
 
 
 def _wide_step(hood: list[int], time_s: float, max_s: float, model_of, keep, c: cand_mod.Candidates,
-               settings: problem.SolverSettings) -> tuple[float, dict[str, float]]:
+               settings: problem.SolverSettings, restricted: bool = False) -> tuple[float, dict[str, float]]:
     """HiGHS on ``hood`` (``wide_deployments``) next to the plan, for ``time_s`` once it has a
     better plan (or ``WIDE_STALL_S`` after its last one), and while it has none up to ``max_s``;
     its plan is kept when it holds every row exactly (HiGHS's values are rounded floats) and gains.
     Runs alone: HiGHS has one thread and measured better so (500 x 300, six search seeds: +3.8%
     above the best known plan, against +4.2% with one ordinary step beside it, whose moves on the
-    shared groups the wide plan then often no longer fit). Returns the gain ($/h) and its figures."""
+    shared groups the wide plan then often no longer fit). On a ``restricted`` model the step may
+    use every pair of its deployments, not only the search's, while they are at most
+    ``settings.wide_step_max_pairs``. Returns the gain ($/h) and its figures."""
     t = time.perf_counter()
+    every_pair = restricted and sum(len(c.pairs_by_d[d]) for d in hood) <= settings.wide_step_max_pairs
     # Without the model's LP-only cuts: HiGHS's own are enough, and its first better plan came
     # 0.2-0.5 s sooner without them (100 x 120 to 500 x 300).
-    sub, hint = model_of(hood)
+    sub, hint = model_of(hood, every_pair)
     before = after = _value(sub, hint)
     spent = time.perf_counter() - t
     out = mip.solve_mip(sub.model, time_limit_s=max_s - spent, relative_gap=0.0, hint=hint, seed=settings.seed,
@@ -238,7 +241,8 @@ def _wide_step(hood: list[int], time_s: float, max_s: float, model_of, keep, c: 
             after = _value(sub, values)
             keep(hood, found)
     return before - after, {"wide_step_s": time.perf_counter() - t, "wide_step_deployments": float(len(hood)),
-                            "wide_step_gain_usd": before - after}
+                            "wide_step_gain_usd": before - after, "wide_step_pairs": float(len(sub.x)),
+                            "wide_step_every_pair": float(every_pair)}
 
 
 def wide_deployments(c: cand_mod.Candidates, pool: Sequence[int], pairs: set[int] | None,

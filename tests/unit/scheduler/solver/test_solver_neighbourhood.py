@@ -120,6 +120,33 @@ def test_the_wide_step_moves_multi_gpu_deployments_together(monkeypatch, wide):
         assert out.improved == 0 and out.wide == {}
 
 
+@pytest.mark.parametrize("max_pairs", [2000, 0])
+def test_the_wide_step_reaches_pairs_outside_a_restricted_search(monkeypatch, max_pairs):
+    """On a restricted model (the cheap nodes' pairs left out of the search's set, as the restriction
+    of a large fleet leaves out pairs the best plans use), the wide step's model still has every pair
+    of its deployments while they are at most ``wide_step_max_pairs``: the eight 2-GPU deployments
+    move to the cheap nodes, $200/h -> $120/h. With the limit at 0 the step keeps to the set and the
+    plan stays where it started."""
+    monkeypatch.setattr(neighbourhood, "EMPTY_SHARE", 0.0)
+    names = [f"big{i}" for i in range(8)]
+    prob = sc.problem([sc.dep(n, regions={"na-east": 1}, gpus=2) for n in names],
+                      [sc.pool("c1", "aws", "us-east-1", "L4", 100.0, gpus_per_node=8, nodes_max=2, pool_id="dear"),
+                       sc.pool("c1", "aws", "us-east-1", "L4", 60.0, gpus_per_node=8, nodes_max=2, pool_id="cheap")])
+    settings = solver.SolverSettings(neighbourhood_size=1, wide_step_share=0.5, wide_step_max_pairs=max_pairs)
+    c, active = setup(prob, settings)
+    start = greedy.Solution({pair_of(c, d, "dear"): 1 for d in active}, {})
+    dear = {pair_of(c, d, "dear") for d in active}
+    out = neighbourhood.search(prob, c, settings, start, active, time.perf_counter() + 20.0, pairs=dear)
+    if max_pairs:
+        assert out.solution.counts == {pair_of(c, d, "cheap"): 1 for d in active}
+        assert out.wide["wide_step_every_pair"] == 1.0 and out.wide["wide_step_pairs"] == 16
+        assert out.wide["wide_step_gain_usd"] == pytest.approx(80.0, abs=0.5)
+        assert not valid(prob, c, settings, out.solution)
+    else:
+        assert out.solution.counts == start.counts
+        assert out.wide["wide_step_every_pair"] == 0.0 and out.wide["wide_step_gain_usd"] == 0.0
+
+
 def test_a_wide_step_share_too_short_for_highs_still_lets_it_find_its_first_plan(monkeypatch):
     """The share is where the wide step ends once HiGHS has a better plan, not a cut-off before
     it: with a share of 0.001 of a 20-s search (0.02 s, less than any HiGHS run), the eight 2-GPU
