@@ -71,11 +71,13 @@ class Processes:
 
     def __init__(self):
         self.procs: list[subprocess.Popen] = []
+        self.outputs: list = []  # each process's stdout and stderr, read back when it fails to start
 
     def start(self, args: list[str], port: int, timeout_s: float = 30.0) -> subprocess.Popen:
         """Starts ``python args`` and waits for it to listen on ``port``; a process that exits first
         fails the test at once with its last output (e.g. a config error), not after ``timeout_s``."""
         output = tempfile.TemporaryFile()
+        self.outputs.append(output)
         proc = subprocess.Popen([sys.executable, *args], cwd=REPO, stdout=output,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
@@ -87,9 +89,9 @@ class Processes:
             except TimeoutError:
                 if proc.poll() is None and time.monotonic() < deadline:
                     continue
-                self.stop()
                 output.seek(0)
                 tail = output.read().decode(errors="replace")[-2000:]
+                self.stop()
                 state = f"exited with {proc.returncode}" if proc.returncode is not None else f"silent after {timeout_s}s"
                 raise RuntimeError(f"{' '.join(args[:3])} {state} before listening on {port}:\n{tail}") from None
 
@@ -104,6 +106,8 @@ class Processes:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
+        for output in self.outputs:
+            output.close()
 
 
 @pytest.fixture
