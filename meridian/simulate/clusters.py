@@ -139,6 +139,18 @@ class SimCluster:
         """What the cluster's nodes (running and provisioning) cost per hour now (``cost_pools``' bill)."""
         return sum(p.price.usd_per_hour(p.nodes) for p in self.cost_pools())
 
+    def down_extra_usd_per_hour(self) -> float:
+        """While the region is down: what its nodes beyond the pools' minimums bill per hour (nodes
+        the fleet had there when the region went, which nobody can release until it is back; every
+        fleet pays the minimums, the demand-following bound too). 0 while it is up."""
+        if not self.down:
+            return 0.0
+        out = 0.0
+        for pool in self.cost_pools():
+            floor = min(pool.nodes, self._pools[pool.where.pool].nodes_min)
+            out += pool.price.usd_per_hour(pool.nodes) - pool.price.usd_per_hour(floor)
+        return out
+
     def nodes(self) -> dict[str, int]:
         """Pool id -> nodes billed now (running + provisioning)."""
         return {pid: p.nodes_current + p.nodes_pending for pid, p in self._pools.items()}

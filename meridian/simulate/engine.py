@@ -128,6 +128,7 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
     demand: list[records.Demand] = []
     preempted_zones: dict[str, float] = {}
     killed_replicas = starts = refused = preempted_by_wave = 0
+    down_usd = 0.0  # nodes beyond the minimums billed in regions while they are down
     usage: dict[str, float] = {}
     wake = False
     rounds = 0
@@ -206,6 +207,7 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
                          [r for c in fleet.values() for r in c.cost_replicas(owners)])
         if k >= 0:
             meter.add(bill, tick_s / 3600.0, tokens)
+            down_usd += sum(c.down_extra_usd_per_hour() for c in fleet.values()) * tick_s / 3600.0
         col.fleet(max(k, 0), bill.usd, replicas, sum(by_tier.values()), by_tier.get("spot", 0))
         col.flush()
         if k < 0:
@@ -218,7 +220,7 @@ def run(sc: scenario_mod.Scenario, specset: spec.SpecSet, trace: trace_mod.Trace
         "directives": sched.stats.directives, "replicas_started": starts, "directives_refused": refused,
         "replicas_killed": killed_replicas, "spot_nodes_preempted": sum(c.preempted_nodes for c in fleet.values()),
         "spot_notices_by_wave": preempted_by_wave, "router_selections": router.selections,
-        "plan_memo_hits": getattr(sched.placer, "memo_hits", 0),
+        "plan_memo_hits": getattr(sched.placer, "memo_hits", 0), "down_region_extra_usd": down_usd,
     }
     return measured.result(policy=policy.name, label=policy.label, routing=policy.routing,
                            placement=sched.placer.name, hours=trace.ticks * tick_s / 3600.0, stats=stats,

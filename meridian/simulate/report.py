@@ -148,6 +148,11 @@ def bound_lines(cmp: runner.Comparison) -> list[str]:
         split = above_bound(cmp)
         if split is not None:
             lines.append(excess.text(split))
+        down = ref.stats.get("down_region_extra_usd", 0.0)
+        if down >= excess.CENT:
+            lines.append(f"Of Meridian's bill, {cost.text.money(down)} paid for nodes in regions while they were down, beyond the "
+                         "pools' minimums: nodes it had there when a region went, which nobody can release until "
+                         "it is back (the bound re-plans without them).")
         lines += fleet_lines(cmp)
     return lines
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from test_sim_bound import _two_regions, even_scenario, tiny_specs
 
+from meridian import catalog
 from meridian.simulate import metrics, report, runner
 
 
@@ -51,3 +52,19 @@ def test_a_day_without_a_fault_says_every_region_kept_the_target(tmp_path):
     [rm] = metrics.region_misses(cmp.result("meridian"))
     assert rm.attainment >= metrics.REGION_TARGET_SHARE
     assert "Every client region: at least 99.50% of its requests within SLO." in report.text(cmp)
+
+
+def test_nodes_billed_in_a_region_while_it_is_down_are_named_beside_the_bound(tmp_path):
+    """The us-east-1 outage of the two-region fleet: Meridian's nodes there beyond the pool's
+    minimum (one node) bill for the 15 minutes nobody can release them. The run counts exactly
+    those node-hours at the pool's price (a whole number of nodes x 0.25 h), and the report says so
+    beside the bound; a day without an outage counts nothing and prints no such line."""
+    price = catalog.instances.default().lookup("aws", "g6.xlarge", "us-east-1").price_per_hour_usd
+    cmp = runner.run(_two_regions(tmp_path, outage=True), ["meridian"], jobs=1)
+    down = cmp.result("meridian").stats["down_region_extra_usd"]
+    nodes = down / (0.25 * price)
+    assert nodes >= 1 and nodes == pytest.approx(round(nodes), abs=1e-6), down
+    assert f"Of Meridian's bill, ${down:,.2f} paid for nodes in regions while they were down" in report.text(cmp)
+    calm = runner.run(_two_regions(tmp_path, outage=False), ["meridian"], jobs=1)
+    assert calm.result("meridian").stats["down_region_extra_usd"] == 0.0
+    assert "while they were down" not in report.text(calm)
