@@ -93,6 +93,14 @@ def test_an_expensive_node_filled_by_more_deployments_than_a_step_frees_is_close
         assert out.improved == 0
 
 
+def eight_two_gpu_deployments() -> solver.PlacementProblem:
+    """Eight deployments with one 2-GPU replica each, beside two pools of 8-GPU nodes of one region:
+    "dear" at $100/h a node and "cheap" at $60/h, two nodes each."""
+    return sc.problem([sc.dep(f"big{i}", regions={"na-east": 1}, gpus=2) for i in range(8)],
+                      [sc.pool("c1", "aws", "us-east-1", "L4", 100.0, gpus_per_node=8, nodes_max=2, pool_id="dear"),
+                       sc.pool("c1", "aws", "us-east-1", "L4", 60.0, gpus_per_node=8, nodes_max=2, pool_id="cheap")])
+
+
 @pytest.mark.parametrize("wide", [True, False])
 def test_the_wide_step_moves_multi_gpu_deployments_together(monkeypatch, wide):
     """Eight deployments with 2-GPU replicas fill two 8-GPU nodes at $100/h beside a pool of 8-GPU
@@ -100,10 +108,7 @@ def test_the_wide_step_moves_multi_gpu_deployments_together(monkeypatch, wide):
     one deployment gains (emptying steps off); the wide step re-solves all eight at once with HiGHS
     and moves them, $200/h -> $120/h. Without it the plan stays where it started."""
     monkeypatch.setattr(neighbourhood, "EMPTY_SHARE", 0.0)
-    names = [f"big{i}" for i in range(8)]
-    prob = sc.problem([sc.dep(n, regions={"na-east": 1}, gpus=2) for n in names],
-                      [sc.pool("c1", "aws", "us-east-1", "L4", 100.0, gpus_per_node=8, nodes_max=2, pool_id="dear"),
-                       sc.pool("c1", "aws", "us-east-1", "L4", 60.0, gpus_per_node=8, nodes_max=2, pool_id="cheap")])
+    prob = eight_two_gpu_deployments()
     settings = solver.SolverSettings(neighbourhood_size=1, wide_step_share=0.5 if wide else 0.0)
     c, active = setup(prob, settings)
     assert neighbourhood.multi_gpu(c, active, None) == active
@@ -128,10 +133,7 @@ def test_the_wide_step_reaches_pairs_outside_a_restricted_search(monkeypatch, ma
     move to the cheap nodes, $200/h -> $120/h. With the limit at 0 the step keeps to the set and the
     plan stays where it started."""
     monkeypatch.setattr(neighbourhood, "EMPTY_SHARE", 0.0)
-    names = [f"big{i}" for i in range(8)]
-    prob = sc.problem([sc.dep(n, regions={"na-east": 1}, gpus=2) for n in names],
-                      [sc.pool("c1", "aws", "us-east-1", "L4", 100.0, gpus_per_node=8, nodes_max=2, pool_id="dear"),
-                       sc.pool("c1", "aws", "us-east-1", "L4", 60.0, gpus_per_node=8, nodes_max=2, pool_id="cheap")])
+    prob = eight_two_gpu_deployments()
     settings = solver.SolverSettings(neighbourhood_size=1, wide_step_share=0.5, wide_step_max_pairs=max_pairs)
     c, active = setup(prob, settings)
     start = greedy.Solution({pair_of(c, d, "dear"): 1 for d in active}, {})
@@ -153,10 +155,7 @@ def test_a_wide_step_share_too_short_for_highs_still_lets_it_find_its_first_plan
     deployments still move to the cheap nodes together, and the step ends soon after its plan, long
     before half the search time."""
     monkeypatch.setattr(neighbourhood, "EMPTY_SHARE", 0.0)
-    names = [f"big{i}" for i in range(8)]
-    prob = sc.problem([sc.dep(n, regions={"na-east": 1}, gpus=2) for n in names],
-                      [sc.pool("c1", "aws", "us-east-1", "L4", 100.0, gpus_per_node=8, nodes_max=2, pool_id="dear"),
-                       sc.pool("c1", "aws", "us-east-1", "L4", 60.0, gpus_per_node=8, nodes_max=2, pool_id="cheap")])
+    prob = eight_two_gpu_deployments()
     settings = solver.SolverSettings(neighbourhood_size=1, wide_step_share=0.001)
     c, active = setup(prob, settings)
     start = greedy.Solution({pair_of(c, d, "dear"): 1 for d in active}, {})
