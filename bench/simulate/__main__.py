@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from meridian import cost, progress
-from meridian.simulate import attainable, defaults, metrics, policies, report, runner, scenario
+from meridian.simulate import attainable, defaults, excess, metrics, policies, report, runner, scenario
 
 SCENARIOS = ("default", str(defaults.examples_dir() / "scenarios" / "skyserve-like.yaml"))
 TRACE = "azure-conv"
@@ -68,6 +68,7 @@ def summary(cmp: runner.Comparison, traffic: str) -> dict:
         split = report.above_bound(cmp)
         if split is not None:
             out["above_bound_split"] = split.to_dict()
+        out["down_region_extra_usd"] = mer.stats.get("down_region_extra_usd", 0.0)
         out["bound_target_met"] = bool(above <= BOUND_TARGET and worst >= REGION_SLO_TARGET)
         # The same target against what the region can attain at all (attainable.py): 99.5% of the
         # requests any fleet of the scenario's clusters could serve within SLO.
@@ -114,6 +115,9 @@ def lines(s: dict) -> list[str]:
         out.append(f"  meridian above the bound: ${a['usd']:,.0f} = steady ${a['steady_usd']:,.0f} (up to the median "
                    f"5-minute distance, ${a['median_usd_per_hour']:,.2f}/h) + bursts ${a['burst_usd']:,.0f} ({share}); "
                    f"costliest hours (UTC): {hours or '-'}")
+    if s.get("down_region_extra_usd", 0.0) >= excess.CENT:
+        out.append(f"  of meridian's bill, {cost.text.money(s['down_region_extra_usd'])} paid for nodes in regions "
+                   "while they were down, beyond the pools' minimums (the bound re-plans without them)")
     if "worst_vs_attainable" in s:
         w = s["worst_vs_attainable"]
         out.append(f"  against what is attainable (the share of requests any fleet of these clusters could serve within "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from test_sim_bound import _two_regions, even_scenario, tiny_specs
 
+from bench.simulate import __main__ as bench_simulate
 from meridian import catalog
 from meridian.simulate import metrics, report, runner
 
@@ -65,6 +66,11 @@ def test_nodes_billed_in_a_region_while_it_is_down_are_named_beside_the_bound(tm
     nodes = down / (0.25 * price)
     assert nodes >= 1 and nodes == pytest.approx(round(nodes), abs=1e-6), down
     assert f"Of Meridian's bill, ${down:,.2f} paid for nodes in regions while they were down" in report.text(cmp)
+    summary = bench_simulate.summary(cmp, "synthetic")
+    assert summary["down_region_extra_usd"] == down
+    assert any(ln.startswith(f"  of meridian's bill, ${down:,.2f} paid for nodes in regions while they were down")
+               for ln in bench_simulate.lines(summary))
     calm = runner.run(_two_regions(tmp_path, outage=False), ["meridian"], jobs=1)
     assert calm.result("meridian").stats["down_region_extra_usd"] == 0.0
     assert "while they were down" not in report.text(calm)
+    assert not any("while they were down" in ln for ln in bench_simulate.lines(bench_simulate.summary(calm, "synthetic")))
