@@ -21,15 +21,24 @@ from meridian.demo import processes
 free_port = processes.free_port
 
 
-def wait_for_port(port: int, timeout_s: float = 10.0, host: str = "127.0.0.1") -> None:
+def wait_for_port(port: int, timeout_s: float = 10.0, host: str = "127.0.0.1",
+                  proc: subprocess.Popen | None = None) -> None:
+    """Until something listens on ``host:port``; a TimeoutError after ``timeout_s``, or at once a
+    ProcessExited when ``proc`` (the server started to listen there) exits first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             with socket.create_connection((host, port), timeout=0.2):
                 return
         except OSError:
+            if proc is not None and proc.poll() is not None:
+                raise ProcessExited(f"exited with {proc.returncode} before listening on {host}:{port}") from None
             time.sleep(0.05)
     raise TimeoutError(f"nothing listening on {host}:{port} after {timeout_s}s")
+
+
+class ProcessExited(RuntimeError):
+    """The process a test waited for exited before it listened."""
 
 
 @contextlib.contextmanager
@@ -48,7 +57,7 @@ def running_redis(extra_config: str = "") -> Iterator[str]:
     proc.stdin.write(config.encode())
     proc.stdin.close()
     try:
-        wait_for_port(port)
+        wait_for_port(port, proc=proc)
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.terminate()

@@ -42,7 +42,7 @@ class SentinelCluster:
             [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", str(work), "--protected-mode", "yes", "--repl-diskless-sync-delay", "0", *extra],
             stdout=open(work / "log", "w"), stderr=subprocess.STDOUT)
-        wait_for_port(port)
+        wait_for_port(port, proc=self.procs[name])
 
     def start(self) -> SentinelCluster:
         binary = shutil.which("redis-sentinel")
@@ -63,7 +63,7 @@ class SentinelCluster:
                             f"sentinel parallel-syncs {SERVICE} 1\n")
             self.procs[f"sentinel{i}"] = subprocess.Popen([binary, str(conf)], stdout=open(work / "log", "w"),
                                                           stderr=subprocess.STDOUT)
-            wait_for_port(port)
+            wait_for_port(port, proc=self.procs[f"sentinel{i}"])
         self._wait(lambda: all(int(redis.Redis(port=p).sentinel_master(SERVICE)["num-other-sentinels"]) == 2
                                for p in self.sentinel_ports), "sentinels see each other")
         return self

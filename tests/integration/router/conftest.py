@@ -15,7 +15,7 @@ import pytest
 
 from router import app as app_mod
 from router import config, testing
-from tests.conftest import wait_for_port
+from tests.conftest import ProcessExited, wait_for_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -81,19 +81,14 @@ class Processes:
         proc = subprocess.Popen([sys.executable, *args], cwd=REPO, stdout=output,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                wait_for_port(port, 0.5)
-                return proc
-            except TimeoutError:
-                if proc.poll() is None and time.monotonic() < deadline:
-                    continue
-                output.seek(0)
-                tail = output.read().decode(errors="replace")[-2000:]
-                self.stop()
-                state = f"exited with {proc.returncode}" if proc.returncode is not None else f"silent after {timeout_s}s"
-                raise RuntimeError(f"{' '.join(args[:3])} {state} before listening on {port}:\n{tail}") from None
+        try:
+            wait_for_port(port, timeout_s, proc=proc)
+        except (TimeoutError, ProcessExited) as exc:
+            output.seek(0)
+            tail = output.read().decode(errors="replace")[-2000:]
+            self.stop()
+            raise RuntimeError(f"{' '.join(args[:3])}: {exc}:\n{tail}") from None
+        return proc
 
     def stop(self) -> None:
         for proc in self.procs:

@@ -82,7 +82,7 @@ def nodes(redis_url, tmp_path):
     made = [Node("node-a", redis_url, tmp_path), Node("node-b", redis_url, tmp_path)]
     try:
         for n in made:
-            wait_for_port(n.admin_port, timeout_s=60)
+            wait_for_port(n.admin_port, timeout_s=60, proc=n.proc)
         yield made
     finally:
         for n in made:
