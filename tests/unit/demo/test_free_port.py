@@ -31,7 +31,7 @@ def test_a_taken_port_is_skipped():
     """A port something listens on is never handed out."""
     cursor = processes._PortCursor()
     with socket.socket() as held:
-        held.bind(("127.0.0.1", cursor.first + cursor._next))
+        _hold_next_free(held, cursor, 0)
         held.listen()
         assert cursor.take() != held.getsockname()[1]
 
@@ -46,7 +46,20 @@ def test_a_run_of_ports_fits_below_65536_and_skips_a_taken_port():
     assert first + 1 <= 65535 and first >= cursor.first
     with socket.socket() as held:
         cursor._next = 0
-        held.bind(("127.0.0.1", cursor.first + 1))
+        _hold_next_free(held, cursor, 1)
         held.listen()
         first = cursor.take(2)
         assert held.getsockname()[1] not in (first, first + 1)
+
+
+def _hold_next_free(held: socket.socket, cursor, offset: int) -> None:
+    """Bind ``held`` to the first port free now at or after the cursor's next port + ``offset``
+    (another process may hold the very next one), moving the cursor so that its next run starts
+    ``offset`` ports before it."""
+    for _ in range(cursor.size):
+        try:
+            held.bind(("127.0.0.1", cursor.first + cursor._next + offset))
+            return
+        except OSError:
+            cursor._next = (cursor._next + 1) % (cursor.size - offset)
+    raise RuntimeError("no free port in the cursor's range")
